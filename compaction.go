@@ -1,0 +1,196 @@
+package walq
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/walq/walq/state"
+	"github.com/walq/walq/wal"
+)
+
+// Compaction bounds the log by the live data.
+//
+//  1. Sync the log: every record up to LSN S is on disk, so no crash can
+//     leave the log behind the snapshot.
+//  2. Build the state at S apart from the queue: load the newest snapshot
+//     and replay the log up to S into a private state. The queue's lock is
+//     not held at all (the copy is built from the durable log, exactly as
+//     recovery would build it), so puts and gets go on meanwhile. The cost
+//     is a second copy of the live data in memory while it runs.
+//  3. Write it as snapshot-S: temp file, fsync, rename, directory fsync.
+//  4. Truncate the log at the last index of the newest sealed segment that
+//     S covers: never inside the tail segment, so TruncateFront copies one
+//     record, not a segment, while it holds the log. Directory fsync.
+//  5. Only then delete the older snapshots.
+//
+// A crash between any two steps leaves either the old snapshot with a log
+// that reaches back to it, or the new snapshot with a log that reaches back
+// to S; recovery handles both and removes leftover temp files.
+
+// Compact runs a compaction now. It returns when it is done; automatic
+// compaction waits meanwhile.
+func (q *Queue) Compact() error {
+	q.mu.Lock()
+	err := q.usableLocked()
+	q.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return q.compact()
+}
+
+var errCompactionStopped = errors.New("walq: compaction stopped: queue closing")
+
+func (q *Queue) compactLoop() {
+	defer q.wg.Done()
+	for {
+		select {
+		case <-q.compactSignal:
+			if err := q.compact(); err != nil && !errors.Is(err, errCompactionStopped) {
+				q.opts.Logger.Error("walq: compaction failed", "err", err)
+			}
+		case <-q.done:
+			return
+		}
+	}
+}
+
+func (q *Queue) compact() (err error) {
+	q.compactMu.Lock()
+	defer q.compactMu.Unlock()
+	start := time.Now()
+	defer func() {
+		if err != nil {
+			q.metrics.compactFailed.Add(1)
+			// Do not try again on every append: wait for the log to double.
+			q.mu.Lock()
+			q.compactAfter = 2 * q.logBytes
+			q.mu.Unlock()
+		}
+	}()
+
+	covered, err := q.log.Sync()
+	if err != nil {
+		return fmt.Errorf("walq: compaction: sync log: %w", err)
+	}
+	prev := q.snapLSN.Load()
+	if covered > prev {
+		shadow, err := q.stateAt(prev, covered)
+		if err != nil {
+			return err
+		}
+		q.mu.Lock()
+		now := q.nowLocked()
+		q.mu.Unlock()
+		shadow.PruneKeys(now, int64(q.opts.KeyWindow))
+		body, err := shadow.MarshalSnapshot()
+		if err != nil {
+			return fmt.Errorf("walq: compaction: encode snapshot: %w", err)
+		}
+		if _, err := wal.WriteSnapshot(q.opts.fs, q.dir, covered, body, q.opts.FileMode); err != nil {
+			return fmt.Errorf("walq: compaction: write snapshot: %w", err)
+		}
+		q.snapLSN.Store(covered)
+	}
+	if err := q.truncateLog(covered); err != nil {
+		return err
+	}
+	if err := q.removeSnapshotsBefore(covered); err != nil {
+		return err
+	}
+	var logBytes int64
+	for _, s := range q.log.Segments() {
+		logBytes += s.Size
+	}
+	q.mu.Lock()
+	q.logBytes = logBytes // records appended meanwhile are already in the files, or nearly
+	q.compactAfter = 0
+	q.mu.Unlock()
+	q.metrics.compactions.Add(1)
+	q.metrics.lastCompaction.Store(time.Now().UnixNano())
+	q.metrics.lastCompactDur.Store(int64(time.Since(start)))
+	q.opts.Logger.Info("walq: compacted", "snapshot_lsn", covered, "log_bytes", logBytes, "duration", time.Since(start))
+	return nil
+}
+
+// stateAt rebuilds the state at LSN to from the snapshot at from (0: none)
+// and the log, without touching the queue's own state.
+func (q *Queue) stateAt(from, to uint64) (*state.State, error) {
+	st := state.New()
+	if from > 0 {
+		path := filepath.Join(q.dir, wal.SnapshotName(from))
+		lsn, body, err := wal.ReadSnapshot(path)
+		if err != nil {
+			return nil, fmt.Errorf("walq: compaction: read snapshot: %w", err)
+		}
+		if st, err = state.UnmarshalSnapshot(body); err != nil || st.LastLSN() != lsn {
+			return nil, &CorruptionError{Dir: q.dir, File: filepath.Base(path), Err: fmt.Errorf("snapshot does not decode: %v", err)}
+		}
+	}
+	logDir := filepath.Join(q.dir, logDirName)
+	_, err := wal.Scan(logDir, from+1, to, func(pos wal.Position, rec wal.Record) error {
+		select {
+		case <-q.done:
+			return errCompactionStopped
+		default:
+		}
+		r, err := state.Decode(rec.Type, rec.Body)
+		if err == nil {
+			err = st.Apply(rec.LSN, r)
+		}
+		if err != nil {
+			return &CorruptionError{Dir: logDir, File: pos.File, Index: pos.Index, Offset: pos.Offset, Err: err}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("walq: compaction: replay log: %w", err)
+	}
+	if st.LastLSN() != to {
+		return nil, fmt.Errorf("walq: compaction: replay reached LSN %d, wanted %d", st.LastLSN(), to)
+	}
+	return st, nil
+}
+
+// truncateLog drops the sealed segments that the snapshot at covered makes
+// unnecessary.
+func (q *Queue) truncateLog(covered uint64) error {
+	segs := q.log.Segments()
+	var cut uint64
+	for i := 0; i+1 < len(segs); i++ {
+		if last := segs[i+1].First - 1; last <= covered {
+			cut = last
+		}
+	}
+	if len(segs) == 0 || cut <= segs[0].First {
+		return nil
+	}
+	if err := q.log.TruncateFront(cut); err != nil {
+		return fmt.Errorf("walq: compaction: truncate log before %d: %w", cut, err)
+	}
+	return nil
+}
+
+func (q *Queue) removeSnapshotsBefore(lsn uint64) error {
+	snaps, err := wal.ListSnapshots(q.dir)
+	if err != nil {
+		return fmt.Errorf("walq: compaction: list snapshots: %w", err)
+	}
+	removed := false
+	for _, s := range snaps {
+		if s.LSN < lsn {
+			if err := q.opts.fs.Remove(s.Path); err != nil {
+				return fmt.Errorf("walq: compaction: remove old snapshot %s: %w", s.Name, err)
+			}
+			removed = true
+		}
+	}
+	if removed {
+		if err := q.opts.fs.SyncDir(q.dir); err != nil {
+			return fmt.Errorf("walq: compaction: sync %s: %w", q.dir, err)
+		}
+	}
+	return nil
+}

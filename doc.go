@@ -1,0 +1,35 @@
+// Package walq is an embedded, durable work queue: open a directory and get
+// what a broker's queue gives — leases with a visibility timeout,
+// heartbeats, acknowledgement, bounded retries with backoff, a dead-letter
+// list, delayed and expiring items, idempotency keys — without running a
+// broker.
+//
+// Every operation is appended to a segmented write-ahead log before it is
+// applied in memory, and a call returns only when its record is durable
+// under the sync policy (SyncAlways by default: after an fsync shared by
+// all concurrent calls). Open replays the newest snapshot and the log after
+// it; a lease that was open at a crash ends as expired, its attempt
+// counted. Compaction writes a snapshot of the live state and drops the log
+// it covers, so disk use follows the live data.
+//
+// # Delivery
+//
+// Delivery is at least once. Get leases the next ready item (smallest
+// priority, then the earliest to become ready) for Options.Visibility. The
+// lease ends with Ack (done), Nack (failed: back after Options.Backoff, or
+// dead-lettered when out of attempts), DeadLetter (permanent failure), or by
+// running out. Extend is the heartbeat that keeps a slow but live handler's
+// lease. Every call with a receipt that no longer names the item's current
+// lease returns ErrLeaseLost: a worker that lost its lease can never ack
+// work that was handed to someone else.
+//
+// Attempts are counted when a lease starts, so an item that crashes the
+// whole process is still dead-lettered after Options.MaxAttempts.
+//
+// # Files
+//
+// A queue directory holds LOCK (an flock: one queue per directory),
+// RESERVE (space that recovery frees to write on a full disk),
+// snapshot-<LSN>.snap files and the log/ directory of segments. See the wal
+// package for the record format and cmd/walq-inspect to look inside.
+package walq

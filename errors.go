@@ -1,0 +1,93 @@
+package walq
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/walq/walq/wal"
+)
+
+// Errors returned by the queue. Test for them with errors.Is: most are
+// returned wrapped, with the detail of what and where.
+var (
+	// ErrClosed is returned by every call after Close, and by a Get that
+	// was blocked when Close began.
+	ErrClosed = errors.New("walq: queue closed")
+
+	// ErrLeaseLost is returned by Extend, Ack, Nack and DeadLetter when the
+	// receipt does not name the item's current lease: the lease ran out (even
+	// if the queue has not yet redelivered the item), it was already ended,
+	// or the item was redelivered, dead-lettered or redriven since. The work
+	// may have been handed to someone else; it is counted as a late ack.
+	ErrLeaseLost = errors.New("walq: lease lost")
+
+	// ErrTooLarge is returned by Put for a body over Options.MaxBodySize.
+	ErrTooLarge = errors.New("walq: body too large")
+
+	// ErrFull is returned by Put when the items would go beyond
+	// Options.MaxItems or Options.MaxBytes. Nothing is stored.
+	ErrFull = errors.New("walq: queue full")
+
+	// ErrDuplicate is returned by Put with the ID of the item that holds the
+	// key (see Options.KeyWindow).
+	ErrDuplicate = errors.New("walq: duplicate key")
+
+	// ErrInvalidDeadline is returned by Put for a deadline at or before the
+	// time the item would first be due: such an item could never run.
+	ErrInvalidDeadline = errors.New("walq: deadline not after the item is due")
+
+	// ErrInvalid is returned for arguments and options that make no sense:
+	// negative durations, a zero lease extension, unknown option values.
+	ErrInvalid = errors.New("walq: invalid argument")
+
+	// ErrNotFound is returned by Redrive and PurgeDeadLetters for an ID that
+	// is not a dead letter.
+	ErrNotFound = errors.New("walq: no such dead letter")
+
+	// ErrLocked is returned by Open when another Queue, in this process or
+	// another, holds the directory.
+	ErrLocked = errors.New("walq: directory locked by another queue")
+
+	// ErrCorrupt is returned by Open, wrapped in a *CorruptionError, when the
+	// directory holds data that does not verify and cannot be a torn tail.
+	// Nothing is changed on disk; see walq-inspect verify.
+	ErrCorrupt = wal.ErrCorrupt
+
+	// ErrFailed is returned by every call once a write or fsync has failed.
+	// The outcome of the calls in flight is unknown (a failed fsync cannot
+	// be retried safely); Close and Open again to recover from disk.
+	ErrFailed = wal.ErrFailed
+)
+
+// CorruptionError says which file of the queue directory is corrupt and
+// where. errors.Is(err, ErrCorrupt) holds for it.
+type CorruptionError = wal.CorruptionError
+
+// BatchError reports the items of a PutBatch that were not stored. Errors
+// has one entry per item of the batch: nil for an item stored, ErrDuplicate
+// (wrapped) for an item whose key is held.
+type BatchError struct {
+	Errors []error
+}
+
+func (e *BatchError) Error() string {
+	var parts []string
+	for i, err := range e.Errors {
+		if err != nil {
+			parts = append(parts, fmt.Sprintf("item %d: %v", i, err))
+		}
+	}
+	return "walq: batch: " + strings.Join(parts, "; ")
+}
+
+// Unwrap gives errors.Is access to the per-item errors.
+func (e *BatchError) Unwrap() []error {
+	var errs []error
+	for _, err := range e.Errors {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}

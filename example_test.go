@@ -1,0 +1,80 @@
+package walq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/walq/walq"
+)
+
+// A producer puts an item; a consumer leases it, does the work and acks.
+func Example() {
+	dir, _ := os.MkdirTemp("", "walq-example")
+	defer os.RemoveAll(dir)
+
+	q, err := walq.Open(dir, walq.Options{Visibility: 30 * time.Second})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+
+	ctx := context.Background()
+	if _, err := q.Put(ctx, []byte("resize image 42")); err != nil {
+		log.Fatal(err)
+	}
+	m, err := q.Get(ctx) // blocks until an item is ready
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("attempt %d: %s\n", m.Attempt, m.Body)
+	if err := q.Ack(m.Receipt); err != nil {
+		log.Fatal(err) // ErrLeaseLost: the lease ran out and the item went to someone else
+	}
+	// Output: attempt 1: resize image 42
+}
+
+// Keys make puts idempotent: a retried request does not queue the work twice.
+func ExampleWithKey() {
+	dir, _ := os.MkdirTemp("", "walq-example")
+	defer os.RemoveAll(dir)
+	q, _ := walq.Open(dir, walq.Options{})
+	defer q.Close()
+
+	ctx := context.Background()
+	first, _ := q.Put(ctx, []byte("charge order 7"), walq.WithKey("order-7"))
+	again, err := q.Put(ctx, []byte("charge order 7"), walq.WithKey("order-7"))
+	fmt.Println(errors.Is(err, walq.ErrDuplicate), again == first)
+	// Output: true true
+}
+
+// Failed work comes back after the backoff and ends in the dead-letter list
+// when it is out of attempts; Redrive sends it back once the cause is fixed.
+func ExampleQueue_Nack() {
+	dir, _ := os.MkdirTemp("", "walq-example")
+	defer os.RemoveAll(dir)
+	q, _ := walq.Open(dir, walq.Options{
+		MaxAttempts: 2,
+		Backoff:     func(int) time.Duration { return 0 },
+	})
+	defer q.Close()
+
+	ctx := context.Background()
+	id, _ := q.Put(ctx, []byte("call flaky service"))
+	for i := 0; i < 2; i++ {
+		m, _ := q.Get(ctx)
+		q.Nack(m.Receipt, fmt.Errorf("attempt %d: service unavailable", m.Attempt))
+	}
+	for _, d := range q.DeadLetters(10) {
+		fmt.Printf("item %d dead after %d attempts: %s\n", d.ID, d.Attempts, d.LastError)
+	}
+	q.Redrive(id)
+	m, _ := q.Get(ctx)
+	fmt.Printf("redriven: attempt %d, delivery %d\n", m.Attempt, m.Deliveries)
+	// Output:
+	// item 1 dead after 2 attempts: attempt 2: service unavailable
+	// redriven: attempt 1, delivery 3
+}

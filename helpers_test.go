@@ -1,0 +1,21 @@
+package walq
+
+import "runtime"
+
+// settle does at once what the timer loop does when the clock reaches a
+// due time, so a test that advanced a ManualClock sees its effects without
+// waiting for the loop's goroutine.
+func (q *Queue) settle() { q.tick() }
+
+// waitForWaiters returns once n Gets are blocked waiting for an item.
+func (q *Queue) waitForWaiters(n int) {
+	for {
+		q.mu.Lock()
+		got := q.waiters.len()
+		q.mu.Unlock()
+		if got >= n {
+			return
+		}
+		runtime.Gosched()
+	}
+}

@@ -1,0 +1,160 @@
+package walq
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// FsyncBuckets are the upper bounds, in seconds, of the fsync latency
+// histogram in Stats.
+var FsyncBuckets = []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1}
+
+// BatchBuckets are the upper bounds of the group-commit batch size
+// histogram (records per write) in Stats.
+var BatchBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}
+
+// Histogram is a cumulative histogram as Prometheus exposes it: Counts[i]
+// observations were at or below Bounds[i].
+type Histogram struct {
+	Bounds []float64
+	Counts []uint64
+	Count  uint64
+	Sum    float64
+}
+
+// histogram is a lock-protected histogram; observations are rare enough
+// (one per fsync or batch) that a mutex costs nothing measurable.
+type histogram struct {
+	mu     sync.Mutex
+	bounds []float64
+	counts []uint64 // per bucket, not cumulative; one extra for +Inf
+	count  uint64
+	sum    float64
+}
+
+func newHistogram(bounds []float64) *histogram {
+	return &histogram{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
+}
+
+func (h *histogram) observe(v float64) {
+	h.mu.Lock()
+	i := 0
+	for i < len(h.bounds) && v > h.bounds[i] {
+		i++
+	}
+	h.counts[i]++
+	h.count++
+	h.sum += v
+	h.mu.Unlock()
+}
+
+func (h *histogram) snapshot() Histogram {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := Histogram{Bounds: h.bounds, Counts: make([]uint64, len(h.bounds)), Count: h.count, Sum: h.sum}
+	var cum uint64
+	for i := range h.bounds {
+		cum += h.counts[i]
+		out.Counts[i] = cum
+	}
+	return out
+}
+
+type metrics struct {
+	fsync          *histogram
+	batch          *histogram
+	compactions    atomic.Uint64
+	compactFailed  atomic.Uint64
+	lastCompaction atomic.Int64 // Unix nanoseconds
+	lastCompactDur atomic.Int64
+}
+
+func newMetrics() metrics {
+	return metrics{fsync: newHistogram(FsyncBuckets), batch: newHistogram(BatchBuckets)}
+}
+
+// RecoveryStats is what Open did to bring the queue back.
+type RecoveryStats struct {
+	Duration      time.Duration
+	SnapshotLSN   uint64 // LSN the loaded snapshot covers (0: none)
+	Replayed      int    // log records applied after the snapshot
+	TailCutBytes  int64  // bytes cut from a torn tail (kept in a .broken file)
+	BrokenFile    string
+	LeasesExpired int // leases open at the crash, ended as expired
+}
+
+// Stats is a point-in-time view of the queue. Gauges are as of the call;
+// counters count since the queue directory was created (LateAcks since
+// Open).
+type Stats struct {
+	Ready, Delayed, Leased, Dead int
+	Items                        int   // stored items: ready, delayed, leased and dead
+	Bytes                        int64 // sum of their bodies
+	Keys                         int   // idempotency keys held or inside their window
+
+	Put, Delivered, Acked, Nacked, Redelivered, DeadLettered, Discarded, Redriven, Purged uint64
+	LateAcks                                                                              uint64
+
+	// OldestReady is how long the oldest ready item has been ready;
+	// DelayedPastDue how far the earliest delayed item is past its due time
+	// without a consumer taking it (zero when consumers keep up).
+	OldestReady    time.Duration
+	DelayedPastDue time.Duration
+
+	Fsync         Histogram // seconds per fsync of the log
+	CommitBatch   Histogram // records per group commit
+	LogBytes      int64     // size of the log segments
+	LogSegments   int
+	LastLSN       uint64
+	SnapshotLSN   uint64
+	LiveBytes     int64 // what a snapshot of the state would take, approximately
+	Compactions   uint64
+	LastCompacted time.Time
+	LastCompactIn time.Duration
+	Recovery      RecoveryStats
+}
+
+// Stats reports the queue's gauges and counters.
+func (q *Queue) Stats() Stats {
+	segs := q.log.Segments()
+	var logBytes int64
+	for _, s := range segs {
+		logBytes += s.Size
+	}
+	q.mu.Lock()
+	now := q.nowLocked()
+	g := q.st.Gauges()
+	c := q.st.Counters()
+	live := q.liveBytesLocked()
+	last := q.st.LastLSN()
+	q.mu.Unlock()
+	snapLSN := q.snapLSN.Load()
+	st := Stats{
+		Ready: g.Ready, Delayed: g.Delayed, Leased: g.Leased, Dead: g.Dead,
+		Items: g.Items, Bytes: g.Bytes, Keys: g.Keys,
+		Put: c.Put, Delivered: c.Delivered, Acked: c.Acked, Nacked: c.Nacked, Redelivered: c.Expired,
+		DeadLettered: c.DeadLettered, Discarded: c.Discarded, Redriven: c.Redriven, Purged: c.Purged,
+		LateAcks:      q.lateAcks.Load(),
+		Fsync:         q.metrics.fsync.snapshot(),
+		CommitBatch:   q.metrics.batch.snapshot(),
+		LogBytes:      logBytes,
+		LogSegments:   len(segs),
+		LastLSN:       last,
+		SnapshotLSN:   snapLSN,
+		LiveBytes:     live,
+		Compactions:   q.metrics.compactions.Load(),
+		LastCompactIn: time.Duration(q.metrics.lastCompactDur.Load()),
+		Recovery:      q.recovery,
+	}
+	if g.OldestReadyDue != 0 && now > g.OldestReadyDue {
+		st.OldestReady = time.Duration(now - g.OldestReadyDue)
+	}
+	if g.DelayedHeadDue != 0 && now > g.DelayedHeadDue {
+		st.DelayedPastDue = time.Duration(now - g.DelayedHeadDue)
+	}
+	if t := q.metrics.lastCompaction.Load(); t != 0 {
+		st.LastCompacted = time.Unix(0, t)
+	}
+	return st
+}

@@ -1,0 +1,220 @@
+package state
+
+import (
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Record types. Each is the type byte of a log record's envelope. These
+// values are part of the on-disk format: they are frozen, and a new kind of
+// record gets a new number.
+const (
+	TypePut        byte = 1  // new items (one record for a whole PutBatch)
+	TypeLease      byte = 2  // a delivery starts; its LSN is the receipt
+	TypeExtend     byte = 3  // heartbeat: a lease's end moves
+	TypeAck        byte = 4  // a lease ends in success; the item is gone
+	TypeNack       byte = 5  // a lease ends in failure reported by the caller
+	TypeExpire     byte = 6  // a lease ran out (timer or recovery)
+	TypeDeadLetter byte = 7  // a lease ends in permanent failure
+	TypeDiscard    byte = 8  // waiting items reached their deadline
+	TypeRedrive    byte = 9  // dead letters go back to waiting
+	TypePurge      byte = 10 // dead letters are dropped for good
+)
+
+// TypeName names a record type for logs and tools.
+func TypeName(t byte) string {
+	switch t {
+	case TypePut:
+		return "put"
+	case TypeLease:
+		return "lease"
+	case TypeExtend:
+		return "extend"
+	case TypeAck:
+		return "ack"
+	case TypeNack:
+		return "nack"
+	case TypeExpire:
+		return "expire"
+	case TypeDeadLetter:
+		return "deadletter"
+	case TypeDiscard:
+		return "discard"
+	case TypeRedrive:
+		return "redrive"
+	case TypePurge:
+		return "purge"
+	}
+	return fmt.Sprintf("type%d", t)
+}
+
+// TypeByName is the inverse of TypeName (0 when unknown).
+func TypeByName(name string) byte {
+	for t := TypePut; t <= TypePurge; t++ {
+		if TypeName(t) == name {
+			return t
+		}
+	}
+	return 0
+}
+
+// Record is one change to the state. Every input that is not a pure function
+// of earlier records (the time, a due time chosen with jitter, whether an
+// ending dead-letters) travels inside the record, so replay needs no clock,
+// no randomness and no options.
+//
+// Times are wall-clock Unix nanoseconds.
+type Record interface {
+	Type() byte
+	// At is the time the record was made.
+	At() int64
+}
+
+// NewItem is one item of a Put record. IDs are not stored: applying the
+// record gives consecutive IDs from the state's counter, so the same
+// records always yield the same IDs.
+type NewItem struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Body     []byte
+	Due      int64 // when it may first be delivered (Time + delay)
+	Deadline int64 // 0: none; no delivery starts at or after it
+	Priority int64
+	Key      string
+}
+
+// Put adds items.
+type Put struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Time     int64
+	Items    []NewItem
+}
+
+// Lease starts a delivery of the item: attempt and delivery counts go up.
+type Lease struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Time     int64
+	ID       uint64
+	LeaseEnd int64
+}
+
+// Extend moves the end of the lease named by Receipt.
+type Extend struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Time     int64
+	Receipt  uint64
+	LeaseEnd int64
+}
+
+// Ack ends the lease named by Receipt in success.
+type Ack struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Time     int64
+	Receipt  uint64
+}
+
+// End ends the lease named by Receipt without success. Kind is TypeNack,
+// TypeExpire or TypeDeadLetter. When Dead is set the item goes to the dead
+// letters; otherwise it waits until Due, or is discarded when Due is at or
+// after its deadline.
+type End struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Kind     byte
+	Time     int64
+	Receipt  uint64
+	Cause    string
+	Due      int64
+	Dead     bool
+}
+
+// Discard drops waiting items whose deadline has come.
+type Discard struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Time     int64
+	IDs      []uint64
+}
+
+// Redrive puts dead letters back to waiting, ready at Time, attempts reset.
+type Redrive struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Time     int64
+	IDs      []uint64
+}
+
+// Purge drops dead letters; with All set, every dead letter at that point.
+type Purge struct {
+	_msgpack struct{} `msgpack:",as_array"`
+	Time     int64
+	IDs      []uint64
+	All      bool
+}
+
+func (*Put) Type() byte     { return TypePut }
+func (*Lease) Type() byte   { return TypeLease }
+func (*Extend) Type() byte  { return TypeExtend }
+func (*Ack) Type() byte     { return TypeAck }
+func (r *End) Type() byte   { return r.Kind }
+func (*Discard) Type() byte { return TypeDiscard }
+func (*Redrive) Type() byte { return TypeRedrive }
+func (*Purge) Type() byte   { return TypePurge }
+
+func (r *Put) At() int64     { return r.Time }
+func (r *Lease) At() int64   { return r.Time }
+func (r *Extend) At() int64  { return r.Time }
+func (r *Ack) At() int64     { return r.Time }
+func (r *End) At() int64     { return r.Time }
+func (r *Discard) At() int64 { return r.Time }
+func (r *Redrive) At() int64 { return r.Time }
+func (r *Purge) At() int64   { return r.Time }
+
+// Encode appends the msgpack body of rec to dst.
+func Encode(dst []byte, rec Record) ([]byte, error) {
+	w := appendWriter{buf: dst}
+	enc := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(enc)
+	enc.Reset(&w)
+	if err := enc.Encode(rec); err != nil {
+		return dst, fmt.Errorf("encode %s record: %w", TypeName(rec.Type()), err)
+	}
+	return w.buf, nil
+}
+
+type appendWriter struct{ buf []byte }
+
+func (w *appendWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	return len(p), nil
+}
+
+// Decode parses the body of a record of type typ. Byte slices in the result
+// are copies: the record may outlive body.
+func Decode(typ byte, body []byte) (Record, error) {
+	var rec Record
+	switch typ {
+	case TypePut:
+		rec = new(Put)
+	case TypeLease:
+		rec = new(Lease)
+	case TypeExtend:
+		rec = new(Extend)
+	case TypeAck:
+		rec = new(Ack)
+	case TypeNack, TypeExpire, TypeDeadLetter:
+		rec = new(End)
+	case TypeDiscard:
+		rec = new(Discard)
+	case TypeRedrive:
+		rec = new(Redrive)
+	case TypePurge:
+		rec = new(Purge)
+	default:
+		return nil, fmt.Errorf("unknown record type %d", typ)
+	}
+	if err := msgpack.Unmarshal(body, rec); err != nil {
+		return nil, fmt.Errorf("decode %s record: %w", TypeName(typ), err)
+	}
+	if e, ok := rec.(*End); ok && e.Kind != typ {
+		return nil, fmt.Errorf("decode %s record: kind %d does not match its type", TypeName(typ), e.Kind)
+	}
+	return rec, nil
+}

@@ -1,0 +1,82 @@
+package wal
+
+import (
+	"io"
+	"os"
+)
+
+// FS is the seam for the file operations walq performs itself: recovery,
+// tail repair, leftover cleanup, directory fsyncs and snapshot files. The
+// segment writes inside tidwall/wal go straight to the os package; Check is
+// called right before each of them so that a test FS can fail those too.
+type FS interface {
+	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	Rename(oldpath, newpath string) error
+	Remove(name string) error
+	MkdirAll(path string, perm os.FileMode) error
+	ReadDir(name string) ([]os.DirEntry, error)
+	Stat(name string) (os.FileInfo, error)
+	Truncate(name string, size int64) error
+	// SyncDir fsyncs a directory, making the creates, renames and removes
+	// inside it durable.
+	SyncDir(dir string) error
+	// Check is called by Log right before each operation it delegates to
+	// tidwall/wal: "write" before WriteBatch, "sync" before a tail fsync,
+	// "truncate-front" before TruncateFront. The OS FS returns nil.
+	Check(op string) error
+}
+
+// File is the subset of *os.File walq uses.
+type File interface {
+	io.Reader
+	io.ReaderAt
+	io.Writer
+	io.Closer
+	Sync() error
+	Stat() (os.FileInfo, error)
+	Truncate(size int64) error
+	Name() string
+}
+
+// OSFS returns the FS of the operating system.
+func OSFS() FS { return osFS{} }
+
+type osFS struct{}
+
+func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (osFS) Rename(oldpath, newpath string) error         { return os.Rename(oldpath, newpath) }
+func (osFS) Remove(name string) error                     { return os.Remove(name) }
+func (osFS) MkdirAll(path string, perm os.FileMode) error { return os.MkdirAll(path, perm) }
+func (osFS) ReadDir(name string) ([]os.DirEntry, error)   { return os.ReadDir(name) }
+func (osFS) Stat(name string) (os.FileInfo, error)        { return os.Stat(name) }
+func (osFS) Truncate(name string, size int64) error       { return os.Truncate(name, size) }
+func (osFS) Check(string) error                           { return nil }
+
+func (osFS) SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	if err := d.Sync(); err != nil {
+		d.Close()
+		return err
+	}
+	return d.Close()
+}
+
+// readFile reads a whole file through fsys.
+func readFile(fsys FS, name string) ([]byte, error) {
+	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
