@@ -57,7 +57,7 @@ type Queue struct {
 	done     chan struct{} // closed by Close
 
 	compactSignal chan struct{}
-	compactMu     sync.Mutex // one compaction at a time
+	compactMu     sync.Mutex    // one compaction at a time
 	snapLSN       atomic.Uint64 // LSN covered by the newest snapshot; written under compactMu
 	compactAfter  int64         // no automatic compaction below this log size; under mu
 

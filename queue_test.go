@@ -371,13 +371,13 @@ func TestClosed(t *testing.T) {
 		t.Fatalf("blocked Get = %v, want ErrClosed", err)
 	}
 	calls := map[string]func() error{
-		"put":    func() error { _, err := q.Put(context.Background(), nil); return err },
-		"get":    func() error { _, err := q.Get(context.Background()); return err },
-		"tryget": func() error { _, _, err := q.TryGet(); return err },
-		"ack":    func() error { return q.Ack(m.Receipt) },
-		"extend": func() error { return q.Extend(m.Receipt, time.Second) },
-		"nack":   func() error { return q.Nack(m.Receipt, nil) },
-		"close":  q.Close,
+		"put":     func() error { _, err := q.Put(context.Background(), nil); return err },
+		"get":     func() error { _, err := q.Get(context.Background()); return err },
+		"tryget":  func() error { _, _, err := q.TryGet(); return err },
+		"ack":     func() error { return q.Ack(m.Receipt) },
+		"extend":  func() error { return q.Extend(m.Receipt, time.Second) },
+		"nack":    func() error { return q.Nack(m.Receipt, nil) },
+		"close":   q.Close,
 		"compact": q.Compact,
 	}
 	for name, call := range calls {

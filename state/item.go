@@ -30,9 +30,9 @@ type Item struct {
 	Body       []byte // never modified after the put
 	Key        string
 	Priority   int64
-	EnqueuedAt int64 // time of the put
-	Due        int64 // Waiting: when it becomes ready; ready order within a priority
-	Deadline   int64 // 0: none
+	EnqueuedAt int64  // time of the put
+	Due        int64  // Waiting: when it becomes ready; ready order within a priority
+	Deadline   int64  // 0: none
 	Seq        uint64 // LSN of the record that made it Waiting; FIFO tie-breaker
 	Attempts   int32  // leases since the put or the last redrive
 	Deliveries int32  // leases ever

@@ -24,7 +24,7 @@ type snapshotBody struct {
 }
 
 type snapCounters struct {
-	_msgpack struct{} `msgpack:",as_array"`
+	_msgpack                                                                          struct{} `msgpack:",as_array"`
 	Put, Delivered, Acked, Nacked, Expired, DeadLettered, Discarded, Redriven, Purged uint64
 }
 
