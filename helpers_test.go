@@ -19,3 +19,15 @@ func (q *Queue) waitForWaiters(n int) {
 		runtime.Gosched()
 	}
 }
+
+// stateBytes is the canonical encoding of the queue's state: equal states
+// give equal bytes.
+func (q *Queue) stateBytes() []byte {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	b, err := q.st.MarshalSnapshot()
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

@@ -106,7 +106,8 @@ type Stats struct {
 	CommitBatch   Histogram // records per group commit
 	LogBytes      int64     // size of the log segments
 	LogSegments   int
-	LastLSN       uint64
+	LastLSN       uint64 // last record appended
+	DurableLSN    uint64 // last record durable under the sync policy
 	SnapshotLSN   uint64
 	LiveBytes     int64 // what a snapshot of the state would take, approximately
 	Compactions   uint64
@@ -141,6 +142,7 @@ func (q *Queue) Stats() Stats {
 		LogBytes:      logBytes,
 		LogSegments:   len(segs),
 		LastLSN:       last,
+		DurableLSN:    q.log.DurableLSN(),
 		SnapshotLSN:   snapLSN,
 		LiveBytes:     live,
 		Compactions:   q.metrics.compactions.Load(),

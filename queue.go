@@ -315,7 +315,7 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 	}
 	q.mu.Unlock()
 	if commit != nil {
-		if err := commit.Wait(); err != nil {
+		if err := waitDurable(commit); err != nil {
 			return nil, err
 		}
 	}
@@ -369,7 +369,7 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 		}
 		if commit != nil {
 			q.mu.Unlock()
-			if err := commit.Wait(); err != nil {
+			if err := waitDurable(commit); err != nil {
 				return Message{}, err
 			}
 			return m, nil
@@ -410,7 +410,7 @@ func (q *Queue) TryGet() (Message, bool, error) {
 	if err != nil || commit == nil {
 		return Message{}, false, err
 	}
-	if err := commit.Wait(); err != nil {
+	if err := waitDurable(commit); err != nil {
 		return Message{}, false, err
 	}
 	return m, true, nil
@@ -497,7 +497,7 @@ func (q *Queue) Extend(r Receipt, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	return commit.Wait()
+	return waitDurable(commit)
 }
 
 // Ack ends a lease in success: the item is gone for good. It returns
@@ -509,7 +509,7 @@ func (q *Queue) Ack(r Receipt) error {
 	if err != nil {
 		return err
 	}
-	return commit.Wait()
+	return waitDurable(commit)
 }
 
 func (q *Queue) ackLocked(r Receipt) (*wal.Commit, error) {
@@ -567,7 +567,7 @@ func (q *Queue) end(r Receipt, kind byte, cause string) error {
 	if err != nil {
 		return err
 	}
-	return commit.Wait()
+	return waitDurable(commit)
 }
 
 // endRecordLocked decides how a lease ends that did not end in an ack:
@@ -655,7 +655,7 @@ func (q *Queue) Redrive(ids ...uint64) error {
 	if err != nil {
 		return err
 	}
-	return commit.Wait()
+	return waitDurable(commit)
 }
 
 // PurgeDeadLetters drops the named dead letters for good; with no IDs, all
@@ -683,7 +683,7 @@ func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
 	if err != nil {
 		return err
 	}
-	return commit.Wait()
+	return waitDurable(commit)
 }
 
 func (q *Queue) checkDeadLocked(ids []uint64) error {

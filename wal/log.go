@@ -471,9 +471,11 @@ func (l *Log) TruncateFront(index uint64) error {
 	return l.call(request{op: opTruncateFront, index: index}).err
 }
 
-// Segments lists the current segment files.
+// Segments lists the current segment files, or nil when the directory
+// cannot be read. It lists through the os package, not Options.FS: it is for
+// reporting, and the segments are os files anyway (tidwall/wal writes them).
 func (l *Log) Segments() []Segment {
-	segs, _, err := listSegments(l.fsys, l.dir)
+	segs, _, err := ListSegments(l.dir)
 	if err != nil {
 		return nil
 	}

@@ -1,0 +1,396 @@
+package walq
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/walq/walq/state"
+	"github.com/walq/walq/wal"
+)
+
+// fixedBackoff keeps replay comparisons free of jitter.
+func fixedBackoff(attempt int) time.Duration { return time.Duration(attempt) * 100 * time.Millisecond }
+
+// randomHistory drives q through n random calls with the clock moving.
+func randomHistory(t *testing.T, q *Queue, clock *ManualClock, rng *rand.Rand, n int) {
+	t.Helper()
+	ctx := context.Background()
+	var leases []Message
+	for i := 0; i < n; i++ {
+		switch op := rng.IntN(10); {
+		case op < 3:
+			var opts []PutOption
+			if rng.IntN(3) == 0 {
+				opts = append(opts, WithDelay(time.Duration(rng.IntN(500))*time.Millisecond))
+			}
+			if rng.IntN(4) == 0 {
+				opts = append(opts, WithKey(fmt.Sprint("k", rng.IntN(8))))
+			}
+			if rng.IntN(5) == 0 {
+				opts = append(opts, WithDeadline(clock.Now().Add(time.Second)))
+			}
+			opts = append(opts, WithPriority(rng.IntN(3)))
+			if _, err := q.Put(ctx, []byte(fmt.Sprint("body", i)), opts...); err != nil && !errors.Is(err, ErrDuplicate) {
+				t.Fatalf("put: %v", err)
+			}
+		case op < 5:
+			if m, ok, err := q.TryGet(); err != nil {
+				t.Fatalf("get: %v", err)
+			} else if ok {
+				leases = append(leases, m)
+			}
+		case op < 8 && len(leases) > 0:
+			j := rng.IntN(len(leases))
+			m := leases[j]
+			leases = append(leases[:j], leases[j+1:]...)
+			var err error
+			switch rng.IntN(4) {
+			case 0:
+				err = q.Ack(m.Receipt)
+			case 1:
+				err = q.Nack(m.Receipt, errors.New("failed"))
+			case 2:
+				err = q.DeadLetter(m.Receipt, errors.New("permanent"))
+			case 3:
+				err = q.Extend(m.Receipt, time.Second)
+				leases = append(leases, m)
+			}
+			if err != nil && !errors.Is(err, ErrLeaseLost) {
+				t.Fatalf("end lease: %v", err)
+			}
+		case op == 8:
+			if dl := q.DeadLetters(2); len(dl) > 0 {
+				var err error
+				if rng.IntN(2) == 0 {
+					err = q.Redrive(dl[0].ID)
+				} else {
+					err = q.PurgeDeadLetters(dl[0].ID)
+				}
+				if err != nil {
+					t.Fatalf("redrive/purge: %v", err)
+				}
+			}
+		default:
+			clock.Advance(time.Duration(rng.IntN(400)) * time.Millisecond)
+			q.settle()
+		}
+	}
+}
+
+// TestReplayEquivalence: for random histories, reopening the directory
+// yields the live state, with and without a snapshot in between, modulo the
+// leases that recovery ends as expired (whose records are replayed onto the
+// live state to compare).
+func TestReplayEquivalence(t *testing.T) {
+	for seed := uint64(1); seed <= 12; seed++ {
+		for _, compact := range []bool{false, true} {
+			t.Run(fmt.Sprintf("seed%d/compact=%v", seed, compact), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 7))
+				dir := t.TempDir()
+				clock := NewManualClock(epoch)
+				opts := Options{Clock: clock, Backoff: fixedBackoff, MaxAttempts: 3, Visibility: time.Second,
+					SegmentSize: 4096, DisableAutoCompact: true}
+				q, err := Open(dir, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				randomHistory(t, q, clock, rng, 150)
+				if compact {
+					if err := q.Compact(); err != nil {
+						t.Fatal(err)
+					}
+					randomHistory(t, q, clock, rng, 50)
+				}
+				live := q.stateBytes()
+				if err := q.Close(); err != nil {
+					t.Fatal(err)
+				}
+				q2, err := Open(dir, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer q2.Close()
+				expected := withRecoveryRecords(t, dir, live)
+				if got := q2.stateBytes(); !bytes.Equal(got, expected) {
+					t.Fatalf("reopened state differs from the live one (%d vs %d bytes)", len(got), len(expected))
+				}
+			})
+		}
+	}
+}
+
+// withRecoveryRecords applies to a state the records that recovery appended
+// after it (the expiry of leases open at the close).
+func withRecoveryRecords(t *testing.T, dir string, stateBytes []byte) []byte {
+	t.Helper()
+	st, err := state.UnmarshalSnapshot(stateBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = wal.Scan(filepath.Join(dir, logDirName), st.LastLSN()+1, 0, func(_ wal.Position, rec wal.Record) error {
+		if rec.Type != state.TypeExpire {
+			return fmt.Errorf("recovery wrote a %s record", state.TypeName(rec.Type))
+		}
+		r, err := state.Decode(rec.Type, rec.Body)
+		if err != nil {
+			return err
+		}
+		return st.Apply(rec.LSN, r)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := st.MarshalSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// baseQueueDir builds a queue directory with several segments and every
+// kind of item, all leases ended, and returns its path and state.
+func baseQueueDir(t *testing.T, opts Options) (string, []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	clock := opts.Clock.(*ManualClock)
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	randomHistory(t, q, clock, rand.New(rand.NewPCG(42, 42)), 300)
+	// End every open lease so reopening changes nothing.
+	clock.Advance(time.Hour)
+	q.settle()
+	want := q.stateBytes()
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, want
+}
+
+// pruned is the state with the keys whose window has passed at now
+// forgotten: compaction drops them, and no call can tell the difference.
+func pruned(t *testing.T, stateBytes []byte, now time.Time) []byte {
+	t.Helper()
+	st, err := state.UnmarshalSnapshot(stateBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.PruneKeys(now.UnixNano(), int64(defaultKeyWindow))
+	out, err := st.MarshalSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func copyDir(t *testing.T, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	err := filepath.Walk(src, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		target := filepath.Join(dst, rel)
+		if info.IsDir() {
+			return os.MkdirAll(target, 0o700)
+		}
+		in, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// TestCompactionFaults fails the N-th file operation of a compaction, for
+// every N, as pebble's TestErrors does: the queue may fail, but reopening
+// always yields the same state, and a second compaction then succeeds.
+func TestCompactionFaults(t *testing.T) {
+	clock := NewManualClock(epoch)
+	opts := Options{Clock: clock, Backoff: fixedBackoff, MaxAttempts: 3, Visibility: time.Second,
+		SegmentSize: 4096, DisableAutoCompact: true}
+	base, want := baseQueueDir(t, opts)
+
+	// Count the operations of Open and of one Compact.
+	probe := wal.NewFaultFS(wal.OSFS(), 0)
+	o := opts
+	o.fs = probe
+	q, err := Open(copyDir(t, base), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := probe.Calls()
+	if err := q.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	compacted := probe.Calls()
+	q.Close()
+	if compacted-opened < 5 {
+		t.Fatalf("compaction ran only %d file operations", compacted-opened)
+	}
+
+	for n := opened + 1; n <= compacted; n++ {
+		dir := copyDir(t, base)
+		ffs := wal.NewFaultFS(wal.OSFS(), n)
+		o := opts
+		o.fs = ffs
+		q, err := Open(dir, o)
+		if err != nil {
+			t.Fatalf("op %d: open: %v", n, err)
+		}
+		cerr := q.Compact()
+		if !ffs.Failed() {
+			t.Fatalf("op %d: no operation failed (compaction returned %v)", n, cerr)
+		}
+		q.Close()
+
+		q, err = Open(dir, opts)
+		if err != nil {
+			t.Fatalf("op %d failed (compact: %v); reopen: %v", n, cerr, err)
+		}
+		if got := q.stateBytes(); !bytes.Equal(pruned(t, got, clock.Now()), pruned(t, want, clock.Now())) {
+			t.Fatalf("op %d failed (compact: %v); reopened state differs", n, cerr)
+		}
+		if err := q.Compact(); err != nil {
+			t.Fatalf("op %d: compaction after reopen: %v", n, err)
+		}
+		q.Close()
+		q, err = Open(dir, opts)
+		if err != nil {
+			t.Fatalf("op %d: reopen after the second compaction: %v", n, err)
+		}
+		if got := q.stateBytes(); !bytes.Equal(pruned(t, got, clock.Now()), pruned(t, want, clock.Now())) {
+			t.Fatalf("op %d: state differs after the second compaction", n)
+		}
+		q.Close()
+	}
+}
+
+// TestOpenFaults fails the N-th file operation of Open itself: Open fails
+// cleanly (never half-opened, lock released) and a normal Open afterwards
+// sees the same state.
+func TestOpenFaults(t *testing.T) {
+	clock := NewManualClock(epoch)
+	opts := Options{Clock: clock, Backoff: fixedBackoff, MaxAttempts: 3, Visibility: time.Second,
+		SegmentSize: 4096, DisableAutoCompact: true}
+	base, want := baseQueueDir(t, opts)
+	probe := wal.NewFaultFS(wal.OSFS(), 0)
+	o := opts
+	o.fs = probe
+	q, err := Open(copyDir(t, base), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := probe.Calls()
+	q.Close()
+	for n := 1; n <= total; n++ {
+		dir := copyDir(t, base)
+		ffs := wal.NewFaultFS(wal.OSFS(), n)
+		o := opts
+		o.fs = ffs
+		if q, err := Open(dir, o); err == nil {
+			q.Close()
+		}
+		q, err := Open(dir, opts)
+		if err != nil {
+			t.Fatalf("op %d failed during open; reopen: %v", n, err)
+		}
+		if got := q.stateBytes(); !bytes.Equal(got, want) {
+			t.Fatalf("op %d failed during open; state differs", n)
+		}
+		q.Close()
+	}
+}
+
+// TestWriteFailureFailsQueue: a failed write or fsync stops the queue for
+// good (ErrFailed on every call) and reopening recovers what was durable.
+func TestWriteFailureFailsQueue(t *testing.T) {
+	for _, op := range []string{"write", "sync"} {
+		t.Run(op, func(t *testing.T) {
+			dir := t.TempDir()
+			ffs := wal.NewFaultFS(wal.OSFS(), 0)
+			clock := NewManualClock(epoch)
+			q, err := Open(dir, Options{Clock: clock, fs: ffs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			kept := mustPut(t, q, "kept")
+			ffs.FailNext(op)
+			if _, err := q.Put(ctx, []byte("lost")); !errors.Is(err, ErrFailed) {
+				t.Fatalf("put during failure = %v, want ErrFailed", err)
+			}
+			if _, err := q.Put(ctx, []byte("after")); !errors.Is(err, ErrFailed) {
+				t.Fatalf("put after failure = %v, want ErrFailed", err)
+			}
+			if _, _, err := q.TryGet(); !errors.Is(err, ErrFailed) {
+				t.Fatalf("get after failure = %v, want ErrFailed", err)
+			}
+			q.Close()
+			q, err = Open(dir, Options{Clock: clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			m := mustTryGet(t, q)
+			if m.ID != kept {
+				t.Fatalf("got %d, want the durable item %d", m.ID, kept)
+			}
+		})
+	}
+}
+
+// TestDiskUseBoundedByLiveData: an old dead letter and a long-delayed item
+// never pin the log.
+func TestDiskUseBoundedByLiveData(t *testing.T) {
+	q, _, _ := testQueue(t, Options{SegmentSize: 4096, DisableAutoCompact: true, MaxAttempts: 1})
+	ctx := context.Background()
+	mustPut(t, q, "old and delayed", WithDelay(24*time.Hour))
+	mustPut(t, q, "will die")
+	m := mustTryGet(t, q)
+	if err := q.DeadLetter(m.Receipt, errors.New("x")); err != nil {
+		t.Fatal(err)
+	}
+	body := bytes.Repeat([]byte("x"), 200)
+	for i := 0; i < 2000; i++ {
+		if _, err := q.Put(ctx, body); err != nil {
+			t.Fatal(err)
+		}
+		m := mustTryGet(t, q)
+		if err := q.Ack(m.Receipt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := q.Stats()
+	if err := q.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	after := q.Stats()
+	if after.LogBytes > 3*4096+2*after.LiveBytes || after.LogSegments > 3 {
+		t.Fatalf("after compaction: %d log bytes in %d segments for %d live bytes (before: %d bytes)",
+			after.LogBytes, after.LogSegments, after.LiveBytes, before.LogBytes)
+	}
+}
