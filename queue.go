@@ -62,6 +62,7 @@ type Queue struct {
 	compactAfter  int64         // no automatic compaction below this log size; under mu
 
 	lateAcks atomic.Uint64
+	work     workStats // Work's counters (worker.go)
 	metrics  metrics
 	recovery RecoveryStats
 	wg       sync.WaitGroup

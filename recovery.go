@@ -68,14 +68,23 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	if err := checkFiles(fsys, dir, logDir); err != nil {
 		return nil, err
 	}
+	st, snap, badNewest, err := loadSnapshot(dir, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	// From here on recovery may write (a .broken copy of a torn tail, the
+	// endings of open leases): free the reserve so that it can on a full
+	// disk. If the open fails after all, put the reserve back.
 	if err := fsys.Remove(filepath.Join(dir, reserveName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("walq: release reserve: %w", err)
 	}
+	opened := false
+	defer func() {
+		if !opened {
+			writeReserve(fsys, dir, o.FileMode)
+		}
+	}()
 	if err := removeSnapshotTemps(fsys, dir); err != nil {
-		return nil, err
-	}
-	st, snap, badNewest, err := loadSnapshot(dir, o.Logger)
-	if err != nil {
 		return nil, err
 	}
 
@@ -165,6 +174,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		"last_lsn", info.Last, "tail_cut_bytes", info.CutBytes, "leases_expired", q.recovery.LeasesExpired,
 		"items", st.Len(), "duration", q.recovery.Duration)
 
+	opened = true
 	q.wg.Add(2)
 	go q.timerLoop()
 	go q.compactLoop()

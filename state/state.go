@@ -91,11 +91,18 @@ func New() *State {
 func heapPos(it *Item) *int32     { return &it.heapPos }
 func deadlinePos(it *Item) *int32 { return &it.deadlinePos }
 
+// dueLess orders by due time, then by the record that made the item waiting,
+// then by ID: the items of one put or one redrive share a Seq, and without
+// the ID their order would depend on the heap's history (not FIFO, and not the
+// same after a snapshot).
 func dueLess(a, b *Item) bool {
 	if a.Due != b.Due {
 		return a.Due < b.Due
 	}
-	return a.Seq < b.Seq
+	if a.Seq != b.Seq {
+		return a.Seq < b.Seq
+	}
+	return a.ID < b.ID
 }
 
 func leaseLess(a, b *Item) bool {
@@ -150,7 +157,8 @@ func (s *State) Promote(now int64) {
 }
 
 // NextReady returns the ready item that the next delivery should take
-// (smallest priority, then earliest due time, then smallest Seq), or nil.
+// (smallest priority, then earliest due time, then smallest Seq, then
+// smallest ID), or nil.
 // Call Promote first.
 func (s *State) NextReady() *Item {
 	if len(s.levels) == 0 {
@@ -537,7 +545,6 @@ func (s *State) applyRedrive(lsn uint64, r *Redrive) error {
 		it := s.items[id]
 		s.leaveDead(it)
 		it.Status = Waiting
-		it.Attempts = 0
 		it.Due = r.Time
 		it.Seq = lsn
 		s.pushWaiting(it)

@@ -99,7 +99,7 @@ func TestSegmentRollSyncsDirBeforeRelease(t *testing.T) {
 	counter := &syncDirCounter{FS: OSFS()}
 	rng := rand.New(rand.NewPCG(3, 4))
 	var lsn uint64
-	run := func(segmentSize int64, appends int) {
+	run := func(segmentSize int64, appends int, maxBody int) {
 		t.Helper()
 		l, info, err := Open(dir, Options{SegmentSize: segmentSize, FS: counter}, 0, nil)
 		if err != nil {
@@ -111,7 +111,7 @@ func TestSegmentRollSyncsDirBeforeRelease(t *testing.T) {
 		segments, syncs := len(l.Segments()), counter.n.Load()
 		rolls := 0
 		for range appends {
-			body := bytes.Repeat([]byte{'r'}, 1+rng.IntN(int(segmentSize)*2))
+			body := bytes.Repeat([]byte{'r'}, 1+rng.IntN(maxBody))
 			var c *Commit
 			lsn, c = l.Append(2, body)
 			if err := c.Wait(); err != nil {
@@ -127,18 +127,27 @@ func TestSegmentRollSyncsDirBeforeRelease(t *testing.T) {
 			}
 			segments, syncs = nowSegments, nowSyncs
 		}
-		if rolls == 0 {
+		if rolls == 0 && maxBody >= int(segmentSize) {
 			t.Fatal("no segment rolled")
 		}
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	run(256, 60)
+	run(256, 60, 512)
 	// Fill the tail without rolling, then reopen with a smaller segment
 	// size: the first batch rolls before it writes anything.
-	run(1<<20, 5)
-	run(64, 30)
+	run(1<<20, 5, 100)
+	run(64, 30, 128)
+	// A tail of exactly the segment size is not full for tidwall/wal until
+	// one more entry lands in it.
+	run(1<<20, 3, 100)
+	segs, _, err := ListSegments(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tailSize := segs[len(segs)-1].Size
+	run(tailSize, 30, int(tailSize)*2)
 	res, err := Scan(dir, 0, 0, nil)
 	if err != nil || res.Last != lsn || res.Records != int(lsn) {
 		t.Fatalf("scan %+v %v, want %d records", res, err, lsn)

@@ -1,0 +1,229 @@
+package walq
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/walq/walq/wal"
+)
+
+// compactedDir builds a queue directory with a snapshot, a truncated log
+// and records after the snapshot, closed cleanly.
+func compactedDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	clock := NewManualClock(epoch)
+	q, err := Open(dir, Options{Clock: clock, SegmentSize: 4096, DisableAutoCompact: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for round := 0; round < 2; round++ {
+		for i := 0; i < 200; i++ {
+			if _, err := q.Put(ctx, []byte("item body that takes some room")); err != nil {
+				t.Fatal(err)
+			}
+			if i%2 == 0 {
+				m := mustTryGet(t, q)
+				if err := q.Ack(m.Receipt); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := q.Compact(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 400; i++ {
+		mustPut(t, q, "after the snapshot, several segments of it")
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func snapshots(t *testing.T, dir string) []wal.SnapshotFile {
+	t.Helper()
+	snaps, err := wal.ListSnapshots(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snaps
+}
+
+func segments(t *testing.T, dir string) []wal.Segment {
+	t.Helper()
+	segs, _, err := wal.ListSegments(filepath.Join(dir, logDirName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(segs, func(i, j int) bool { return segs[i].First < segs[j].First })
+	return segs
+}
+
+// TestDirectoryCorruption: damage to snapshots and to the directory as a
+// whole (the log's own table of torn and corrupt records is in wal/) is
+// refused with an error that names the place, and nothing is changed.
+func TestDirectoryCorruption(t *testing.T) {
+	cases := []struct {
+		name     string
+		damage   func(t *testing.T, dir string)
+		wantFile string // the file the error must name
+	}{
+		{"truncated snapshot, log no longer reaches back", func(t *testing.T, dir string) {
+			s := snapshots(t, dir)[0]
+			if err := os.Truncate(s.Path, s.Size/2); err != nil {
+				t.Fatal(err)
+			}
+		}, ""},
+		{"bad newest snapshot after a truncation", func(t *testing.T, dir string) {
+			s := snapshots(t, dir)[0]
+			data, _ := os.ReadFile(s.Path)
+			data[len(data)-3] ^= 0x40
+			os.WriteFile(s.Path, data, 0o600)
+		}, ""},
+		{"snapshot newer than the log", func(t *testing.T, dir string) {
+			// Keep only the one-record segment that the truncation left:
+			// the log now ends before the snapshot's LSN.
+			for _, s := range segments(t, dir)[1:] {
+				os.Remove(s.Path)
+			}
+		}, ""},
+		{"foreign file in the queue directory", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, "backup.tar"), []byte("x"), 0o600)
+		}, "backup.tar"},
+		{"foreign file in the log directory", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, logDirName, "README"), []byte("x"), 0o600)
+		}, "README"},
+		{"missing first segment, no snapshot", func(t *testing.T, dir string) {
+			for _, s := range snapshots(t, dir) {
+				os.Remove(s.Path)
+			}
+			os.Remove(segments(t, dir)[0].Path)
+		}, ""},
+		{"missing middle segment", func(t *testing.T, dir string) {
+			segs := segments(t, dir)
+			if len(segs) < 4 {
+				t.Fatalf("layout: %d segments, want at least 4", len(segs))
+			}
+			os.Remove(segs[2].Path)
+		}, ""},
+		{"no snapshot left, log truncated", func(t *testing.T, dir string) {
+			for _, s := range snapshots(t, dir) {
+				os.Remove(s.Path)
+			}
+		}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := compactedDir(t)
+			tc.damage(t, dir)
+			before := dirListing(t, dir)
+			q, err := Open(dir, Options{})
+			if err == nil {
+				q.Close()
+				t.Fatalf("Open succeeded on a damaged directory")
+			}
+			var ce *CorruptionError
+			if !errors.Is(err, ErrCorrupt) || !errors.As(err, &ce) {
+				t.Fatalf("Open = %v, want a *CorruptionError", err)
+			}
+			if tc.wantFile != "" && ce.File != tc.wantFile {
+				t.Fatalf("error names %q, want %q: %v", ce.File, tc.wantFile, err)
+			}
+			t.Logf("refused: %v", err)
+			if after := dirListing(t, dir); after != before {
+				t.Fatalf("refused open changed the directory:\nbefore %s\nafter  %s", before, after)
+			}
+		})
+	}
+}
+
+// TestBadNewestSnapshotFallsBackWhileLogReaches: a newest snapshot that
+// does not verify is passed over when the log still holds everything since
+// the previous one, and nothing is lost.
+func TestBadNewestSnapshotFallsBackWhileLogReaches(t *testing.T) {
+	dir := t.TempDir()
+	clock := NewManualClock(epoch)
+	opts := Options{Clock: clock, DisableAutoCompact: true} // one big segment: never truncated
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		mustPut(t, q, "x")
+	}
+	if err := q.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		mustPut(t, q, "y")
+	}
+	if err := q.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	want := q.stateBytes()
+	q.Close()
+	s := snapshots(t, dir)[0]
+	data, _ := os.ReadFile(s.Path)
+	data[len(data)-1] ^= 1
+	os.WriteFile(s.Path, data, 0o600)
+	q, err = Open(dir, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer q.Close()
+	if string(q.stateBytes()) != string(want) {
+		t.Fatal("state differs after falling back to the log")
+	}
+}
+
+// TestTornTailRepairedThroughQueue: a torn tail is cut on open, kept in a
+// .broken file, reported in Stats, and the queue serves what was whole.
+func TestTornTailRepairedThroughQueue(t *testing.T) {
+	dir := t.TempDir()
+	clock := NewManualClock(epoch)
+	q, err := Open(dir, Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		mustPut(t, q, "whole")
+	}
+	q.Close()
+	segs := segments(t, dir)
+	tail := segs[len(segs)-1]
+	f, _ := os.OpenFile(tail.Path, os.O_WRONLY|os.O_APPEND, 0)
+	f.Write([]byte{40, 1, 0, 0, 0, 0, 0, 0}) // a record cut short by a crash
+	f.Close()
+	q, err = Open(dir, Options{Clock: clock})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer q.Close()
+	st := q.Stats()
+	if st.Items != 5 || st.Recovery.TailCutBytes != 8 || st.Recovery.BrokenFile == "" {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func dirListing(t *testing.T, dir string) string {
+	t.Helper()
+	var out string
+	filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		// LOCK is opened by every Open and RESERVE put back after a
+		// refusal; neither holds data.
+		if err == nil && !info.IsDir() && info.Name() != lockName && info.Name() != reserveName {
+			rel, _ := filepath.Rel(dir, path)
+			out += rel + ":" + info.ModTime().Format(time.RFC3339Nano) + ":" + string(rune('0'+info.Size()%10)) + " "
+		}
+		return nil
+	})
+	return out
+}

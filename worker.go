@@ -1,0 +1,529 @@
+package walq
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// WorkOptions configure Work. The zero value is a sane default; each
+// field's default is given in brackets. All times run on Options.Clock.
+type WorkOptions struct {
+	// Timeout is how long one handler call may run: its context is then
+	// cancelled (Err is context.DeadlineExceeded), the heartbeat stops and
+	// the item is nacked with the handler's error [5m]. Negative: no
+	// timeout — a handler that hangs then keeps its item, through the
+	// heartbeat, until Work stops.
+	Timeout time.Duration
+	// HeartbeatEvery is how often a running handler's lease is extended by
+	// Options.Visibility; it must be shorter than Options.Visibility
+	// [Options.Visibility/3].
+	HeartbeatEvery time.Duration
+	// Grace is how long a handler whose context Work cancelled (timeout,
+	// lost lease, drain timeout) may take to return before Work abandons it:
+	// its worker takes the next item, its item is nacked, and whatever it
+	// returns later is only logged [the smaller of HeartbeatEvery and 5s;
+	// not above HeartbeatEvery, the nack of an abandoned handler lands while
+	// its lease still holds].
+	Grace time.Duration
+	// DrainTimeout is how long running handlers may go on after Work's
+	// context ends; their contexts are cancelled then [10s]. Work returns
+	// within DrainTimeout+Grace of its context ending. Negative: cancel them
+	// at once.
+	DrainTimeout time.Duration
+}
+
+const (
+	defaultWorkTimeout  = 5 * time.Minute
+	defaultDrainTimeout = 10 * time.Second
+	maxDefaultGrace     = 5 * time.Second
+	maxPanicStack       = 4 << 10
+)
+
+func (o WorkOptions) withDefaults(visibility time.Duration) (WorkOptions, error) {
+	bad := func(field string, v any, why string) (WorkOptions, error) {
+		return o, fmt.Errorf("%w: WorkOptions.%s = %v: %s", ErrInvalid, field, v, why)
+	}
+	switch {
+	case o.HeartbeatEvery < 0:
+		return bad("HeartbeatEvery", o.HeartbeatEvery, "negative")
+	case o.HeartbeatEvery >= visibility:
+		return bad("HeartbeatEvery", o.HeartbeatEvery, fmt.Sprintf("not shorter than Options.Visibility %v", visibility))
+	case o.Grace < 0:
+		return bad("Grace", o.Grace, "negative")
+	}
+	if o.Timeout == 0 {
+		o.Timeout = defaultWorkTimeout
+	}
+	if o.HeartbeatEvery == 0 {
+		o.HeartbeatEvery = visibility / 3
+	}
+	if o.Grace == 0 {
+		o.Grace = min(o.HeartbeatEvery, maxDefaultGrace)
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = defaultDrainTimeout
+	}
+	return o, nil
+}
+
+// PermanentError marks a handler error that retrying cannot fix: Work
+// dead-letters the item at once instead of nacking it. Make one with
+// Permanent.
+type PermanentError struct {
+	Err error
+}
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so that Work dead-letters the item at once, with err
+// as its last error. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, came from
+// Permanent.
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}
+
+// workStats are Work's counters, kept on the Queue (all Work calls on it
+// add to them) and exported by the collector.
+type workStats struct {
+	handlerErrors    atomic.Uint64 // handler calls that returned an error (panics apart)
+	panics           atomic.Uint64
+	timeouts         atomic.Uint64 // handler contexts cancelled at WorkOptions.Timeout
+	abandoned        atomic.Uint64
+	abandonedRunning atomic.Int64  // abandoned handlers that have not returned yet
+	leaseLost        atomic.Uint64 // heartbeats that found the lease gone
+}
+
+// Work leases items and runs handler on them with n workers until ctx ends.
+// For each item it:
+//
+//   - calls handler with a context that carries ctx's values, is cancelled
+//     at WorkOptions.Timeout (and sooner if the lease is lost), and whose
+//     context.Cause says why it was cancelled;
+//   - extends the lease every WorkOptions.HeartbeatEvery while the handler
+//     runs, so slow work is never handed to a second worker; a heartbeat
+//     that finds the lease lost (ErrLeaseLost: the item was redelivered or
+//     dead-lettered) cancels the handler at once and its result is dropped;
+//   - acks on a nil error, dead-letters on an error made with Permanent, and
+//     nacks on any other error and on a panic (the cause then holds the
+//     panic value and the stack), so the item comes back after the backoff
+//     or is dead-lettered when out of attempts;
+//   - abandons a handler that ignores its cancelled context for
+//     WorkOptions.Grace: the worker goes on with the next item, so the pool
+//     never shrinks; the item is nacked and what the handler returns later
+//     is only logged. (Go cannot stop a goroutine: an abandoned handler
+//     runs on until it returns.)
+//
+// An ack and the worker's next lease share one fsync wait.
+//
+// When ctx ends, Work takes no new item, lets running handlers finish for
+// WorkOptions.DrainTimeout, cancels the ones still running and returns nil
+// once each has returned or been abandoned. Items it could not finish come
+// back by nack or lease expiry: none is lost. If the queue stops serving
+// (Close, or a failed write), Work cancels its handlers and returns that
+// error. Delivery is at least once: handlers must tolerate running twice.
+func (q *Queue) Work(ctx context.Context, n int, handler func(context.Context, Message) error, opts WorkOptions) error {
+	if n < 1 {
+		return fmt.Errorf("%w: Work with %d workers", ErrInvalid, n)
+	}
+	if handler == nil {
+		return fmt.Errorf("%w: Work with a nil handler", ErrInvalid)
+	}
+	o, err := opts.withDefaults(q.opts.Visibility)
+	if err != nil {
+		return err
+	}
+	take, stopTaking := context.WithCancelCause(ctx)
+	defer stopTaking(nil)
+	w := &workRun{
+		q:          q,
+		handler:    handler,
+		opts:       o,
+		base:       context.WithoutCancel(ctx),
+		take:       take,
+		stopTaking: stopTaking,
+		stop:       make(chan struct{}),
+	}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(w.worker)
+	}
+	workersDone := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(workersDone)
+	}()
+
+	select {
+	case <-workersDone:
+		return w.failure()
+	case <-take.Done():
+	}
+	if o.DrainTimeout < 0 {
+		w.stopAll(fmt.Errorf("walq: work stopped: %w", context.Cause(take)))
+		<-workersDone
+		return w.failure()
+	}
+	drain := q.clock.NewTimer(o.DrainTimeout)
+	defer drain.Stop()
+	select {
+	case <-workersDone:
+	case <-drain.C():
+		w.stopAll(fmt.Errorf("walq: work stopped and its drain timeout (%v) passed: %w", o.DrainTimeout, context.Cause(take)))
+		<-workersDone
+	}
+	return w.failure()
+}
+
+// workRun is one call of Work.
+type workRun struct {
+	q       *Queue
+	handler func(context.Context, Message) error
+	opts    WorkOptions
+	base    context.Context // ctx's values without its cancellation: handlers outlive ctx by the drain
+
+	take       context.Context // ends when ctx does or the queue fails: no new leases
+	stopTaking context.CancelCauseFunc
+
+	stopOnce  sync.Once
+	stop      chan struct{} // closed to cancel every running handler
+	stopCause error         // written before stop is closed
+
+	mu  sync.Mutex
+	err error // the queue error that ended Work
+}
+
+// fail ends Work because the queue stopped serving.
+func (w *workRun) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+	w.stopTaking(err)
+	w.stopAll(err)
+}
+
+func (w *workRun) failure() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+func (w *workRun) stopAll(cause error) {
+	w.stopOnce.Do(func() {
+		w.stopCause = cause
+		close(w.stop)
+	})
+}
+
+// worker is one slot of the pool: it leases an item, runs it, reports the
+// outcome, and goes on until Work stops taking items.
+func (w *workRun) worker() {
+	var m Message
+	have := false
+	for {
+		if !have {
+			var err error
+			if m, err = w.q.Get(w.take); err != nil {
+				if w.take.Err() == nil {
+					w.fail(err)
+				}
+				return
+			}
+		}
+		next, ok, err := w.settle(m, w.run(m))
+		if err != nil {
+			w.fail(err)
+			return
+		}
+		m, have = next, ok
+		if !have && w.take.Err() != nil {
+			return
+		}
+	}
+}
+
+// result is how one handler call ended.
+type result struct {
+	err       error // what the handler returned (a *panicError for a panic)
+	cancelled error // why Work cancelled the handler's context, or nil
+	abandoned bool  // it ignored the cancellation for the grace period
+	leaseLost bool  // a heartbeat found the lease gone
+}
+
+// handler run states: the handler goroutine and the worker race to move a
+// run out of running; the loser knows the other side has the result.
+const (
+	runRunning int32 = iota
+	runReturned
+	runAbandoned
+)
+
+type handlerRun struct {
+	state atomic.Int32
+	done  chan error // capacity 1: the handler goroutine never blocks
+}
+
+// run calls the handler on m in its own goroutine and watches it: the
+// heartbeat, the timeout, Work's stop and the grace period. All its timers
+// are stopped when it returns; the handler goroutine ends when the handler
+// does.
+func (w *workRun) run(m Message) result {
+	q := w.q
+	inner, cancel := context.WithCancelCause(w.base)
+	defer cancel(nil)
+	ctx := &itemContext{Context: inner}
+
+	var timeout <-chan time.Time
+	if w.opts.Timeout > 0 {
+		ctx.deadline = q.clock.Now().Add(w.opts.Timeout)
+		t := q.clock.NewTimer(w.opts.Timeout)
+		defer t.Stop()
+		timeout = t.C()
+	}
+	beat := q.clock.NewTimer(w.opts.HeartbeatEvery)
+	defer beat.Stop()
+	heartbeat := beat.C()
+	stop := w.stop
+	var graceTimer Timer
+	var grace <-chan time.Time
+	defer func() {
+		if graceTimer != nil {
+			graceTimer.Stop()
+		}
+	}()
+
+	var res result
+	// interrupt cancels the handler and stops the heartbeat: the handler
+	// has Grace to return.
+	interrupt := func(cause error) {
+		cancel(cause)
+		res.cancelled = cause
+		heartbeat, timeout, stop = nil, nil, nil
+		graceTimer = q.clock.NewTimer(w.opts.Grace)
+		grace = graceTimer.C()
+	}
+
+	h := &handlerRun{done: make(chan error, 1)}
+	go w.call(ctx, m, h)
+	for {
+		select {
+		case res.err = <-h.done:
+			return res
+		case <-heartbeat:
+			err := q.Extend(m.Receipt, q.opts.Visibility)
+			switch {
+			case err == nil:
+				beat.Reset(w.opts.HeartbeatEvery)
+			case errors.Is(err, ErrLeaseLost):
+				q.work.leaseLost.Add(1)
+				q.opts.Logger.Warn("walq: work: heartbeat found the lease lost; cancelling the handler",
+					"id", m.ID, "attempt", m.Attempt, "receipt", uint64(m.Receipt))
+				res.leaseLost = true
+				interrupt(err)
+			default:
+				w.fail(err)
+				interrupt(err)
+			}
+		case <-timeout:
+			q.work.timeouts.Add(1)
+			interrupt(&timeoutError{after: w.opts.Timeout})
+		case <-stop:
+			interrupt(w.stopCause)
+		case <-grace:
+			q.work.abandonedRunning.Add(1)
+			if h.state.CompareAndSwap(runRunning, runAbandoned) {
+				q.work.abandoned.Add(1)
+				res.abandoned = true
+				q.opts.Logger.Warn("walq: work: handler ignores its cancelled context; abandoned, its worker goes on",
+					"id", m.ID, "attempt", m.Attempt, "cancelled", res.cancelled, "grace", w.opts.Grace)
+				return res
+			}
+			q.work.abandonedRunning.Add(-1) // it has just returned: its result is on the way
+			grace = nil
+		}
+	}
+}
+
+// call runs the handler, turning a panic (or runtime.Goexit) into an error,
+// and hands the result to the worker, or logs it if the worker abandoned
+// the call.
+func (w *workRun) call(ctx context.Context, m Message, h *handlerRun) {
+	start := w.q.clock.Now()
+	var err error
+	returned := false
+	defer func() {
+		if !returned {
+			if p := recover(); p != nil {
+				err = &panicError{value: p, stack: trimStack(debug.Stack())}
+			} else {
+				err = errors.New("walq: handler called runtime.Goexit")
+			}
+		}
+		if h.state.CompareAndSwap(runRunning, runReturned) {
+			h.done <- err
+			return
+		}
+		w.q.work.abandonedRunning.Add(-1)
+		w.q.opts.Logger.Warn("walq: work: abandoned handler returned; its result is dropped",
+			"id", m.ID, "attempt", m.Attempt, "err", err, "ran", w.q.clock.Now().Sub(start))
+	}()
+	err = w.handler(ctx, m)
+	returned = true
+}
+
+// settle reports a handler's outcome to the queue. After an ack, while Work
+// still takes items, it leases the worker's next item in the same step, so
+// both share one fsync wait; ok reports whether it did.
+func (w *workRun) settle(m Message, res result) (next Message, ok bool, err error) {
+	q := w.q
+	log := q.opts.Logger
+	var panicked *panicError
+	switch {
+	case res.err == nil:
+	case errors.As(res.err, &panicked):
+		q.work.panics.Add(1)
+		log.Error("walq: work: handler panicked", "id", m.ID, "attempt", m.Attempt, "panic", fmt.Sprint(panicked.value))
+	default:
+		q.work.handlerErrors.Add(1)
+		log.Info("walq: work: handler failed", "id", m.ID, "attempt", m.Attempt, "err", res.err)
+	}
+	if res.leaseLost {
+		log.Info("walq: work: result dropped: the lease was lost", "id", m.ID, "attempt", m.Attempt, "err", res.err)
+		return Message{}, false, nil
+	}
+	cause := res.err
+	if res.cancelled != nil && cause != nil {
+		cause = fmt.Errorf("%w: %w", res.cancelled, cause)
+	}
+	var endErr error
+	switch {
+	case res.abandoned:
+		endErr = q.Nack(m.Receipt, fmt.Errorf("walq: handler abandoned: it ignored its cancelled context (%w) for %v", res.cancelled, w.opts.Grace))
+	case res.err == nil && w.take.Err() == nil:
+		next, ok, endErr, err = q.ackAndLease(m.Receipt)
+		if err != nil {
+			return Message{}, false, err
+		}
+	case res.err == nil:
+		endErr = q.Ack(m.Receipt)
+	case IsPermanent(res.err):
+		endErr = q.DeadLetter(m.Receipt, cause)
+	default:
+		endErr = q.Nack(m.Receipt, cause)
+	}
+	if errors.Is(endErr, ErrLeaseLost) {
+		log.Warn("walq: work: late ack: the lease ended before the handler did; the item may have run twice",
+			"id", m.ID, "attempt", m.Attempt, "err", endErr)
+		endErr = nil
+	}
+	return next, ok, endErr
+}
+
+// ackAndLease acks r and leases the next ready item, if any, in one pass of
+// the sequencer, and waits once, for the last of the two records: the log
+// is written in order, so the lease's durability implies the ack's. ackErr
+// is the ack's own failure (ErrLeaseLost for a late ack); err is a failure
+// of the queue, after which neither outcome is known.
+func (q *Queue) ackAndLease(r Receipt) (next Message, ok bool, ackErr, err error) {
+	q.mu.Lock()
+	commit, ackErr := q.ackLocked(r)
+	if ackErr != nil && !errors.Is(ackErr, ErrLeaseLost) {
+		q.mu.Unlock()
+		return Message{}, false, nil, ackErr
+	}
+	next, leaseCommit, err := q.leaseLocked()
+	q.mu.Unlock()
+	if err != nil {
+		return Message{}, false, nil, err
+	}
+	if leaseCommit != nil {
+		commit, ok = leaseCommit, true
+	}
+	if commit != nil {
+		if err := waitDurable(commit); err != nil {
+			return Message{}, false, nil, err
+		}
+	}
+	return next, ok, ackErr, nil
+}
+
+// itemContext is a handler's context: cancelled by Work with a cause, and
+// carrying the deadline of WorkOptions.Timeout on the queue's clock (which
+// context.WithDeadline cannot: it runs on the system clock).
+type itemContext struct {
+	context.Context // from context.WithCancelCause
+	deadline        time.Time
+}
+
+func (c *itemContext) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }
+
+// Err is context.DeadlineExceeded once the timeout cancelled the context,
+// as for a context with a deadline.
+func (c *itemContext) Err() error {
+	err := c.Context.Err()
+	var te *timeoutError
+	if err != nil && errors.As(context.Cause(c.Context), &te) {
+		return context.DeadlineExceeded
+	}
+	return err
+}
+
+// timeoutError is the cause of a handler context cancelled at
+// WorkOptions.Timeout.
+type timeoutError struct {
+	after time.Duration
+}
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("walq: handler timed out after %v", e.after)
+}
+func (e *timeoutError) Unwrap() error { return context.DeadlineExceeded }
+
+// panicError is a handler panic, with the stack from the panicking frame
+// down, cut to maxPanicStack bytes.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string { return fmt.Sprintf("panic: %v\n\n%s", e.value, e.stack) }
+
+// trimStack drops the frames of the recovery itself (everything up to the
+// runtime's panic frame) and cuts the rest at a line end.
+func trimStack(stack []byte) []byte {
+	if i := bytes.Index(stack, []byte("\npanic(")); i >= 0 {
+		rest := stack[i+1:]
+		// Skip the panic frame: its function line and its file line.
+		for range 2 {
+			if j := bytes.IndexByte(rest, '\n'); j >= 0 {
+				rest = rest[j+1:]
+			}
+		}
+		stack = rest
+	}
+	if len(stack) > maxPanicStack {
+		cut := stack[:maxPanicStack]
+		if j := bytes.LastIndexByte(cut, '\n'); j > 0 {
+			cut = cut[:j]
+		}
+		stack = append(cut[:len(cut):len(cut)], "\n…"...)
+	}
+	return bytes.TrimRight(stack, "\n")
+}
