@@ -1,10 +1,6 @@
 package state
 
-import (
-	"fmt"
-
-	"github.com/vmihailenco/msgpack/v5"
-)
+import "fmt"
 
 // Record types. Each is the type byte of a log record's envelope. These
 // values are part of the on-disk format: they are frozen, and a new kind of
@@ -75,7 +71,6 @@ type Record interface {
 // record gives consecutive IDs from the state's counter, so the same
 // records always yield the same IDs.
 type NewItem struct {
-	_msgpack struct{} `msgpack:",as_array"`
 	Body     []byte
 	Due      int64 // when it may first be delivered (Time + delay)
 	Deadline int64 // 0: none; no delivery starts at or after it
@@ -85,14 +80,12 @@ type NewItem struct {
 
 // Put adds items.
 type Put struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Time     int64
-	Items    []NewItem
+	Time  int64
+	Items []NewItem
 }
 
 // Lease starts a delivery of the item: attempt and delivery counts go up.
 type Lease struct {
-	_msgpack struct{} `msgpack:",as_array"`
 	Time     int64
 	ID       uint64
 	LeaseEnd int64
@@ -100,7 +93,6 @@ type Lease struct {
 
 // Extend moves the end of the lease named by Receipt.
 type Extend struct {
-	_msgpack struct{} `msgpack:",as_array"`
 	Time     int64
 	Receipt  uint64
 	LeaseEnd int64
@@ -108,9 +100,8 @@ type Extend struct {
 
 // Ack ends the lease named by Receipt in success.
 type Ack struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Time     int64
-	Receipt  uint64
+	Time    int64
+	Receipt uint64
 }
 
 // End ends the lease named by Receipt without success. Kind is TypeNack,
@@ -118,35 +109,31 @@ type Ack struct {
 // letters; otherwise it waits until Due, or is discarded when Due is at or
 // after its deadline.
 type End struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Kind     byte
-	Time     int64
-	Receipt  uint64
-	Cause    string
-	Due      int64
-	Dead     bool
+	Kind    byte
+	Time    int64
+	Receipt uint64
+	Cause   string
+	Due     int64
+	Dead    bool
 }
 
 // Discard drops waiting items whose deadline has come.
 type Discard struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Time     int64
-	IDs      []uint64
+	Time int64
+	IDs  []uint64
 }
 
 // Redrive puts dead letters back to waiting, ready at Time, attempts reset.
 type Redrive struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Time     int64
-	IDs      []uint64
+	Time int64
+	IDs  []uint64
 }
 
 // Purge drops dead letters; with All set, every dead letter at that point.
 type Purge struct {
-	_msgpack struct{} `msgpack:",as_array"`
-	Time     int64
-	IDs      []uint64
-	All      bool
+	Time int64
+	IDs  []uint64
+	All  bool
 }
 
 func (*Put) Type() byte     { return TypePut }
@@ -169,52 +156,119 @@ func (r *Purge) At() int64   { return r.Time }
 
 // Encode appends the msgpack body of rec to dst.
 func Encode(dst []byte, rec Record) ([]byte, error) {
-	w := appendWriter{buf: dst}
-	enc := msgpack.GetEncoder()
-	defer msgpack.PutEncoder(enc)
-	enc.Reset(&w)
-	if err := enc.Encode(rec); err != nil {
-		return dst, fmt.Errorf("encode %s record: %w", TypeName(rec.Type()), err)
+	b := dst
+	switch r := rec.(type) {
+	case *Put:
+		b = appendArrayLen(b, 2)
+		b = appendInt(b, r.Time)
+		b = appendArrayLen(b, len(r.Items))
+		for i := range r.Items {
+			n := &r.Items[i]
+			b = appendArrayLen(b, 5)
+			b = appendBin(b, n.Body)
+			b = appendInt(b, n.Due)
+			b = appendInt(b, n.Deadline)
+			b = appendInt(b, n.Priority)
+			b = appendStr(b, n.Key)
+		}
+	case *Lease:
+		b = appendArrayLen(b, 3)
+		b = appendInt(b, r.Time)
+		b = appendUint(b, r.ID)
+		b = appendInt(b, r.LeaseEnd)
+	case *Extend:
+		b = appendArrayLen(b, 3)
+		b = appendInt(b, r.Time)
+		b = appendUint(b, r.Receipt)
+		b = appendInt(b, r.LeaseEnd)
+	case *Ack:
+		b = appendArrayLen(b, 2)
+		b = appendInt(b, r.Time)
+		b = appendUint(b, r.Receipt)
+	case *End:
+		b = appendArrayLen(b, 6)
+		b = appendUint(b, uint64(r.Kind))
+		b = appendInt(b, r.Time)
+		b = appendUint(b, r.Receipt)
+		b = appendStr(b, r.Cause)
+		b = appendInt(b, r.Due)
+		b = appendBool(b, r.Dead)
+	case *Discard:
+		b = appendArrayLen(b, 2)
+		b = appendInt(b, r.Time)
+		b = appendIDs(b, r.IDs)
+	case *Redrive:
+		b = appendArrayLen(b, 2)
+		b = appendInt(b, r.Time)
+		b = appendIDs(b, r.IDs)
+	case *Purge:
+		b = appendArrayLen(b, 3)
+		b = appendInt(b, r.Time)
+		b = appendIDs(b, r.IDs)
+		b = appendBool(b, r.All)
+	default:
+		return dst, fmt.Errorf("encode: unknown record %T", rec)
 	}
-	return w.buf, nil
-}
-
-type appendWriter struct{ buf []byte }
-
-func (w *appendWriter) Write(p []byte) (int, error) {
-	w.buf = append(w.buf, p...)
-	return len(p), nil
+	return b, nil
 }
 
 // Decode parses the body of a record of type typ. Byte slices in the result
-// are copies: the record may outlive body.
+// are copies: the record may outlive body. It never panics, whatever body
+// holds.
 func Decode(typ byte, body []byte) (Record, error) {
+	d := &decoder{b: body}
 	var rec Record
 	switch typ {
 	case TypePut:
-		rec = new(Put)
+		d.arrayLen(2)
+		r := &Put{Time: d.int()}
+		n := d.arrayLen(-1)
+		if n > 0 {
+			r.Items = make([]NewItem, n)
+		}
+		for i := 0; i < n && d.err == nil; i++ {
+			it := &r.Items[i]
+			d.arrayLen(5)
+			it.Body = d.bin()
+			it.Due = d.int()
+			it.Deadline = d.int()
+			it.Priority = d.int()
+			it.Key = d.str()
+		}
+		rec = r
 	case TypeLease:
-		rec = new(Lease)
+		d.arrayLen(3)
+		rec = &Lease{Time: d.int(), ID: d.uint(), LeaseEnd: d.int()}
 	case TypeExtend:
-		rec = new(Extend)
+		d.arrayLen(3)
+		rec = &Extend{Time: d.int(), Receipt: d.uint(), LeaseEnd: d.int()}
 	case TypeAck:
-		rec = new(Ack)
+		d.arrayLen(2)
+		rec = &Ack{Time: d.int(), Receipt: d.uint()}
 	case TypeNack, TypeExpire, TypeDeadLetter:
-		rec = new(End)
+		d.arrayLen(6)
+		r := &End{}
+		kind := d.uint()
+		r.Time, r.Receipt, r.Cause, r.Due, r.Dead = d.int(), d.uint(), d.str(), d.int(), d.bool()
+		if d.err == nil && kind != uint64(typ) {
+			d.fail("kind %d does not match the record type %d", kind, typ)
+		}
+		r.Kind = typ
+		rec = r
 	case TypeDiscard:
-		rec = new(Discard)
+		d.arrayLen(2)
+		rec = &Discard{Time: d.int(), IDs: d.ids()}
 	case TypeRedrive:
-		rec = new(Redrive)
+		d.arrayLen(2)
+		rec = &Redrive{Time: d.int(), IDs: d.ids()}
 	case TypePurge:
-		rec = new(Purge)
+		d.arrayLen(3)
+		rec = &Purge{Time: d.int(), IDs: d.ids(), All: d.bool()}
 	default:
 		return nil, fmt.Errorf("unknown record type %d", typ)
 	}
-	if err := msgpack.Unmarshal(body, rec); err != nil {
+	if err := d.end(); err != nil {
 		return nil, fmt.Errorf("decode %s record: %w", TypeName(typ), err)
-	}
-	if e, ok := rec.(*End); ok && e.Kind != typ {
-		return nil, fmt.Errorf("decode %s record: kind %d does not match its type", TypeName(typ), e.Kind)
 	}
 	return rec, nil
 }

@@ -3,8 +3,6 @@ package state
 import (
 	"fmt"
 	"sort"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // snapshotVersion is the version of the snapshot body written by
@@ -13,7 +11,6 @@ import (
 const snapshotVersion = 1
 
 type snapshotBody struct {
-	_msgpack struct{} `msgpack:",as_array"`
 	Version  int
 	LastLSN  uint64
 	LastTime int64
@@ -24,12 +21,10 @@ type snapshotBody struct {
 }
 
 type snapCounters struct {
-	_msgpack                                                                          struct{} `msgpack:",as_array"`
 	Put, Delivered, Acked, Nacked, Expired, DeadLettered, Discarded, Redriven, Purged uint64
 }
 
 type snapItem struct {
-	_msgpack   struct{} `msgpack:",as_array"`
 	ID         uint64
 	Body       []byte
 	Key        string
@@ -49,7 +44,6 @@ type snapItem struct {
 }
 
 type snapKey struct {
-	_msgpack struct{} `msgpack:",as_array"`
 	Key      string
 	ID       uint64
 	Released int64
@@ -57,45 +51,120 @@ type snapKey struct {
 
 // MarshalSnapshot encodes the whole state. Items are written in ID order and
 // keys in key order, so equal states give equal bytes.
+//
+// Layout (msgpack): [version, lastLSN, lastTime, nextID, [9 counters],
+// [items...], [keys...]], each item [ID, Body, Key, Priority, EnqueuedAt,
+// Due, Deadline, Seq, Attempts, Deliveries, Status, Receipt, LeaseEnd,
+// LastError, EndedAt, DeadSeq] and each key [Key, ID, Released].
 func (s *State) MarshalSnapshot() ([]byte, error) {
-	c := s.counters
-	body := snapshotBody{
-		Version:  snapshotVersion,
-		LastLSN:  s.lastLSN,
-		LastTime: s.lastTime,
-		NextID:   s.nextID,
-		Counters: snapCounters{Put: c.Put, Delivered: c.Delivered, Acked: c.Acked, Nacked: c.Nacked,
-			Expired: c.Expired, DeadLettered: c.DeadLettered, Discarded: c.Discarded,
-			Redriven: c.Redriven, Purged: c.Purged},
-		Items: make([]snapItem, 0, len(s.items)),
-		Keys:  make([]snapKey, 0, len(s.keys)),
-	}
+	items := make([]*Item, 0, len(s.items))
+	size := 64
 	for _, it := range s.items {
-		body.Items = append(body.Items, snapItem{
-			ID: it.ID, Body: it.Body, Key: it.Key, Priority: it.Priority, EnqueuedAt: it.EnqueuedAt,
-			Due: it.Due, Deadline: it.Deadline, Seq: it.Seq, Attempts: it.Attempts,
-			Deliveries: it.Deliveries, Status: it.Status, Receipt: it.Receipt, LeaseEnd: it.LeaseEnd,
-			LastError: it.LastError, EndedAt: it.EndedAt, DeadSeq: it.deadSeq,
-		})
+		items = append(items, it)
+		size += len(it.Body) + len(it.Key) + len(it.LastError) + 48
 	}
-	sort.Slice(body.Items, func(i, j int) bool { return body.Items[i].ID < body.Items[j].ID })
+	sort.Slice(items, func(i, j int) bool { return items[i].ID < items[j].ID })
+	keys := make([]*keyEntry, 0, len(s.keys))
 	for _, k := range s.keys {
-		body.Keys = append(body.Keys, snapKey{Key: k.Key, ID: k.ID, Released: k.Released})
+		keys = append(keys, k)
+		size += len(k.Key) + 16
 	}
-	sort.Slice(body.Keys, func(i, j int) bool { return body.Keys[i].Key < body.Keys[j].Key })
-	return msgpack.Marshal(&body)
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Key < keys[j].Key })
+
+	b := make([]byte, 0, size)
+	b = appendArrayLen(b, 7)
+	b = appendUint(b, snapshotVersion)
+	b = appendUint(b, s.lastLSN)
+	b = appendInt(b, s.lastTime)
+	b = appendUint(b, s.nextID)
+	c := s.counters
+	b = appendArrayLen(b, 9)
+	for _, v := range []uint64{c.Put, c.Delivered, c.Acked, c.Nacked, c.Expired, c.DeadLettered, c.Discarded, c.Redriven, c.Purged} {
+		b = appendUint(b, v)
+	}
+	b = appendArrayLen(b, len(items))
+	for _, it := range items {
+		b = appendArrayLen(b, 16)
+		b = appendUint(b, it.ID)
+		b = appendBin(b, it.Body)
+		b = appendStr(b, it.Key)
+		b = appendInt(b, it.Priority)
+		b = appendInt(b, it.EnqueuedAt)
+		b = appendInt(b, it.Due)
+		b = appendInt(b, it.Deadline)
+		b = appendUint(b, it.Seq)
+		b = appendInt(b, int64(it.Attempts))
+		b = appendInt(b, int64(it.Deliveries))
+		b = appendUint(b, uint64(it.Status))
+		b = appendUint(b, it.Receipt)
+		b = appendInt(b, it.LeaseEnd)
+		b = appendStr(b, it.LastError)
+		b = appendInt(b, it.EndedAt)
+		b = appendUint(b, it.deadSeq)
+	}
+	b = appendArrayLen(b, len(keys))
+	for _, k := range keys {
+		b = appendArrayLen(b, 3)
+		b = appendStr(b, k.Key)
+		b = appendUint(b, k.ID)
+		b = appendInt(b, k.Released)
+	}
+	return b, nil
+}
+
+// decodeSnapshot parses MarshalSnapshot's layout.
+func decodeSnapshot(data []byte) (*snapshotBody, error) {
+	d := &decoder{b: data}
+	d.arrayLen(7)
+	body := &snapshotBody{Version: int(d.uint())}
+	if d.err == nil && body.Version != snapshotVersion {
+		return nil, fmt.Errorf("unknown version %d", body.Version)
+	}
+	body.LastLSN, body.LastTime, body.NextID = d.uint(), d.int(), d.uint()
+	d.arrayLen(9)
+	c := &body.Counters
+	for _, p := range []*uint64{&c.Put, &c.Delivered, &c.Acked, &c.Nacked, &c.Expired, &c.DeadLettered, &c.Discarded, &c.Redriven, &c.Purged} {
+		*p = d.uint()
+	}
+	n := d.arrayLen(-1)
+	if n > 0 {
+		body.Items = make([]snapItem, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		si := &body.Items[i]
+		d.arrayLen(16)
+		si.ID, si.Body, si.Key, si.Priority = d.uint(), d.bin(), d.str(), d.int()
+		si.EnqueuedAt, si.Due, si.Deadline, si.Seq = d.int(), d.int(), d.int(), d.uint()
+		si.Attempts, si.Deliveries = d.int32(), d.int32()
+		status := d.uint()
+		if status > 255 {
+			d.fail("status %d", status)
+		}
+		si.Status = Status(status)
+		si.Receipt, si.LeaseEnd, si.LastError, si.EndedAt, si.DeadSeq = d.uint(), d.int(), d.str(), d.int(), d.uint()
+	}
+	n = d.arrayLen(-1)
+	if n > 0 {
+		body.Keys = make([]snapKey, n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		k := &body.Keys[i]
+		d.arrayLen(3)
+		k.Key, k.ID, k.Released = d.str(), d.uint(), d.int()
+	}
+	if err := d.end(); err != nil {
+		return nil, err
+	}
+	return body, nil
 }
 
 // UnmarshalSnapshot rebuilds a state from MarshalSnapshot's bytes. It checks
 // that the body is self-consistent (unique IDs and receipts, known statuses,
 // keys that name stored items) and never panics on bad input.
 func UnmarshalSnapshot(data []byte) (*State, error) {
-	var body snapshotBody
-	if err := msgpack.Unmarshal(data, &body); err != nil {
+	body, err := decodeSnapshot(data)
+	if err != nil {
 		return nil, fmt.Errorf("decode snapshot: %w", err)
-	}
-	if body.Version != snapshotVersion {
-		return nil, fmt.Errorf("decode snapshot: unknown version %d", body.Version)
 	}
 	s := New()
 	s.lastLSN = body.LastLSN

@@ -378,9 +378,13 @@ func (s *State) applyPut(lsn uint64, r *Put) error {
 	}
 	for i := range r.Items {
 		n := &r.Items[i]
+		body := n.Body
+		if len(body) == 0 {
+			body = nil // one form for empty, so equal states encode equally
+		}
 		it := &Item{
 			ID:          s.nextID,
-			Body:        n.Body,
+			Body:        body,
 			Key:         n.Key,
 			Priority:    n.Priority,
 			EnqueuedAt:  r.Time,
@@ -545,6 +549,7 @@ func (s *State) applyRedrive(lsn uint64, r *Redrive) error {
 		it := s.items[id]
 		s.leaveDead(it)
 		it.Status = Waiting
+		it.Attempts = 0
 		it.Due = r.Time
 		it.Seq = lsn
 		s.pushWaiting(it)
