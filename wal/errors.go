@@ -43,8 +43,10 @@ func (e *CorruptionError) Error() string {
 	switch {
 	case strings.HasPrefix(e.File, snapshotPrefix):
 		fmt.Fprintf(&b, "walq: corrupt snapshot: file %s", e.File)
-	case e.File != "":
+	case e.File != "" && isSegmentFile(e.File):
 		fmt.Fprintf(&b, "walq: corrupt log: segment %s", e.File)
+	case e.File != "":
+		fmt.Fprintf(&b, "walq: corrupt directory %s: file %s", e.Dir, e.File)
 	default:
 		b.WriteString("walq: corrupt data:")
 	}
@@ -72,4 +74,10 @@ func (r corruptReason) Is(target error) bool { return target == ErrCorrupt }
 
 func reasonf(format string, args ...any) error {
 	return corruptReason(fmt.Sprintf(format, args...))
+}
+
+// isSegmentFile reports whether name is a segment (or a leftover of one).
+func isSegmentFile(name string) bool {
+	_, _, ok := parseSegmentName(name)
+	return ok
 }

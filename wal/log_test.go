@@ -36,9 +36,8 @@ func TestGroupCommit(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < perWriter; i++ {
 				sequencer.Lock()
-				lsn, c := l.AppendEncoded(1, func(dst []byte) []byte {
-					return append(dst, testBody(l.last+1)...) // l.last+1 is this record's LSN
-				})
+				body := testBody(l.LastLSN() + 1) // the sequencer knows the next LSN
+				lsn, c := l.AppendEncoded(1, func(dst []byte) []byte { return append(dst, body...) })
 				sequencer.Unlock()
 				if err := c.Wait(); err != nil {
 					errs <- err
@@ -98,8 +97,15 @@ func TestSegmentRollSyncsDirBeforeRelease(t *testing.T) {
 	dir := t.TempDir()
 	counter := &syncDirCounter{FS: OSFS()}
 	rng := rand.New(rand.NewPCG(3, 4))
+	randomBodies := func(n, maxBody int) []int {
+		sizes := make([]int, n)
+		for i := range sizes {
+			sizes[i] = 1 + rng.IntN(maxBody)
+		}
+		return sizes
+	}
 	var lsn uint64
-	run := func(segmentSize int64, appends int, maxBody int) {
+	run := func(segmentSize int64, bodySizes []int) (rolls int) {
 		t.Helper()
 		l, info, err := Open(dir, Options{SegmentSize: segmentSize, FS: counter}, 0, nil)
 		if err != nil {
@@ -109,11 +115,9 @@ func TestSegmentRollSyncsDirBeforeRelease(t *testing.T) {
 			t.Fatalf("reopened at %d, want %d", info.Last, lsn)
 		}
 		segments, syncs := len(l.Segments()), counter.n.Load()
-		rolls := 0
-		for range appends {
-			body := bytes.Repeat([]byte{'r'}, 1+rng.IntN(maxBody))
+		for _, size := range bodySizes {
 			var c *Commit
-			lsn, c = l.Append(2, body)
+			lsn, c = l.Append(2, bytes.Repeat([]byte{'r'}, size))
 			if err := c.Wait(); err != nil {
 				t.Fatal(err)
 			}
@@ -127,31 +131,58 @@ func TestSegmentRollSyncsDirBeforeRelease(t *testing.T) {
 			}
 			segments, syncs = nowSegments, nowSyncs
 		}
-		if rolls == 0 && maxBody >= int(segmentSize) {
-			t.Fatal("no segment rolled")
-		}
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
+		return rolls
 	}
-	run(256, 60, 512)
+	if run(256, randomBodies(60, 512)) == 0 {
+		t.Fatal("no segment rolled")
+	}
 	// Fill the tail without rolling, then reopen with a smaller segment
 	// size: the first batch rolls before it writes anything.
-	run(1<<20, 5, 100)
-	run(64, 30, 128)
+	run(1<<20, randomBodies(5, 100))
+	if run(64, randomBodies(30, 128)) == 0 {
+		t.Fatal("no segment rolled")
+	}
 	// A tail of exactly the segment size is not full for tidwall/wal until
-	// one more entry lands in it.
-	run(1<<20, 3, 100)
+	// one more entry lands in it: that entry goes into the old segment and
+	// the roll comes after it, so the new tail starts empty. Then an entry
+	// of segment size minus that first entry must not roll.
+	run(1<<20, randomBodies(3, 100))
 	segs, _, err := ListSegments(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tailSize := segs[len(segs)-1].Size
-	run(tailSize, 30, int(tailSize)*2)
+	const firstBody = 20
+	firstEntry := entrySize(firstBody)
+	secondBody := 1
+	for entrySize(secondBody) < int(tailSize)-firstEntry {
+		secondBody++
+	}
+	if rolls := run(tailSize, []int{firstBody, secondBody}); rolls != 1 {
+		t.Fatalf("%d rolls, want 1", rolls)
+	}
+	// An entry that brings the tail to exactly the segment size rolls.
+	segs, _, err = ListSegments(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rolls := run(segs[len(segs)-1].Size+int64(entrySize(30)), []int{30}); rolls != 1 {
+		t.Fatalf("%d rolls, want 1", rolls)
+	}
+	run(tailSize, randomBodies(30, int(tailSize)/2))
 	res, err := Scan(dir, 0, 0, nil)
 	if err != nil || res.Last != lsn || res.Records != int(lsn) {
 		t.Fatalf("scan %+v %v, want %d records", res, err, lsn)
 	}
+}
+
+// entrySize is the size tidwall/wal gives the entry of a record with a body
+// of this size.
+func entrySize(body int) int {
+	return uvarintLen(uint64(HeaderSize+body)) + HeaderSize + body
 }
 
 func TestFailureIsSticky(t *testing.T) {
@@ -328,7 +359,7 @@ func TestScanDuringAppendAndTruncate(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := 1; i <= 4000; i++ {
-			_, c := l.AppendEncoded(1, func(dst []byte) []byte { return append(dst, testBody(l.last+1)...) })
+			_, c := l.Append(1, testBody(uint64(i)))
 			if i%10 == 0 {
 				if err := c.Wait(); err != nil {
 					writerErr <- err
