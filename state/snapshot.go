@@ -15,13 +15,9 @@ type snapshotBody struct {
 	LastLSN  uint64
 	LastTime int64
 	NextID   uint64
-	Counters snapCounters
+	Counters Counters
 	Items    []snapItem
 	Keys     []snapKey
-}
-
-type snapCounters struct {
-	Put, Delivered, Acked, Nacked, Expired, DeadLettered, Discarded, Redriven, Purged uint64
 }
 
 type snapItem struct {
@@ -166,14 +162,16 @@ func UnmarshalSnapshot(data []byte) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decode snapshot: %w", err)
 	}
+	if body.NextID == 0 {
+		// IDs start at 1: from 0, the next put would make an item whose
+		// snapshot no longer decodes.
+		return nil, fmt.Errorf("decode snapshot: next id 0")
+	}
 	s := New()
 	s.lastLSN = body.LastLSN
 	s.lastTime = body.LastTime
 	s.nextID = body.NextID
-	c := body.Counters
-	s.counters = Counters{Put: c.Put, Delivered: c.Delivered, Acked: c.Acked, Nacked: c.Nacked,
-		Expired: c.Expired, DeadLettered: c.DeadLettered, Discarded: c.Discarded,
-		Redriven: c.Redriven, Purged: c.Purged}
+	s.counters = body.Counters
 	for i := range body.Items {
 		si := &body.Items[i]
 		if si.ID == 0 || si.ID >= s.nextID {

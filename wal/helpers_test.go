@@ -77,16 +77,6 @@ func readLayout(t *testing.T, dir string) logLayout {
 
 func (ll logLayout) path(name string) string { return filepath.Join(ll.dir, name) }
 
-// segmentOf returns the segment holding lsn.
-func (ll logLayout) segmentOf(lsn uint64) Segment {
-	for i := len(ll.segs) - 1; i >= 0; i-- {
-		if ll.segs[i].First <= lsn {
-			return ll.segs[i]
-		}
-	}
-	panic("no segment")
-}
-
 func (ll logLayout) tail() Segment { return ll.segs[len(ll.segs)-1] }
 
 // frame is the tidwall entry (length prefix and envelope) of a record.
