@@ -48,8 +48,12 @@ func (q *Queue) compactLoop() {
 	for {
 		select {
 		case <-q.compactSignal:
-			if err := q.compact(); err != nil && !errors.Is(err, errCompactionStopped) {
+			err := q.compact()
+			if err != nil && !errors.Is(err, errCompactionStopped) {
 				q.opts.Logger.Error("walq: compaction failed", "err", err)
+			}
+			if q.opts.onCompact != nil {
+				q.opts.onCompact(err)
 			}
 		case <-q.done:
 			return

@@ -93,6 +93,9 @@ type Options struct {
 	// fs is the seam for the queue's own file operations (fault injection in
 	// tests).
 	fs wal.FS
+	// onCompact, when set, is called after each compaction with its result
+	// (tests wait on it instead of sleeping).
+	onCompact func(error)
 }
 
 const (

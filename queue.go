@@ -53,6 +53,7 @@ type Queue struct {
 	waiters  waiterList    // blocked Gets, oldest first; under mu
 	timerAt  int64         // when the timer loop will wake next (MaxInt64: not armed); under mu
 	logBytes int64         // bytes in the log segments, approximately; under mu
+	skew     int64         // added to the clock so queue time never goes back; under mu
 	kick     chan struct{} // wakes the timer loop to look again
 	done     chan struct{} // closed by Close
 
@@ -121,12 +122,16 @@ func (q *Queue) usableLocked() error {
 	return nil
 }
 
-// nowLocked is the current time, never behind the newest time in the log
-// (a clock stepped back after a restart must not stretch delays, leases or
-// key windows).
+// nowLocked is the queue's time: the clock plus skew, never behind the
+// newest time in the log. When the clock is found behind that time (it was
+// stepped back, perhaps across a restart), skew grows by the difference, so
+// queue time goes on from the log's time at the clock's pace: delays, leases
+// and key windows last as long as they should instead of waiting for the
+// clock to catch up.
 func (q *Queue) nowLocked() int64 {
-	now := q.clock.Now().UnixNano()
+	now := q.clock.Now().UnixNano() + q.skew
 	if last := q.st.LastTime(); now < last {
+		q.skew += last - now
 		return last
 	}
 	return now
@@ -715,7 +720,7 @@ func (q *Queue) timerLoop() {
 		q.mu.Lock()
 		at := q.nextWakeLocked()
 		q.timerAt = at
-		wait := time.Duration(at - q.clock.Now().UnixNano())
+		wait := time.Duration(at - q.nowLocked())
 		q.mu.Unlock()
 		timer.Stop()
 		select {

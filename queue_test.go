@@ -453,3 +453,51 @@ func TestForeignFileRefused(t *testing.T) {
 		t.Fatalf("Open with a foreign file = %v", err)
 	}
 }
+
+// TestClockSteppedBack: a clock stepped back across a restart neither
+// reorders time in the log nor stretches a delay: the item comes due after
+// its delay as measured by the clock from the restart.
+func TestClockSteppedBack(t *testing.T) {
+	dir := t.TempDir()
+	clock := NewManualClock(epoch)
+	q, err := Open(dir, Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, q, "delayed", WithDelay(10*time.Second))
+	q.Close()
+
+	back := NewManualClock(epoch.Add(-time.Hour))
+	q, err = Open(dir, Options{Clock: back})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	advance(t, q, back, 9*time.Second)
+	expectEmpty(t, q)
+	advance(t, q, back, time.Second)
+	m := mustTryGet(t, q)
+	if m.EnqueuedAt.After(m.LeaseEnd) || m.LeaseEnd.Before(epoch) {
+		t.Fatalf("lease times went back: %+v", m)
+	}
+}
+
+// TestMaxBytesCountsDeadLetters: dead letters count toward MaxBytes until
+// purged.
+func TestMaxBytesCountsDeadLetters(t *testing.T) {
+	q, _, _ := testQueue(t, Options{MaxBytes: 10})
+	ctx := context.Background()
+	mustPut(t, q, "12345")
+	m := mustTryGet(t, q)
+	if err := q.DeadLetter(m.Receipt, nil); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, q, "12345")
+	if _, err := q.Put(ctx, []byte("x")); !errors.Is(err, ErrFull) {
+		t.Fatalf("put past MaxBytes = %v, want ErrFull", err)
+	}
+	if err := q.PurgeDeadLetters(); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, q, "x")
+}

@@ -394,3 +394,41 @@ func TestDiskUseBoundedByLiveData(t *testing.T) {
 			after.LogBytes, after.LogSegments, after.LiveBytes, before.LogBytes)
 	}
 }
+
+// TestAutoCompaction: compaction starts by itself once the log passes
+// CompactMinBytes and CompactRatio times the live data, and the queue keeps
+// serving meanwhile.
+func TestAutoCompaction(t *testing.T) {
+	done := make(chan error, 16)
+	q, _, dir := testQueue(t, Options{SegmentSize: 4096, CompactMinBytes: 32 << 10, CompactRatio: 2,
+		onCompact: func(err error) { done <- err }})
+	ctx := context.Background()
+	body := bytes.Repeat([]byte("b"), 100)
+	compacted := false
+	for i := 0; i < 5000 && !compacted; i++ {
+		if _, err := q.Put(ctx, body); err != nil {
+			t.Fatal(err)
+		}
+		m := mustTryGet(t, q)
+		if err := q.Ack(m.Receipt); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("automatic compaction: %v", err)
+			}
+			compacted = true
+		default:
+		}
+	}
+	if !compacted {
+		t.Fatalf("no automatic compaction after 5000 cycles (log %d bytes)", q.Stats().LogBytes)
+	}
+	if st := q.Stats(); st.Compactions == 0 || st.SnapshotLSN == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if snaps := snapshots(t, dir); len(snaps) != 1 {
+		t.Fatalf("%d snapshots after compaction, want 1", len(snaps))
+	}
+}
