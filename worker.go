@@ -310,14 +310,16 @@ func (w *workRun) run(m Message) result {
 	}()
 
 	var res result
-	// interrupt cancels the handler and stops the heartbeat: the handler
-	// has Grace to return.
+	// interrupt stops the heartbeat and cancels the handler, which has
+	// Grace to return. The grace timer runs before the handler can see the
+	// cancellation.
 	interrupt := func(cause error) {
-		cancel(cause)
-		res.cancelled = cause
+		beat.Stop()
 		heartbeat, timeout, stop = nil, nil, nil
 		graceTimer = q.clock.NewTimer(w.opts.Grace)
 		grace = graceTimer.C()
+		res.cancelled = cause
+		cancel(cause)
 	}
 
 	h := &handlerRun{done: make(chan error, 1)}
@@ -327,10 +329,10 @@ func (w *workRun) run(m Message) result {
 		case res.err = <-h.done:
 			return res
 		case <-heartbeat:
+			beat.Reset(w.opts.HeartbeatEvery) // a beat every period, however long Extend takes
 			err := q.Extend(m.Receipt, q.opts.Visibility)
 			switch {
 			case err == nil:
-				beat.Reset(w.opts.HeartbeatEvery)
 			case errors.Is(err, ErrLeaseLost):
 				q.work.leaseLost.Add(1)
 				q.opts.Logger.Warn("walq: work: heartbeat found the lease lost; cancelling the handler",
@@ -380,9 +382,9 @@ func (w *workRun) call(ctx context.Context, m Message, h *handlerRun) {
 			h.done <- err
 			return
 		}
-		w.q.work.abandonedRunning.Add(-1)
 		w.q.opts.Logger.Warn("walq: work: abandoned handler returned; its result is dropped",
 			"id", m.ID, "attempt", m.Attempt, "err", err, "ran", w.q.clock.Now().Sub(start))
+		w.q.work.abandonedRunning.Add(-1)
 	}()
 	err = w.handler(ctx, m)
 	returned = true

@@ -148,7 +148,11 @@ func (d *decoder) arrayLen(want int) int {
 	case c&0xf0 == 0x90:
 		n = int(c & 0x0f)
 	case c == 0xdc:
-		n = int(binary.BigEndian.Uint16(d.next(2)))
+		p := d.next(2)
+		if p == nil {
+			return 0
+		}
+		n = int(binary.BigEndian.Uint16(p))
 	case c == 0xdd:
 		p := d.next(4)
 		if p == nil {

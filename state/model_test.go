@@ -110,7 +110,7 @@ func ids(items []*mItem) []uint64 {
 	return out
 }
 
-func (m *model) leased(it *mItem) bool  { return it.status == mLeased }
+func (m *model) leased(it *mItem) bool { return it.status == mLeased }
 
 // running is a lease that may still be acked, extended or nacked.
 func (m *model) running(it *mItem) bool { return it.status == mLeased && m.now < it.leaseEnd }
@@ -361,12 +361,19 @@ func (mc *machine) mustReject(t *rapid.T, lsn uint64, rec state.Record, why stri
 	}
 }
 
-func (mc *machine) drawLease(t *rapid.T, keep func(*mItem) bool) *mItem {
-	leases := mc.m.leasesByReceipt(keep)
-	if len(leases) == 0 {
-		t.Skip("no such lease")
+// runningLease draws a lease that is still running, as a worker holds one:
+// when none is running, it gets one first. It returns nil when nothing is
+// ready either.
+func (mc *machine) runningLease(t *rapid.T) *mItem {
+	m := mc.m
+	if len(m.filter(m.running)) == 0 {
+		mc.getOne(t)
 	}
-	return mc.m.byReceipt(rapid.SampledFrom(ids2receipts(leases)).Draw(t, "receipt"))
+	leases := m.leasesByReceipt(m.running)
+	if len(leases) == 0 {
+		return nil
+	}
+	return m.byReceipt(rapid.SampledFrom(ids2receipts(leases)).Draw(t, "receipt"))
 }
 
 func ids2receipts(items []*mItem) []uint64 {
@@ -389,12 +396,12 @@ func drawCause(t *rapid.T) string {
 	return rapid.SampledFrom([]string{"", "boom", "timeout"}).Draw(t, "cause")
 }
 
-// Put puts one to three items. A drawn key that the model says is held is
+// Put puts one to four items. A drawn key that the model says is held is
 // first shown to be held (by KeyHolder, and by a refused put when a stored
 // item holds it) and then dropped from the item.
 func (mc *machine) Put(t *rapid.T) {
 	m := mc.m
-	n := rapid.IntRange(1, 3).Draw(t, "items")
+	n := rapid.IntRange(1, 4).Draw(t, "items")
 	items := make([]state.NewItem, n)
 	inPut := map[string]bool{}
 	for i := range items {
@@ -450,9 +457,16 @@ func (mc *machine) Flood(t *rapid.T) {
 	}
 }
 
-// Get does what the queue's Get does: promote, take the next ready item,
-// lease it.
+// Get is one to three workers calling the queue's Get.
 func (mc *machine) Get(t *rapid.T) {
+	for range rapid.IntRange(1, 3).Draw(t, "workers") {
+		mc.getOne(t)
+	}
+}
+
+// getOne does what the queue's Get does: promote, take the next ready item,
+// lease it.
+func (mc *machine) getOne(t *rapid.T) {
 	m := mc.m
 	mc.s.Promote(m.now)
 	m.promote()
@@ -475,7 +489,10 @@ func (mc *machine) Get(t *rapid.T) {
 
 func (mc *machine) Extend(t *rapid.T) {
 	m := mc.m
-	it := mc.drawLease(t, m.running)
+	it := mc.runningLease(t)
+	if it == nil {
+		return
+	}
 	rec := &state.Extend{Time: m.now, Receipt: it.receipt, LeaseEnd: m.now + rapid.Int64Range(1, 60).Draw(t, "extension")}
 	mc.apply(t, rec)
 	it.leaseEnd = rec.LeaseEnd
@@ -483,7 +500,10 @@ func (mc *machine) Extend(t *rapid.T) {
 
 func (mc *machine) Ack(t *rapid.T) {
 	m := mc.m
-	it := mc.drawLease(t, m.running)
+	it := mc.runningLease(t)
+	if it == nil {
+		return
+	}
 	mc.apply(t, &state.Ack{Time: m.now, Receipt: it.receipt})
 	m.remove(it, mAcked)
 	m.counters.Acked++
@@ -491,7 +511,10 @@ func (mc *machine) Ack(t *rapid.T) {
 
 func (mc *machine) Nack(t *rapid.T) {
 	m := mc.m
-	it := mc.drawLease(t, m.running)
+	it := mc.runningLease(t)
+	if it == nil {
+		return
+	}
 	rec := &state.End{Kind: state.TypeNack, Time: m.now, Receipt: it.receipt, Cause: drawCause(t),
 		Due: m.now + drawBackoff(t), Dead: rapid.IntRange(0, 3).Draw(t, "out of attempts") == 0}
 	lsn := mc.apply(t, rec)
@@ -500,7 +523,10 @@ func (mc *machine) Nack(t *rapid.T) {
 
 func (mc *machine) DeadLetter(t *rapid.T) {
 	m := mc.m
-	it := mc.drawLease(t, m.running)
+	it := mc.runningLease(t)
+	if it == nil {
+		return
+	}
 	rec := &state.End{Kind: state.TypeDeadLetter, Time: m.now, Receipt: it.receipt, Cause: drawCause(t), Due: m.now, Dead: true}
 	lsn := mc.apply(t, rec)
 	m.end(rec.Kind, it, lsn, rec.Cause, rec.Due, rec.Dead)
@@ -603,8 +629,30 @@ func (mc *machine) Purge(t *rapid.T) {
 	}
 }
 
+// Advance moves the clock, often to exactly the next time at which a rule
+// changes its answer: the boundaries are where off-by-one mistakes live.
 func (mc *machine) Advance(t *rapid.T) {
-	mc.m.now += rapid.Int64Range(1, 100).Draw(t, "advance")
+	m := mc.m
+	var targets []int64
+	for _, it := range m.items {
+		switch {
+		case it.status == mWaiting:
+			targets = append(targets, it.due)
+			if it.deadline != 0 {
+				targets = append(targets, it.deadline)
+			}
+		case it.status == mLeased:
+			targets = append(targets, it.leaseEnd)
+		case !it.status.stored() && it.key != "":
+			targets = append(targets, it.removedAt+keyWindow-1, it.removedAt+keyWindow)
+		}
+	}
+	targets = slices.DeleteFunc(targets, func(at int64) bool { return at <= m.now })
+	if len(targets) > 0 && rapid.Bool().Draw(t, "to a boundary") {
+		m.now = slices.Min(targets)
+		return
+	}
+	m.now += rapid.Int64Range(1, 100).Draw(t, "advance")
 }
 
 func (mc *machine) PruneKeys(*rapid.T) {
@@ -699,11 +747,13 @@ func (bogus) Type() byte { return 200 }
 func (bogus) At() int64  { return clockStart }
 
 // invalidCase makes one kind of record that must be refused, when the
-// model's state allows it.
+// model's state allows it. Cases about a running lease or one that ran out
+// say so in needs.
 type invalidCase struct {
-	name string
-	ok   func(m *model) bool
-	make func(t *rapid.T, m *model) (lsn uint64, rec state.Record)
+	name  string
+	needs string // "", "running" or "over"
+	ok    func(m *model) bool
+	make  func(t *rapid.T, m *model) (lsn uint64, rec state.Record)
 }
 
 func always(*model) bool { return true }
@@ -762,14 +812,14 @@ func endRecord(t *rapid.T, m *model, receipt uint64, kinds []byte) state.Record 
 }
 
 var invalidCases = []invalidCase{
-	{"lsn out of sequence", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"lsn out of sequence", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
 		lsn := rapid.SampledFrom([]uint64{0, m.lsn, m.lsn + 2, m.lsn + 100}).Draw(t, "lsn")
 		if lsn == m.lsn+1 {
 			lsn = 0
 		}
 		return lsn, &state.Put{Time: m.now, Items: []state.NewItem{{Body: []byte("x"), Due: m.now}}}
 	}},
-	{"stale or unknown receipt", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"stale or unknown receipt", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
 		cands := []uint64{0, m.lsn + 1, m.lsn + 7}
 		for _, r := range m.receipts {
 			if m.byReceipt(r) == nil {
@@ -780,22 +830,22 @@ var invalidCases = []invalidCase{
 		kinds := []byte{state.TypeAck, state.TypeExtend, state.TypeNack, state.TypeDeadLetter, state.TypeExpire}
 		return m.lsn + 1, endRecord(t, m, receipt, kinds)
 	}},
-	{"lease already over", has(isOver), func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"lease already over", "over", has(isOver), func(t *rapid.T, m *model) (uint64, state.Record) {
 		it := draw(t, m, isOver, "lease")
 		kinds := []byte{state.TypeAck, state.TypeExtend, state.TypeNack, state.TypeDeadLetter}
 		return m.lsn + 1, endRecord(t, m, it.receipt, kinds)
 	}},
-	{"lease before due", has(func(m *model, it *mItem) bool { return it.status == mWaiting && it.due > m.now }),
+	{"lease before due", "", has(func(m *model, it *mItem) bool { return it.status == mWaiting && it.due > m.now }),
 		func(t *rapid.T, m *model) (uint64, state.Record) {
 			it := draw(t, m, func(m *model, it *mItem) bool { return it.status == mWaiting && it.due > m.now }, "delayed")
 			return m.lsn + 1, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now + 10}
 		}},
-	{"lease at or after deadline", has(func(m *model, it *mItem) bool { return m.passed(it) && it.due <= m.now }),
+	{"lease at or after deadline", "", has(func(m *model, it *mItem) bool { return m.passed(it) && it.due <= m.now }),
 		func(t *rapid.T, m *model) (uint64, state.Record) {
 			it := draw(t, m, func(m *model, it *mItem) bool { return m.passed(it) && it.due <= m.now }, "expired")
 			return m.lsn + 1, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now + 10}
 		}},
-	{"lease of an item not waiting", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"lease of an item not waiting", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
 		cands := []uint64{0, uint64(len(m.items) + 1)}
 		for _, it := range m.items {
 			if it.status != mWaiting {
@@ -805,31 +855,31 @@ var invalidCases = []invalidCase{
 		id := rapid.SampledFrom(cands).Draw(t, "id")
 		return m.lsn + 1, &state.Lease{Time: m.now, ID: id, LeaseEnd: m.now + 10}
 	}},
-	{"lease that ends before it starts", has(func(m *model, it *mItem) bool { return m.leasable(it) }),
+	{"lease that ends before it starts", "", has(func(m *model, it *mItem) bool { return m.leasable(it) }),
 		func(t *rapid.T, m *model) (uint64, state.Record) {
 			it := draw(t, m, func(m *model, it *mItem) bool { return m.leasable(it) }, "ready")
 			return m.lsn + 1, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now - rapid.Int64Range(0, 5).Draw(t, "back")}
 		}},
-	{"extend to the past", has(isRunning), func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"extend to the past", "running", has(isRunning), func(t *rapid.T, m *model) (uint64, state.Record) {
 		it := draw(t, m, isRunning, "lease")
 		return m.lsn + 1, &state.Extend{Time: m.now, Receipt: it.receipt, LeaseEnd: m.now - rapid.Int64Range(0, 5).Draw(t, "back")}
 	}},
-	{"deadletter that does not dead-letter", has(isRunning), func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"deadletter that does not dead-letter", "running", has(isRunning), func(t *rapid.T, m *model) (uint64, state.Record) {
 		it := draw(t, m, isRunning, "lease")
 		return m.lsn + 1, &state.End{Kind: state.TypeDeadLetter, Time: m.now, Receipt: it.receipt, Due: m.now}
 	}},
-	{"end of an unknown kind", has(isRunning), func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"end of an unknown kind", "running", has(isRunning), func(t *rapid.T, m *model) (uint64, state.Record) {
 		it := draw(t, m, isRunning, "lease")
 		kind := rapid.SampledFrom([]byte{0, state.TypePut, state.TypeLease, state.TypeAck, state.TypePurge, 11, 255}).Draw(t, "kind")
 		return m.lsn + 1, &state.End{Kind: kind, Time: m.now, Receipt: it.receipt, Due: m.now}
 	}},
-	{"redrive of an item not dead", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"redrive of an item not dead", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
 		return m.lsn + 1, &state.Redrive{Time: m.now, IDs: withIntruder(t, m.dead, notDead(t, m))}
 	}},
-	{"purge of an item not dead", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"purge of an item not dead", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
 		return m.lsn + 1, &state.Purge{Time: m.now, IDs: withIntruder(t, m.dead, notDead(t, m))}
 	}},
-	{"redrive or purge naming one twice", has(isDead), func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"redrive or purge naming one twice", "", has(isDead), func(t *rapid.T, m *model) (uint64, state.Record) {
 		named := drawSubset(t, m.dead, "dead")
 		named = insertAnywhere(t, named, rapid.SampledFrom(named).Draw(t, "twice"))
 		if rapid.Bool().Draw(t, "purge") {
@@ -837,36 +887,36 @@ var invalidCases = []invalidCase{
 		}
 		return m.lsn + 1, &state.Redrive{Time: m.now, IDs: named}
 	}},
-	{"redrive or purge of nothing", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"redrive or purge of nothing", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
 		if rapid.Bool().Draw(t, "purge") {
 			return m.lsn + 1, &state.Purge{Time: m.now}
 		}
 		return m.lsn + 1, &state.Redrive{Time: m.now}
 	}},
-	{"purge of all naming items", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"purge of all naming items", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
 		return m.lsn + 1, &state.Purge{Time: m.now, All: true, IDs: []uint64{rapid.Uint64Range(0, m.lsn+1).Draw(t, "id")}}
 	}},
-	{"put of no items", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"put of no items", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
 		return m.lsn + 1, &state.Put{Time: m.now}
 	}},
-	{"put with a deadline not after due", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"put with a deadline not after due", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
 		due := m.now + rapid.Int64Range(0, 30).Draw(t, "delay")
 		bad := state.NewItem{Body: []byte("bad"), Due: due, Deadline: due - rapid.Int64Range(0, 5).Draw(t, "before")}
 		items := []state.NewItem{{Body: []byte("good"), Due: m.now}}
 		return m.lsn + 1, &state.Put{Time: m.now, Items: slices.Insert(items, rapid.IntRange(0, 1).Draw(t, "at"), bad)}
 	}},
-	{"put with one key twice", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"put with one key twice", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
 		key := rapid.SampledFrom(testKeys).Draw(t, "key")
 		return m.lsn + 1, &state.Put{Time: m.now, Items: []state.NewItem{
 			{Due: m.now, Key: key}, {Due: m.now}, {Due: m.now, Key: key}}}
 	}},
-	{"put with the key of a stored item", has(func(m *model, it *mItem) bool { return it.key != "" && it.status.stored() }),
+	{"put with the key of a stored item", "", has(func(m *model, it *mItem) bool { return it.key != "" && it.status.stored() }),
 		func(t *rapid.T, m *model) (uint64, state.Record) {
 			it := draw(t, m, func(m *model, it *mItem) bool { return it.key != "" && it.status.stored() }, "holder")
 			items := []state.NewItem{{Due: m.now}, {Due: m.now, Key: it.key}}
 			return m.lsn + 1, &state.Put{Time: m.now, Items: items}
 		}},
-	{"discard of an item not past its deadline", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"discard of an item not past its deadline", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
 		cands := []uint64{0, uint64(len(m.items) + 1)}
 		for _, it := range m.items {
 			if !m.passed(it) {
@@ -876,23 +926,32 @@ var invalidCases = []invalidCase{
 		bad := rapid.SampledFrom(cands).Draw(t, "not passed")
 		return m.lsn + 1, &state.Discard{Time: m.now, IDs: withIntruder(t, ids(m.passedDeadlines()), bad)}
 	}},
-	{"discard naming one twice", has(isPassed), func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"discard naming one twice", "", has(isPassed), func(t *rapid.T, m *model) (uint64, state.Record) {
 		named := drawSubset(t, ids(m.passedDeadlines()), "passed")
 		return m.lsn + 1, &state.Discard{Time: m.now, IDs: insertAnywhere(t, named, rapid.SampledFrom(named).Draw(t, "twice"))}
 	}},
-	{"discard of nothing", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"discard of nothing", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
 		return m.lsn + 1, &state.Discard{Time: m.now}
 	}},
-	{"unknown record", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"unknown record", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
 		return m.lsn + 1, bogus{}
 	}},
 }
 
 // Invalid applies a record that the state must refuse without a change.
+// Leases are short-lived in the machine, so it first may take one, or take
+// one and let it run out, to give the lease rules something to refuse.
 func (mc *machine) Invalid(t *rapid.T) {
+	needs := rapid.SampledFrom([]string{"", "running", "over"}).Draw(t, "needs")
+	switch it := mc.runningLease(t); {
+	case it == nil:
+		needs = ""
+	case needs == "over":
+		mc.m.now = it.leaseEnd + rapid.Int64Range(0, 2).Draw(t, "past the end")
+	}
 	var names []string
 	for _, c := range invalidCases {
-		if c.ok(mc.m) {
+		if c.needs == needs && c.ok(mc.m) {
 			names = append(names, c.name)
 		}
 	}

@@ -683,7 +683,12 @@ func (s *State) remove(it *Item, t int64) {
 	it.Status = 0
 	if it.Key != "" {
 		if k := s.keys[it.Key]; k != nil && k.ID == it.ID {
+			// Released 0 means "still stored" (also on disk), so a release
+			// at time 0 is recorded 1 ns later.
 			k.Released = t
+			if t == 0 {
+				k.Released = 1
+			}
 			s.released = append(s.released, k)
 		}
 	}

@@ -532,7 +532,9 @@ func (n *mpNode) clone() *mpNode {
 }
 
 func mpUint(v uint64) *mpNode { return &mpNode{raw: binary.BigEndian.AppendUint64([]byte{0xcf}, v)} }
-func mpInt(v int64) *mpNode   { return &mpNode{raw: binary.BigEndian.AppendUint64([]byte{0xd3}, uint64(v))} }
+func mpInt(v int64) *mpNode {
+	return &mpNode{raw: binary.BigEndian.AppendUint64([]byte{0xd3}, uint64(v))}
+}
 func mpStr(s string) *mpNode {
 	return &mpNode{raw: append(binary.BigEndian.AppendUint32([]byte{0xdb}, uint32(len(s))), s...)}
 }
@@ -602,6 +604,11 @@ func TestUnmarshalSnapshotRejects(t *testing.T) {
 		{"unknown version", func(r *mpNode) { r.elems[snapVersion] = mpUint(2) }, nil},
 		{"missing field", func(r *mpNode) { r.elems = r.elems[:6] }, nil},
 		{"extra field", func(r *mpNode) { r.elems = append(r.elems, mpUint(0)) }, nil},
+		{"next id zero", func(r *mpNode) {
+			r.elems[snapNextID] = mpUint(0)
+			r.elems[snapItems].elems = r.elems[snapItems].elems[:0]
+			r.elems[snapKeys].elems = r.elems[snapKeys].elems[:0]
+		}, nil},
 		{"item id zero", func(r *mpNode) { item(r, 3).elems[itemID] = mpUint(0) }, nil},
 		{"item id not below next id", func(r *mpNode) { item(r, 3).elems[itemID] = mpUint(6) }, nil},
 		{"duplicate item id", func(r *mpNode) {
@@ -848,7 +855,8 @@ func FuzzDecodeRecord(f *testing.F) {
 
 // FuzzUnmarshalSnapshot decodes arbitrary snapshots. It must never panic;
 // what it accepts must encode again to a snapshot that decodes, and must
-// answer every query and take further records without panicking.
+// answer every query and take further records without panicking and without
+// reaching a state whose snapshot it would refuse.
 func FuzzUnmarshalSnapshot(f *testing.F) {
 	f.Add(fuzzBase(f))
 	_, root := snapshotFixture(f)
@@ -894,6 +902,7 @@ func FuzzUnmarshalSnapshot(f *testing.F) {
 				break
 			}
 		}
+		roundTrip(t, s) // a state it accepted stays readable after more records
 	})
 }
 

@@ -127,6 +127,15 @@ func fmtBytes(n int64) string {
 	return fmt.Sprintf("%d B (%.1f %s)", n, v, suffix)
 }
 
+// fmtSize gives a size for prose: exact below 1 KiB, rounded above.
+func fmtSize(n int64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	b := fmtBytes(n)
+	return b[strings.IndexByte(b, '(')+1 : len(b)-1]
+}
+
 // plural gives "1 item", "2 items".
 func plural(n int, one, many string) string {
 	if n == 1 {

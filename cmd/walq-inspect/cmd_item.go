@@ -1,0 +1,158 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/walq/walq/state"
+)
+
+var itemCmd = &command{
+	name:  "item",
+	args:  "DIR ID",
+	short: "one item's whole history and where it is now",
+	long: `
+Prints where item ID is now (ready, delayed, leased, dead, or gone: acked,
+discarded or purged) with its attempts, last error, key and body, then every
+record in the log that changed it: the put, each lease with its attempt and
+lease end, extends, nacks with their cause, expiries, the dead-lettering,
+redrives and the ack. Records compacted away are summed up by the snapshot.`,
+	flags: func(fs *flag.FlagSet) any {
+		o := &itemOpts{now: nowFlag(fs)}
+		fs.IntVar(&o.bodyMax, "body-max", defaultBodyMax, "show at most `n` bytes of the body (0: all)")
+		return o
+	},
+	run: runItem,
+}
+
+type itemOpts struct {
+	now     *timeFlag
+	bodyMax int
+}
+
+func runItem(c *cmdEnv) int {
+	o := c.opts.(*itemOpts)
+	if !c.wantArgs(1) {
+		return c.usageErrorf("item takes two arguments, the queue directory and an item ID")
+	}
+	id, err := parseIndex(c.args[0])
+	if err != nil {
+		return c.usageErrorf("item ID: %v", err)
+	}
+	if _, err := listQueue(c.dir); err != nil {
+		return c.errorf("%v", err)
+	}
+	var history []*event
+	unattributed := 0
+	r := newReplayer(c.dir, 0, 0, func(ev *event) error {
+		switch {
+		case ev.touches(id):
+			history = append(history, ev)
+		case !ev.IDsKnown:
+			unattributed++
+		}
+		return nil
+	})
+	scanErr := r.run()
+	st, stErr := r.state()
+	now := o.now.now()
+
+	w := c.stdout
+	switch {
+	case st != nil && st.NextID() == 1:
+		return c.errorf("no item %d: the queue has not given any ID yet", id)
+	case st != nil && id >= st.NextID():
+		return c.errorf("no item %d: the queue has given IDs 1..%d so far", id, st.NextID()-1)
+	}
+	fmt.Fprintf(w, "item %d\n", id)
+	field := func(label, format string, args ...any) {
+		fmt.Fprintf(w, "  %-11s %s\n", label, clean(fmt.Sprintf(format, args...)))
+	}
+	var it *state.Item
+	if st != nil {
+		it = st.Item(id)
+	}
+	switch {
+	case it != nil:
+		describeItem(field, it, now, o.bodyMax)
+	case st != nil:
+		field("status", "%s", goneStatus(history, r.logFirst))
+	default:
+		field("status", "not known: the state cannot be rebuilt (%v)", stErr)
+	}
+
+	fmt.Fprintf(w, "history\n")
+	if len(history) == 0 || history[0].Type != state.TypePut {
+		if r.logFirst > 1 {
+			fmt.Fprintf(w, "  (records before index %d were compacted away; the snapshot carries what they did)\n", r.logFirst)
+		}
+	}
+	for _, ev := range history {
+		fmt.Fprintf(w, "%s\n", formatEvent(ev, o.bodyMax))
+	}
+	if unattributed > 0 {
+		fmt.Fprintf(w, "  (%d records before the snapshot could not be tied to an item: their lease records were compacted away)\n",
+			unattributed)
+	}
+	if scanErr != nil {
+		return c.errorf("%v", scanErr)
+	}
+	return exitOK
+}
+
+// describeItem prints a stored item.
+func describeItem(field func(label, format string, args ...any), it *state.Item, now int64, bodyMax int) {
+	switch status := itemStatus(it, now); status {
+	case statusReady:
+		field("status", "ready since %s (%s)", fmtTime(it.Due), ago(it.Due, now))
+	case statusDelayed:
+		field("status", "delayed until %s (%s)", fmtTime(it.Due), ago(it.Due, now))
+	case state.Leased.String():
+		if it.LeaseEnd <= now {
+			field("status", "leased (receipt %d) until %s (%s): the queue expires it on its next timer tick or open",
+				it.Receipt, fmtTime(it.LeaseEnd), ago(it.LeaseEnd, now))
+		} else {
+			field("status", "leased (receipt %d) until %s (%s)", it.Receipt, fmtTime(it.LeaseEnd), ago(it.LeaseEnd, now))
+		}
+	case state.Dead.String():
+		field("status", "dead since %s (%s)", fmtTime(it.EndedAt), ago(it.EndedAt, now))
+	}
+	field("attempts", "%d since the put or the last redrive, %s in all", it.Attempts,
+		plural(int(it.Deliveries), "delivery", "deliveries"))
+	if it.LastError != "" {
+		field("last error", "%s at %s", quote(it.LastError), fmtTime(it.EndedAt))
+	}
+	field("enqueued", "%s", fmtTime(it.EnqueuedAt))
+	if it.Deadline != 0 {
+		field("deadline", "%s (%s)", fmtTime(it.Deadline), ago(it.Deadline, now))
+	}
+	if it.Priority != 0 {
+		field("priority", "%d", it.Priority)
+	}
+	if it.Key != "" {
+		field("key", "%s", quote(it.Key))
+	}
+	field("body", "%s", quoteBody(it.Body, bodyMax))
+}
+
+// goneStatus says how an item that is no longer stored left, from its last
+// record.
+func goneStatus(history []*event, logFirst uint64) string {
+	if len(history) > 0 {
+		ev := history[len(history)-1]
+		at := fmtTime(ev.Rec.At())
+		switch ev.Rec.(type) {
+		case *state.Ack:
+			return fmt.Sprintf("acked at %s (index %d)", at, ev.Pos.Index)
+		case *state.Discard:
+			return fmt.Sprintf("discarded at its deadline at %s (index %d)", at, ev.Pos.Index)
+		case *state.End:
+			if ev.Discarded {
+				return fmt.Sprintf("discarded at %s (index %d): its deadline came before the retry", at, ev.Pos.Index)
+			}
+		case *state.Purge:
+			return fmt.Sprintf("purged from the dead letters at %s (index %d)", at, ev.Pos.Index)
+		}
+	}
+	return fmt.Sprintf("gone: acked, discarded or purged before index %d (compacted away)", logFirst)
+}

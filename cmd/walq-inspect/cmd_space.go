@@ -1,0 +1,113 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"text/tabwriter"
+)
+
+// The queue's compaction thresholds when Options leave them zero
+// (defaultCompactMinBytes and defaultCompactRatio in the root package's
+// options.go).
+const (
+	defaultCompactMinBytes = 64 << 20
+	defaultCompactRatio    = 4
+)
+
+var spaceCmd = &command{
+	name:  "space",
+	args:  "DIR",
+	short: "bytes on disk by kind, live bytes, and how far off the next compaction is",
+	long: `
+Prints the bytes on disk by kind of file (segments, snapshots, leftovers of
+interrupted compactions or truncations, .broken copies of cut tails, the
+reserve file), the live data, and where the log stands against the
+automatic compaction trigger: a compaction runs once the log is at least
+CompactMinBytes and more than CompactRatio times the live data.
+
+The live data is the queue's own estimate of what a snapshot takes (the
+bodies of the stored items plus 64 bytes per item), which is what the
+trigger compares the log with. The thresholds are options of the process
+that runs the queue, so pass them with --min-bytes and --ratio if it does
+not use the defaults.`,
+	flags: func(fs *flag.FlagSet) any {
+		o := &spaceOpts{}
+		fs.Int64Var(&o.minBytes, "min-bytes", defaultCompactMinBytes, "the queue's Options.CompactMinBytes")
+		fs.Float64Var(&o.ratio, "ratio", defaultCompactRatio, "the queue's Options.CompactRatio")
+		return o
+	},
+	run: runSpace,
+}
+
+type spaceOpts struct {
+	minBytes int64
+	ratio    float64
+}
+
+func runSpace(c *cmdEnv) int {
+	o := c.opts.(*spaceOpts)
+	if !c.wantArgs(0) {
+		return c.usageErrorf("space takes one argument, the queue directory")
+	}
+	if o.minBytes < 0 || o.ratio < 1 {
+		return c.usageErrorf("--min-bytes must not be negative and --ratio must be at least 1")
+	}
+	qf, err := listQueue(c.dir)
+	if err != nil {
+		return c.errorf("%v", err)
+	}
+	w := c.stdout
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	var total int64
+	for _, k := range []struct {
+		kind  fileKind
+		label string
+	}{
+		{kindSegment, "log segments"},
+		{kindSnapshot, "snapshots"},
+		{kindSnapshotTemp, "snapshot temp files"},
+		{kindTruncation, "truncation leftovers"},
+		{kindBroken, "broken tails"},
+		{kindReserve, "reserve"},
+		{kindLock, "lock"},
+		{kindForeign, "foreign files"},
+	} {
+		files := qf.of(k.kind)
+		if len(files) == 0 && k.kind != kindSegment && k.kind != kindSnapshot {
+			continue
+		}
+		n := qf.bytes(k.kind)
+		total += n
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", k.label, plural(len(files), "file", "files"), fmtBytes(n))
+	}
+	fmt.Fprintf(tw, "total\t\t%s\n", fmtBytes(total))
+	tw.Flush()
+
+	st, _, err := loadState(c.dir, 0)
+	if err != nil {
+		return c.errorf("%v", err)
+	}
+	logBytes := qf.bytes(kindSegment)
+	live := liveBytes(st)
+	fmt.Fprintf(w, "\nlive data   ~%s: %s of bodies in %s, plus 64 B per item\n",
+		fmtBytes(live), fmtBytes(st.Bytes()), plural(st.Len(), "item", "items"))
+	if len(qf.of(kindSnapshot)) > 0 {
+		fmt.Fprintf(w, "snapshot    %s as last written\n", fmtBytes(qf.of(kindSnapshot)[len(qf.of(kindSnapshot))-1].Size))
+	}
+	fmt.Fprintf(w, "compaction  runs when the log is at least %s and more than %g x the live data\n",
+		fmtBytes(o.minBytes), o.ratio)
+	if live > 0 {
+		fmt.Fprintf(w, "log         %s, %.2f x the live data\n", fmtBytes(logBytes), float64(logBytes)/float64(live))
+	} else {
+		fmt.Fprintf(w, "log         %s\n", fmtBytes(logBytes))
+	}
+	threshold := max(o.minBytes, int64(math.Floor(o.ratio*float64(live)))+1)
+	if logBytes >= threshold {
+		fmt.Fprintf(w, "next        due now: the log is past both thresholds (the queue starts one on its next append, unless automatic compaction is off or a failed one makes it wait for the log to double)\n")
+	} else {
+		fmt.Fprintf(w, "next        when the log reaches %s: %s to go, at the current live data\n",
+			fmtBytes(threshold), fmtBytes(threshold-logBytes))
+	}
+	return exitOK
+}

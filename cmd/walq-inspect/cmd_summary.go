@@ -1,0 +1,138 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/walq/walq/state"
+)
+
+var summaryCmd = &command{
+	name:  "summary",
+	args:  "DIR",
+	short: "segments, snapshots, items by state, dead letters, keys, counters (the default)",
+	long: `
+Prints what is in the queue directory: the log's segments and index range,
+an incomplete tail, the snapshots, leftover files, what earlier recoveries
+left behind, the items by state with the oldest ready one, the next delayed
+one and the next lease to end, dead letters, idempotency keys, the counters,
+and the log's size against the live data.
+
+A waiting item counts as ready once its due time has come (as of --now).`,
+	flags: func(fs *flag.FlagSet) any { return nowFlag(fs) },
+	run:   runSummary,
+}
+
+// recoveryCause is the cause recovery in the root package writes on the
+// expire records of leases that were open at a crash.
+const recoveryCause = "lease open at recovery"
+
+func runSummary(c *cmdEnv) int {
+	now := c.opts.(*timeFlag).now()
+	if !c.wantArgs(0) {
+		return c.usageErrorf("summary takes one argument, the queue directory")
+	}
+	qf, err := listQueue(c.dir)
+	if err != nil {
+		return c.errorf("%v", err)
+	}
+	// The last recovery that expired leases: a run of expire records with
+	// recovery's cause, all at one time.
+	var recFirst, recLast uint64
+	var recTime int64
+	r := newReplayer(c.dir, 0, 0, func(ev *event) error {
+		if e, ok := ev.Rec.(*state.End); ok && e.Kind == state.TypeExpire && e.Cause == recoveryCause {
+			if ev.Pos.Index != recLast+1 || e.Time != recTime {
+				recFirst, recTime = ev.Pos.Index, e.Time
+			}
+			recLast = ev.Pos.Index
+		}
+		return nil
+	})
+	scanErr := r.run()
+
+	w := c.stdout
+	line := func(label, format string, args ...any) {
+		fmt.Fprintf(w, "%-9s %s\n", label, clean(fmt.Sprintf(format, args...)))
+	}
+	line("queue", "%s", c.dir)
+	segs := qf.of(kindSegment)
+	segments := fmt.Sprintf("%s, %s", plural(len(segs), "segment", "segments"), fmtSize(qf.bytes(kindSegment)))
+	switch first, last := r.logFirst, r.scan.Last; {
+	case !qf.HasLog:
+		line("log", "none yet")
+	case scanErr != nil:
+		line("log", "%s, from index %d", segments, first)
+	case last < first:
+		line("log", "%s, no records yet (the next record is index %d)", segments, first)
+	default:
+		line("log", "%s, index %d..%d (%d records)", segments, first, last, last-first+1)
+	}
+	if t := r.scan.Tail; t != nil {
+		line("tail", "incomplete: %s", tailText(t))
+	}
+	if len(r.snaps) == 0 {
+		line("snapshot", "none")
+	}
+	for _, s := range r.snaps {
+		if s.St == nil {
+			line("snapshot", "%s does not verify: %v", s.File.Name, s.Err)
+			continue
+		}
+		line("snapshot", "%s covers index %d, %s", s.File.Name, s.File.LSN, fmtSize(s.File.Size))
+	}
+	for _, f := range qf.Files {
+		switch f.Kind {
+		case kindSnapshotTemp, kindTruncation, kindForeign:
+			line("leftover", "%s (%s): %s", fileName(f.Name), fmtSize(f.Size), leftoverNote(f.Kind))
+		case kindBroken:
+			line("recovery", "%s (%s): %s", fileName(f.Name), fmtSize(f.Size), leftoverNote(f.Kind))
+		}
+	}
+	if recLast != 0 {
+		line("recovery", "index %d..%d at %s: %s open at a crash ended as expired by the next open",
+			recFirst, recLast, fmtTime(recTime), plural(int(recLast-recFirst+1), "lease", "leases"))
+	}
+	if scanErr != nil {
+		line("problem", "%v", scanErr)
+		line("", "run \"walq-inspect verify\" for every problem")
+		return exitFailed
+	}
+	st, err := r.state()
+	if err != nil {
+		line("problem", "the state cannot be rebuilt: %v", err)
+		return exitFailed
+	}
+	summarizeState(line, st, now)
+	line("space", "log %s, live data ~%s (\"walq-inspect space\" for more)",
+		fmtSize(qf.bytes(kindSegment)), fmtSize(liveBytes(st)))
+	return exitOK
+}
+
+// summarizeState prints the state part of summary.
+func summarizeState(line func(label, format string, args ...any), st *state.State, now int64) {
+	f := factsOf(st, now)
+	if st.LastLSN() == 0 {
+		line("state", "empty: no record yet, next item ID %d", st.NextID())
+	} else {
+		line("state", "index %d at %s, next item ID %d", st.LastLSN(), fmtTime(st.LastTime()), st.NextID())
+	}
+	line("items", "%s", f.itemsLine(st))
+	if it := f.oldestReady; it != nil {
+		line("ready", "oldest is item %d, due %s (%s)", it.ID, fmtTime(it.Due), ago(it.Due, now))
+	}
+	if it := f.nextDelayed; it != nil {
+		line("delayed", "next is item %d, due %s (%s)", it.ID, fmtTime(it.Due), ago(it.Due, now))
+	}
+	if it := f.nextLeaseEnd; it != nil {
+		line("leased", "next lease to end is item %d's, at %s (%s)", it.ID, fmtTime(it.LeaseEnd), ago(it.LeaseEnd, now))
+	}
+	if dl := st.DeadLetters(1); len(dl) > 0 {
+		it := dl[0]
+		line("dead", "oldest is item %d, dead since %s after %s: %s", it.ID, fmtTime(it.EndedAt),
+			plural(int(it.Attempts), "attempt", "attempts"), quote(it.LastError))
+	}
+	line("keys", "%d held: %d by stored items, %d by items gone (within the key window or not yet pruned)",
+		f.keysOfStored+f.keysInWindows, f.keysOfStored, f.keysInWindows)
+	line("counters", "%s", countersLine(st.Counters()))
+}

@@ -1,0 +1,214 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/walq/walq/state"
+)
+
+// maxPutItemsShown bounds how many items of a put (a PutBatch is one record)
+// a text line lists.
+const maxPutItemsShown = 8
+
+// formatEvent renders a record as one line:
+//
+//	INDEX  TIME                      TYPE        DETAILS
+//	   12  2026-01-02T03:04:05.000Z  lease       item 3 attempt 1 until +30s
+//
+// Times in details are relative to the record's own time.
+func formatEvent(ev *event, bodyMax int) string {
+	typ := state.TypeName(ev.Type)
+	if ev.Rec == nil {
+		return fmt.Sprintf("%7d  %-24s  %-10s  body does not decode: %s", ev.Pos.Index, "-", typ, ev.Err)
+	}
+	at := ev.Rec.At()
+	return fmt.Sprintf("%7d  %s  %-10s  %s", ev.Pos.Index, fmtTime(at), typ, eventDetails(ev, bodyMax))
+}
+
+// itemRef names the item a single-item record changes.
+func itemRef(ev *event) string {
+	if ev.IDsKnown && len(ev.IDs) == 1 {
+		return fmt.Sprintf("item %d", ev.IDs[0])
+	}
+	return "item ?"
+}
+
+// itemsRef names the items a many-item record changes.
+func itemsRef(ev *event, ids []uint64) string {
+	if !ev.IDsKnown {
+		return "items ?"
+	}
+	if len(ids) == 1 {
+		return fmt.Sprintf("item %d", ids[0])
+	}
+	return "items " + fmtIDs(ids)
+}
+
+func eventDetails(ev *event, bodyMax int) string {
+	var b strings.Builder
+	switch r := ev.Rec.(type) {
+	case *state.Put:
+		for i, n := range r.Items {
+			if i == maxPutItemsShown {
+				fmt.Fprintf(&b, "; and %d more", len(r.Items)-i)
+				break
+			}
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			if ev.IDsKnown {
+				fmt.Fprintf(&b, "item %d ", ev.IDs[i])
+			} else {
+				b.WriteString("item ? ")
+			}
+			b.WriteString(quoteBody(n.Body, bodyMax))
+			if n.Key != "" {
+				fmt.Fprintf(&b, " key %s", quote(n.Key))
+			}
+			if n.Priority != 0 {
+				fmt.Fprintf(&b, " priority %d", n.Priority)
+			}
+			if n.Due != r.Time {
+				fmt.Fprintf(&b, " due %s", fmtRel(n.Due, r.Time))
+			}
+			if n.Deadline != 0 {
+				fmt.Fprintf(&b, " deadline %s", fmtRel(n.Deadline, r.Time))
+			}
+		}
+	case *state.Lease:
+		b.WriteString(itemRef(ev))
+		if ev.Attempt != 0 {
+			fmt.Fprintf(&b, " attempt %d", ev.Attempt)
+		}
+		fmt.Fprintf(&b, " until %s", fmtRel(r.LeaseEnd, r.Time))
+	case *state.Extend:
+		fmt.Fprintf(&b, "%s receipt %d until %s", itemRef(ev), r.Receipt, fmtRel(r.LeaseEnd, r.Time))
+	case *state.Ack:
+		fmt.Fprintf(&b, "%s receipt %d", itemRef(ev), r.Receipt)
+	case *state.End:
+		fmt.Fprintf(&b, "%s receipt %d", itemRef(ev), r.Receipt)
+		if r.Cause != "" {
+			fmt.Fprintf(&b, " cause %s", quote(r.Cause))
+		}
+		switch {
+		case r.Dead:
+			b.WriteString(": dead letter")
+		case ev.Discarded:
+			b.WriteString(": discarded, its deadline comes before the retry")
+		default:
+			fmt.Fprintf(&b, ": retry %s", fmtRel(r.Due, r.Time))
+		}
+	case *state.Discard:
+		fmt.Fprintf(&b, "%s: deadline reached", itemsRef(ev, r.IDs))
+	case *state.Redrive:
+		b.WriteString(itemsRef(ev, r.IDs))
+	case *state.Purge:
+		if r.All {
+			b.WriteString("all dead letters")
+			if ev.IDsKnown && len(ev.IDs) > 0 {
+				fmt.Fprintf(&b, ": %s", itemsRef(ev, ev.IDs))
+			}
+		} else {
+			b.WriteString(itemsRef(ev, r.IDs))
+		}
+	}
+	return b.String()
+}
+
+// jsonEvent is a record as a JSON line. Optional fields are left out when
+// they do not apply or are not known; "item"/"items" are left out when the
+// items cannot be told (see event.IDsKnown).
+type jsonEvent struct {
+	Index    uint64        `json:"index"`
+	Segment  string        `json:"segment"`
+	Offset   int64         `json:"offset"`
+	Type     string        `json:"type"`
+	Time     jsonTime      `json:"time,omitempty"`
+	Item     *uint64       `json:"item,omitempty"`
+	Items    []uint64      `json:"items,omitempty"`
+	Receipt  uint64        `json:"receipt,omitempty"`
+	Attempt  int32         `json:"attempt,omitempty"`
+	LeaseEnd jsonTime      `json:"lease_end,omitempty"`
+	Cause    *jsonString   `json:"cause,omitempty"`
+	Due      jsonTime      `json:"due,omitempty"`
+	Outcome  string        `json:"outcome,omitempty"` // of a lease ending: "retry", "dead" or "discarded"
+	All      bool          `json:"all,omitempty"`     // purge of every dead letter
+	Put      []jsonPutItem `json:"put,omitempty"`
+	Error    jsonString    `json:"error,omitempty"` // the body does not decode
+}
+
+type jsonPutItem struct {
+	ID *uint64 `json:"id,omitempty"`
+	jsonBody
+	Due      jsonTime    `json:"due"`
+	Deadline jsonTime    `json:"deadline,omitempty"`
+	Priority int64       `json:"priority,omitempty"`
+	Key      *jsonString `json:"key,omitempty"`
+}
+
+func newJSONEvent(ev *event) jsonEvent {
+	j := jsonEvent{Index: ev.Pos.Index, Segment: ev.Pos.File, Offset: ev.Pos.Offset, Type: state.TypeName(ev.Type)}
+	if ev.Rec == nil {
+		j.Error = jsonString(ev.Err.Error())
+		return j
+	}
+	j.Time = jsonTime(ev.Rec.At())
+	single := func() {
+		if ev.IDsKnown && len(ev.IDs) == 1 {
+			id := ev.IDs[0]
+			j.Item = &id
+		}
+	}
+	many := func() {
+		if ev.IDsKnown {
+			j.Items = ev.IDs
+		}
+	}
+	switch r := ev.Rec.(type) {
+	case *state.Put:
+		for i, n := range r.Items {
+			p := jsonPutItem{jsonBody: newJSONBody(n.Body), Due: jsonTime(n.Due), Deadline: jsonTime(n.Deadline),
+				Priority: n.Priority}
+			if ev.IDsKnown {
+				id := ev.IDs[i]
+				p.ID = &id
+			}
+			if n.Key != "" {
+				k := jsonString(n.Key)
+				p.Key = &k
+			}
+			j.Put = append(j.Put, p)
+		}
+	case *state.Lease:
+		single()
+		j.Attempt, j.LeaseEnd = ev.Attempt, jsonTime(r.LeaseEnd)
+	case *state.Extend:
+		single()
+		j.Receipt, j.LeaseEnd = r.Receipt, jsonTime(r.LeaseEnd)
+	case *state.Ack:
+		single()
+		j.Receipt = r.Receipt
+	case *state.End:
+		single()
+		j.Receipt = r.Receipt
+		if r.Cause != "" {
+			c := jsonString(r.Cause)
+			j.Cause = &c
+		}
+		switch {
+		case r.Dead:
+			j.Outcome = "dead"
+		case ev.Discarded:
+			j.Outcome = "discarded"
+		default:
+			j.Outcome, j.Due = "retry", jsonTime(r.Due)
+		}
+	case *state.Discard, *state.Redrive:
+		many()
+	case *state.Purge:
+		j.All = r.All
+		many()
+	}
+	return j
+}

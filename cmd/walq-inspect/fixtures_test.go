@@ -1,0 +1,383 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walq/walq"
+	"github.com/walq/walq/wal"
+)
+
+// The queue directories the tests inspect are built through the public
+// walq API with a ManualClock and a fixed backoff, so that every record, and
+// so every byte of the log, is the same on every run.
+
+var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// fixture is a queue directory built once per test binary.
+type fixture struct {
+	name  string
+	dir   string
+	now   time.Time // the clock when the queue closed: the --now of the golden runs
+	build func(dir string) (time.Time, error)
+}
+
+var fixtures = []*fixture{
+	{name: "normal", build: buildNormal},
+	{name: "empty", build: buildEmpty},
+	{name: "torn", build: buildTorn},
+	{name: "segments", build: buildSegments},
+	{name: "badcrc", build: buildBadCRC},
+	{name: "compacting", build: buildCompacting},
+}
+
+func fixtureNamed(t *testing.T, name string) *fixture {
+	t.Helper()
+	for _, f := range fixtures {
+		if f.name == name {
+			return f
+		}
+	}
+	t.Fatalf("no fixture %q", name)
+	return nil
+}
+
+func TestMain(m *testing.M) {
+	root, err := os.MkdirTemp("", "walq-inspect-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		for _, f := range fixtures {
+			f.dir = filepath.Join(root, f.name)
+			if f.now, err = f.build(f.dir); err != nil {
+				fmt.Fprintf(os.Stderr, "build fixture %s: %v\n", f.name, err)
+				return 1
+			}
+		}
+		return m.Run()
+	}()
+	os.RemoveAll(root)
+	os.Exit(code)
+}
+
+// testOptions are the options of every fixture queue.
+func testOptions(clock walq.Clock) walq.Options {
+	return walq.Options{
+		Clock:              clock,
+		Visibility:         30 * time.Second,
+		MaxAttempts:        2,
+		Backoff:            func(int) time.Duration { return time.Second },
+		Sync:               walq.SyncNever, // the records are the same; Close syncs
+		DisableAutoCompact: true,
+	}
+}
+
+// script runs queue calls and keeps the first error.
+type script struct {
+	q   *walq.Queue
+	err error
+}
+
+func (s *script) put(body string, opts ...walq.PutOption) uint64 {
+	if s.err != nil {
+		return 0
+	}
+	id, err := s.q.Put(context.Background(), []byte(body), opts...)
+	if err != nil {
+		s.err = fmt.Errorf("put %q: %w", body, err)
+	}
+	return id
+}
+
+func (s *script) get(wantID uint64) walq.Message {
+	if s.err != nil {
+		return walq.Message{}
+	}
+	m, ok, err := s.q.TryGet()
+	switch {
+	case err != nil:
+		s.err = fmt.Errorf("get: %w", err)
+	case !ok:
+		s.err = errors.New("get: nothing ready")
+	case wantID != 0 && m.ID != wantID:
+		s.err = fmt.Errorf("get: item %d, want %d", m.ID, wantID)
+	}
+	return m
+}
+
+func (s *script) do(what string, err error) {
+	if s.err == nil && err != nil {
+		s.err = fmt.Errorf("%s: %w", what, err)
+	}
+}
+
+// waitFor waits until the queue's timer loop has written what cond checks.
+func (s *script) waitFor(what string, cond func(walq.Stats) bool) {
+	if s.err != nil {
+		return
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond(s.q.Stats()) {
+		if time.Now().After(deadline) {
+			s.err = fmt.Errorf("timed out waiting for %s", what)
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (s *script) close() error {
+	if err := s.q.Close(); s.err == nil {
+		s.err = err
+	}
+	return s.err
+}
+
+// buildNormal makes a queue that went through every kind of record:
+//
+//	1 "resize image 1" key img-1        leased, extended, acked
+//	2 "send welcome mail" priority -1   nacked twice: dead letter
+//	3 "delayed report" delay 1h         still delayed
+//	4 "expiring offer" deadline +10s    discarded at its deadline
+//	5 control bytes, key with an escape dead-lettered, then redriven: ready
+//	6 a 300-byte body                   lease expired: back after the backoff
+//	7-9 one PutBatch                    7 dead-lettered and purged, 8 leased at
+//	                                    the close, 9 ready
+//	10 a long Greek body                dead-lettered with a long cause
+func buildNormal(dir string) (time.Time, error) {
+	clock := walq.NewManualClock(epoch)
+	q, err := walq.Open(dir, testOptions(clock))
+	if err != nil {
+		return time.Time{}, err
+	}
+	s := &script{q: q}
+	ctx := context.Background()
+	s.put("resize image 1", walq.WithKey("img-1"))
+	s.put("send welcome mail", walq.WithPriority(-1))
+	s.put("delayed report", walq.WithDelay(time.Hour))
+	s.put("expiring offer", walq.WithPriority(5), walq.WithDeadline(epoch.Add(10*time.Second)))
+	s.put("\x00\x1b[31mred\x1b[0m \xff\xfe \u202eevil", walq.WithKey("k\x1b]0;title\x07"))
+	s.put(strings.Repeat("long body ", 30))
+	if s.err == nil {
+		_, err := q.PutBatch(ctx, []walq.Item{{Body: []byte("batch a")}, {Body: []byte("batch b"), Key: "b"},
+			{Body: []byte("batch c"), Priority: 2}})
+		s.do("put batch", err)
+	}
+	if _, err := q.Put(ctx, []byte("resize image 1 again"), walq.WithKey("img-1")); !errors.Is(err, walq.ErrDuplicate) {
+		s.do("duplicate put", fmt.Errorf("got %v, want ErrDuplicate", err))
+	}
+
+	m := s.get(2)
+	s.do("nack", q.Nack(m.Receipt, errors.New("smtp: connection refused")))
+	m = s.get(1)
+	s.do("extend", q.Extend(m.Receipt, time.Minute))
+	s.do("ack", q.Ack(m.Receipt))
+	clock.Advance(time.Second)
+	m = s.get(2)
+	s.do("nack", q.Nack(m.Receipt, errors.New("smtp: connection refused")))
+	m = s.get(5)
+	s.do("dead-letter", q.DeadLetter(m.Receipt, errors.New("bad input\n\x1b[2J")))
+	s.get(6)
+	// Item 6's lease ends at +31s, item 4's deadline is +10s: one timer tick
+	// expires the one and discards the other.
+	clock.Advance(31 * time.Second)
+	s.waitFor("lease expiry and discard", func(st walq.Stats) bool { return st.Redelivered == 1 && st.Discarded == 1 })
+	s.do("redrive", q.Redrive(5))
+	m = s.get(7)
+	s.do("dead-letter", q.DeadLetter(m.Receipt, errors.New("unparseable")))
+	s.do("purge", q.PurgeDeadLetters(7))
+	s.get(8)
+	s.put(strings.Repeat("διαδικασία ", 10), walq.WithPriority(-2))
+	m = s.get(10)
+	s.do("dead-letter", q.DeadLetter(m.Receipt, errors.New(strings.Repeat("stack frame\t", 8))))
+	return clock.Now(), s.close()
+}
+
+func buildEmpty(dir string) (time.Time, error) {
+	clock := walq.NewManualClock(epoch)
+	q, err := walq.Open(dir, testOptions(clock))
+	if err != nil {
+		return time.Time{}, err
+	}
+	return clock.Now(), q.Close()
+}
+
+// buildTorn leaves the last record cut short, as a crash in the middle of a
+// write would.
+func buildTorn(dir string) (time.Time, error) {
+	clock := walq.NewManualClock(epoch)
+	q, err := walq.Open(dir, testOptions(clock))
+	if err != nil {
+		return time.Time{}, err
+	}
+	s := &script{q: q}
+	s.put("first")
+	s.put("second")
+	m := s.get(1)
+	clock.Advance(time.Second)
+	s.do("ack", q.Ack(m.Receipt))
+	s.put("third, torn")
+	if err := s.close(); err != nil {
+		return time.Time{}, err
+	}
+	return clock.Now(), cutLastSegment(dir, 5)
+}
+
+// cutLastSegment drops the last n bytes of the newest segment.
+func cutLastSegment(dir string, n int64) error {
+	segs, _, err := wal.ListSegments(filepath.Join(dir, logDirName))
+	if err != nil {
+		return err
+	}
+	last := segs[len(segs)-1]
+	return os.Truncate(last.Path, last.Size-n)
+}
+
+// buildSegments fills four segments of 4 KiB with puts, leases and acks.
+func buildSegments(dir string) (time.Time, error) {
+	clock := walq.NewManualClock(epoch)
+	opts := testOptions(clock)
+	opts.SegmentSize = 4096
+	q, err := walq.Open(dir, opts)
+	if err != nil {
+		return time.Time{}, err
+	}
+	s := &script{q: q}
+	for i := 1; i <= 120; i++ {
+		s.put(fmt.Sprintf("item %03d with some padding to fill segments", i))
+		if i%4 == 0 {
+			m := s.get(uint64(i / 4))
+			s.do("ack", q.Ack(m.Receipt))
+		}
+	}
+	return clock.Now(), s.close()
+}
+
+// buildBadCRC flips one byte in the body of record 10, in the oldest of
+// several segments.
+func buildBadCRC(dir string) (time.Time, error) {
+	now, err := buildSegments(dir)
+	if err != nil {
+		return now, err
+	}
+	return now, damageRecord(dir, 10, 0x40)
+}
+
+// damageRecord xors mask into the last byte of record index (its body, so
+// the framing stays intact and only the CRC catches it).
+func damageRecord(dir string, index uint64, mask byte) error {
+	pos, err := recordPositions(dir)
+	if err != nil {
+		return err
+	}
+	return flipRecordByte(dir, pos, index, mask)
+}
+
+func flipRecordByte(dir string, pos map[uint64]wal.Position, index uint64, mask byte) error {
+	next, ok := pos[index+1]
+	if !ok || next.File != pos[index].File {
+		return fmt.Errorf("record %d is the last of its segment", index)
+	}
+	path := filepath.Join(dir, logDirName, next.File)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	data[next.Offset-1] ^= mask
+	return os.WriteFile(path, data, 0o600)
+}
+
+// recordPositions returns where each record of a sound log is.
+func recordPositions(dir string) (map[uint64]wal.Position, error) {
+	pos := make(map[uint64]wal.Position)
+	_, err := wal.Scan(filepath.Join(dir, logDirName), 0, 0, func(p wal.Position, _ wal.Record) error {
+		pos[p.Index] = p
+		return nil
+	})
+	return pos, err
+}
+
+// buildCompacting leaves a compacted queue with the temp file of a second
+// compaction that was interrupted half-way through writing its snapshot.
+func buildCompacting(dir string) (time.Time, error) {
+	clock := walq.NewManualClock(epoch)
+	opts := testOptions(clock)
+	opts.SegmentSize = 4096
+	q, err := walq.Open(dir, opts)
+	if err != nil {
+		return time.Time{}, err
+	}
+	s := &script{q: q}
+	for i := 1; i <= 60; i++ {
+		s.put(fmt.Sprintf("job %02d %s", i, strings.Repeat("x", 40)))
+	}
+	for i := 1; i <= 40; i++ {
+		m := s.get(uint64(i))
+		if i%10 == 0 {
+			s.do("nack", q.Nack(m.Receipt, fmt.Errorf("transient failure %d", i)))
+			continue
+		}
+		s.do("ack", q.Ack(m.Receipt))
+	}
+	s.do("compact", q.Compact())
+	clock.Advance(time.Minute)
+	for i := 61; i <= 65; i++ {
+		s.put(fmt.Sprintf("job %02d after the compaction", i))
+	}
+	s.get(41)
+	last := q.Stats().LastLSN
+	if err := s.close(); err != nil {
+		return time.Time{}, err
+	}
+	snaps, err := wal.ListSnapshots(dir)
+	if err != nil || len(snaps) != 1 {
+		return time.Time{}, fmt.Errorf("want one snapshot after the compaction, got %d (%v)", len(snaps), err)
+	}
+	data, err := os.ReadFile(snaps[0].Path)
+	if err != nil {
+		return time.Time{}, err
+	}
+	tmp := filepath.Join(dir, strings.TrimSuffix(wal.SnapshotName(last), ".snap")+".tmp")
+	return clock.Now(), os.WriteFile(tmp, data[:len(data)/2], 0o600)
+}
+
+// copyDir copies a fixture so that a test can damage it.
+func copyDir(t *testing.T, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	err := filepath.Walk(src, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		target := filepath.Join(dst, rel)
+		if info.IsDir() {
+			return os.MkdirAll(target, 0o700)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o600)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// inspect runs the tool in-process.
+func inspect(args ...string) (stdout, stderr string, code int) {
+	var out, errOut bytes.Buffer
+	code = run(args, &out, &errOut)
+	return out.String(), errOut.String(), code
+}

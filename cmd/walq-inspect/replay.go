@@ -1,0 +1,546 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"path/filepath"
+	"strings"
+
+	"github.com/walq/walq/state"
+	"github.com/walq/walq/wal"
+)
+
+// Reading a queue that may be running.
+//
+// Everything here only reads: wal.Scan, wal.ListSegments, wal.ListSnapshots
+// and wal.ReadSnapshot open files read-only and never call wal.Open. A
+// running queue changes the directory under the reader in three ways, and
+// none of them is corruption:
+//
+//   - Records are appended to the last segment. Bytes at its end that do not
+//     make a whole record yet are reported by wal.Scan as a tail (a torn
+//     tail after a crash looks the same, and the next open cuts it).
+//   - A compaction writes a newer snapshot, truncates the front of the log and
+//     deletes older snapshots. A snapshot that vanishes before it is read is
+//     skipped; a segment that vanishes makes wal.Scan start over from the
+//     new listing; records that were truncated before they were read make
+//     the replay start over from the newest snapshot (see replayer.run).
+//   - Segments roll: a new, empty last segment appears.
+//
+// What a replay rebuilds mirrors recovery in the root package: the newest
+// snapshot that verifies, then every record after it, each applied with
+// state.Apply, which refuses a record that does not fit (that is corruption).
+
+// maxRestarts bounds how often a replay starts over because a compaction
+// moved the log under it.
+const maxRestarts = 20
+
+// snapshot is a snapshot file and what reading it gave.
+type snapshot struct {
+	File wal.SnapshotFile
+	St   *state.State // nil when the file does not verify
+	Err  error        // why not
+}
+
+// readSnapshots reads and verifies every snapshot in dir, newest first. A
+// file that vanishes before it is read was removed by a compaction and is
+// left out.
+func readSnapshots(dir string) ([]snapshot, error) {
+	files, err := wal.ListSnapshots(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []snapshot
+	for _, f := range files {
+		lsn, body, err := wal.ReadSnapshot(f.Path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		s := snapshot{File: f}
+		if err == nil {
+			var st *state.State
+			st, err = state.UnmarshalSnapshot(body)
+			switch {
+			case err != nil:
+			case lsn != f.LSN:
+				err = fmt.Errorf("header covers index %d, the file name says %d", lsn, f.LSN)
+			case st.LastLSN() != lsn:
+				err = fmt.Errorf("body covers index %d, the header says %d", st.LastLSN(), lsn)
+			default:
+				s.St = st
+			}
+			if err != nil {
+				err = &wal.CorruptionError{Dir: dir, File: f.Name, Err: err}
+			}
+		}
+		if s.St == nil {
+			var ce *wal.CorruptionError
+			if !errors.As(err, &ce) {
+				return nil, err // an I/O error, not a verdict on the file
+			}
+			s.Err = err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// logStart returns the index of the first record of the log as its files
+// are named, without reading them (1 for a log with no segment yet). An
+// interrupted TruncateFront leaves "<index>.START", which then is the start.
+func logStart(logDir string) (uint64, error) {
+	segs, _, err := wal.ListSegments(logDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 1, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(segs) == 0 {
+		return 1, nil
+	}
+	first := segs[0].First
+	for _, s := range segs {
+		if strings.HasSuffix(s.Name, ".START") {
+			first = s.First
+		}
+	}
+	return first, nil
+}
+
+// event is one record with what the replay knows about it.
+type event struct {
+	Pos  wal.Position
+	Type byte
+	Rec  state.Record // nil when the body does not decode
+	Err  error        // why it does not decode
+	// IDs are the items the record changes, in record order. IDsKnown is
+	// false when they cannot be told: before the replay has a state, the
+	// items behind a receipt whose lease record was compacted away are not
+	// known, nor are the IDs of a put before the first snapshot-covered one.
+	IDs      []uint64
+	IDsKnown bool
+	// Attempt is the attempt a lease starts (0: not known).
+	Attempt int32
+	// Discarded is set on a lease ending whose next due time is at or after
+	// the item's deadline: the item is dropped, not retried.
+	Discarded bool
+}
+
+// touches reports whether the event changes item id.
+func (ev *event) touches(id uint64) bool {
+	for _, x := range ev.IDs {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// replayer replays a queue directory's log into a state, optionally calling
+// visit for the records in [from, to].
+//
+// The state is exact once it is built from a snapshot (or an empty queue)
+// followed by every record after it. Before that, records the caller asked
+// for that lie before the newest snapshot are annotated from what can be
+// known without the state: the IDs of puts counted back from the next
+// snapshot, the items of leases seen in the log.
+type replayer struct {
+	dir, logDir string
+	from, to    uint64 // visit records with from <= index <= to (to 0: to the end)
+	visit       func(*event) error
+
+	st      *state.State // exact state after index next-1; nil while not known
+	stErr   error        // why st is nil: the state cannot be rebuilt (corruption)
+	base    *snapshot    // the snapshot st was built from (nil: an empty queue, or none yet)
+	pending *snapshot    // while st is nil: the snapshot st becomes at its index
+	next    uint64       // index of the next record to read
+
+	// Without a state: the ID the next put gives (0: not known) and the
+	// items of open leases by receipt.
+	nextID   uint64
+	counted  bool // nextID was counted back from the pending snapshot
+	receipts map[uint64]uint64
+
+	snaps    []snapshot
+	logFirst uint64
+	scan     wal.ScanResult // of the last scan
+	visited  uint64         // index of the last record visited
+	notes    []string       // gaps in what was visited, for the caller to print
+}
+
+func newReplayer(dir string, from, to uint64, visit func(*event) error) *replayer {
+	return &replayer{dir: dir, logDir: filepath.Join(dir, logDirName), from: from, to: to, visit: visit}
+}
+
+// errLogMoved means the log no longer starts where the replay needs it:
+// a compaction truncated records the replay had not read yet.
+type errLogMoved struct{ want, got uint64 }
+
+func (e errLogMoved) Error() string {
+	return fmt.Sprintf("log moved: need index %d, it now starts at %d", e.want, e.got)
+}
+
+// run replays from the start, and from the last position on each later
+// call (for --follow), starting over from a newer snapshot when a
+// compaction truncated records before they were read.
+func (r *replayer) run() error {
+	for restarts := 0; ; restarts++ {
+		if r.snaps == nil {
+			if err := r.start(); err != nil {
+				return err
+			}
+		}
+		err := r.scanLog()
+		var moved errLogMoved
+		if !errors.As(err, &moved) && !errors.Is(err, wal.ErrCompacted) {
+			return err
+		}
+		if restarts == maxRestarts {
+			return fmt.Errorf("the log kept moving under the reader (compaction); %d restarts: %w", restarts, err)
+		}
+		// Visit no record twice: start again after the last one visited.
+		if r.visited >= r.from {
+			r.from = r.visited + 1
+		}
+		r.snaps = nil
+		if err := r.start(); err != nil {
+			return err
+		}
+		if r.visit != nil && r.logFirst > r.from {
+			r.notes = append(r.notes, fmt.Sprintf("records %d..%d were compacted away before they could be read",
+				r.from, r.logFirst-1))
+			r.from = r.logFirst
+		}
+	}
+}
+
+// start picks what to build the state from, the way recovery does.
+func (r *replayer) start() error {
+	for restarts := 0; ; restarts++ {
+		snaps, err := readSnapshots(r.dir)
+		if err != nil {
+			return err
+		}
+		if snaps == nil {
+			snaps = []snapshot{}
+		}
+		first, err := logStart(r.logDir)
+		if err != nil {
+			return err
+		}
+		r.snaps, r.logFirst = snaps, first
+		r.st, r.stErr, r.base, r.pending, r.nextID, r.counted = nil, nil, nil, nil, 0, false
+		r.receipts = make(map[uint64]uint64)
+		if r.choose() {
+			return nil
+		}
+		// No snapshot reaches the log. A compaction may have written a new
+		// snapshot and truncated the log after the snapshots were listed:
+		// look again before calling it corruption.
+		again, err := readSnapshots(r.dir)
+		if err != nil {
+			return err
+		}
+		if sameSnapshots(again, snaps) || restarts == maxRestarts {
+			return nil
+		}
+	}
+}
+
+func sameSnapshots(a, b []snapshot) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].File.Name != b[i].File.Name {
+			return false
+		}
+	}
+	return true
+}
+
+// choose picks the base of the replay. It returns false when no snapshot
+// reaches the log (stErr says so).
+func (r *replayer) choose() bool {
+	startAt := max(r.from, r.logFirst, 1)
+	// Exact from the start: the newest snapshot before startAt that the log
+	// reaches back to, or the empty queue when the log was never truncated.
+	for i := range r.snaps {
+		s := &r.snaps[i]
+		lsn := s.File.LSN
+		if s.St != nil && lsn < startAt && lsn+1 >= r.logFirst && (r.to == 0 || lsn <= r.to) {
+			r.st, r.base, r.next = s.St, s, lsn+1
+			return true
+		}
+	}
+	if r.logFirst <= 1 {
+		r.st, r.next = state.New(), 1
+		return true
+	}
+	// Records before the newest snapshot were asked for: read them without a
+	// state, and take the state from the oldest snapshot at or after startAt.
+	r.next = startAt
+	for i := len(r.snaps) - 1; i >= 0; i-- {
+		s := &r.snaps[i]
+		if s.St != nil && s.File.LSN >= startAt {
+			r.pending = s
+			return true
+		}
+	}
+	r.stErr = r.unreachable()
+	return false
+}
+
+// unreachable describes a log that no verified snapshot reaches.
+func (r *replayer) unreachable() error {
+	var reason string
+	var bad []string
+	for _, s := range r.snaps {
+		if s.St == nil {
+			bad = append(bad, s.File.Name)
+		}
+	}
+	switch {
+	case len(r.snaps) == 0:
+		reason = fmt.Sprintf("the log starts at index %d and there is no snapshot: records 1..%d are missing",
+			r.logFirst, r.logFirst-1)
+	case len(bad) == len(r.snaps):
+		reason = fmt.Sprintf("the log starts at index %d and no snapshot verifies (%s)", r.logFirst, strings.Join(bad, ", "))
+	default:
+		reason = fmt.Sprintf("the log starts at index %d, after every snapshot that verifies: records are missing",
+			r.logFirst)
+	}
+	return &wal.CorruptionError{Dir: r.logDir, File: wal.SegmentName(r.logFirst), Index: r.logFirst, Err: errors.New(reason)}
+}
+
+// scanLog reads the log from r.next.
+func (r *replayer) scanLog() error {
+	if r.to != 0 && r.next > r.to {
+		return nil
+	}
+	if r.pending != nil && !r.counted {
+		if err := r.countPuts(); err != nil {
+			return err
+		}
+		r.counted = true
+	}
+	res, err := wal.Scan(r.logDir, r.next, r.to, r.record)
+	if errors.Is(err, fs.ErrNotExist) && !r.logExists() {
+		return nil // a queue created but never opened far enough to make its log
+	}
+	r.scan = res
+	if err != nil {
+		return err
+	}
+	if r.to == 0 && r.st != nil && r.st.LastLSN() > res.Last && r.stErr == nil {
+		return &wal.CorruptionError{Dir: r.dir, File: r.base.File.Name, Index: r.st.LastLSN(),
+			Err: fmt.Errorf("the snapshot covers index %d but the log ends at %d", r.st.LastLSN(), res.Last)}
+	}
+	if r.to == 0 && r.pending != nil {
+		return &wal.CorruptionError{Dir: r.dir, File: r.pending.File.Name, Index: r.pending.File.LSN,
+			Err: fmt.Errorf("the snapshot covers index %d but the log ends at %d", r.pending.File.LSN, res.Last)}
+	}
+	return nil
+}
+
+func (r *replayer) logExists() bool {
+	_, _, err := wal.ListSegments(r.logDir)
+	return !errors.Is(err, fs.ErrNotExist)
+}
+
+// countPuts counts the items put from r.next up to the pending snapshot, so
+// that the IDs of those puts can be counted back from the snapshot's next
+// ID.
+func (r *replayer) countPuts() error {
+	want := r.next
+	var n uint64
+	_, err := wal.Scan(r.logDir, r.next, r.pending.File.LSN, func(pos wal.Position, rec wal.Record) error {
+		if pos.Index != want {
+			return errLogMoved{want: want, got: pos.Index}
+		}
+		want++
+		if rec.Type == state.TypePut {
+			if p, err := state.Decode(rec.Type, rec.Body); err == nil {
+				n += uint64(len(p.(*state.Put).Items))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		var ce *wal.CorruptionError
+		if errors.As(err, &ce) {
+			return nil // the main scan reports it; the IDs stay unknown
+		}
+		return err
+	}
+	if next := r.pending.St.NextID(); n < next {
+		r.nextID = next - n
+	}
+	return nil
+}
+
+// record handles one record of the scan.
+func (r *replayer) record(pos wal.Position, rec wal.Record) error {
+	if pos.Index != r.next {
+		return errLogMoved{want: r.next, got: pos.Index}
+	}
+	ev := r.annotate(pos, rec)
+	if pos.Index >= r.from && r.visit != nil {
+		if err := r.visit(ev); err != nil {
+			return err
+		}
+		r.visited = pos.Index
+	}
+	r.apply(ev)
+	r.next = pos.Index + 1
+	if r.pending != nil && pos.Index == r.pending.File.LSN {
+		r.st, r.base, r.pending = r.pending.St, r.pending, nil
+	}
+	return nil
+}
+
+// annotate decodes a record and works out the items it changes.
+func (r *replayer) annotate(pos wal.Position, rec wal.Record) *event {
+	ev := &event{Pos: pos, Type: rec.Type}
+	sr, err := state.Decode(rec.Type, rec.Body)
+	if err != nil {
+		ev.Err = err
+		return ev
+	}
+	ev.Rec = sr
+	leased := func(receipt uint64) {
+		if r.st != nil {
+			if it := r.st.Leased(receipt); it != nil {
+				ev.IDs, ev.IDsKnown = []uint64{it.ID}, true
+			}
+			return
+		}
+		if id, ok := r.receipts[receipt]; ok {
+			ev.IDs, ev.IDsKnown = []uint64{id}, true
+		}
+	}
+	switch x := sr.(type) {
+	case *state.Put:
+		first := r.nextID
+		if r.st != nil {
+			first = r.st.NextID()
+		}
+		if first != 0 {
+			for i := range x.Items {
+				ev.IDs = append(ev.IDs, first+uint64(i))
+			}
+			ev.IDsKnown = true
+		}
+	case *state.Lease:
+		ev.IDs, ev.IDsKnown = []uint64{x.ID}, true
+		if r.st != nil {
+			if it := r.st.Item(x.ID); it != nil {
+				ev.Attempt = it.Attempts + 1
+			}
+		}
+	case *state.Extend:
+		leased(x.Receipt)
+	case *state.Ack:
+		leased(x.Receipt)
+	case *state.End:
+		leased(x.Receipt)
+		if r.st != nil && !x.Dead {
+			if it := r.st.Leased(x.Receipt); it != nil && it.Deadline != 0 && x.Due >= it.Deadline {
+				ev.Discarded = true
+			}
+		}
+	case *state.Discard:
+		ev.IDs, ev.IDsKnown = x.IDs, true
+	case *state.Redrive:
+		ev.IDs, ev.IDsKnown = x.IDs, true
+	case *state.Purge:
+		switch {
+		case !x.All:
+			ev.IDs, ev.IDsKnown = x.IDs, true
+		case r.st != nil:
+			for _, it := range r.st.DeadLetters(0) {
+				ev.IDs = append(ev.IDs, it.ID)
+			}
+			ev.IDsKnown = true
+		}
+	}
+	return ev
+}
+
+// apply applies a record to the state, or, without a state, keeps what
+// annotate needs.
+func (r *replayer) apply(ev *event) {
+	switch x := ev.Rec.(type) {
+	case *state.Put:
+		if r.nextID != 0 {
+			r.nextID += uint64(len(x.Items))
+		}
+	case *state.Lease:
+		r.receipts[ev.Pos.Index] = x.ID
+	case *state.Ack:
+		delete(r.receipts, x.Receipt)
+	case *state.End:
+		delete(r.receipts, x.Receipt)
+	}
+	if r.st == nil {
+		return
+	}
+	err := ev.Err
+	if err == nil {
+		err = r.st.Apply(ev.Pos.Index, ev.Rec)
+	}
+	if err != nil {
+		r.stErr = &wal.CorruptionError{Dir: r.logDir, File: ev.Pos.File, Index: ev.Pos.Index,
+			Offset: ev.Pos.Offset, Err: fmt.Errorf("replay %s record: %w", state.TypeName(ev.Type), err)}
+		r.st, r.nextID = nil, 0
+		return
+	}
+	r.nextID = r.st.NextID()
+}
+
+// state returns the exact state the replay reached, or why there is none.
+func (r *replayer) state() (*state.State, error) {
+	if r.st != nil {
+		return r.st, nil
+	}
+	if r.stErr != nil {
+		return nil, r.stErr
+	}
+	return nil, fmt.Errorf("the state at index %d can no longer be rebuilt: the log starts at index %d and no snapshot that verifies covers an index from %d to %d",
+		r.next-1, r.logFirst, r.logFirst-1, r.next-1)
+}
+
+// isCorruption reports whether err is corruption rather than an I/O error.
+func isCorruption(err error) bool { return errors.Is(err, wal.ErrCorrupt) }
+
+// loadState rebuilds the state at index at (0: at the end of the log).
+func loadState(dir string, at uint64) (*state.State, *replayer, error) {
+	from := uint64(math.MaxUint64)
+	if at != 0 {
+		from = at + 1
+	}
+	r := newReplayer(dir, from, at, nil)
+	if err := r.run(); err != nil {
+		return nil, r, err
+	}
+	st, err := r.state()
+	if err != nil && r.stErr == nil && at != 0 {
+		if at+1 < r.logFirst {
+			err = fmt.Errorf("the state at index %d can no longer be rebuilt: the log starts at index %d, the records before were compacted away",
+				at, r.logFirst)
+		} else {
+			err = fmt.Errorf("the state at index %d can no longer be rebuilt: no snapshot that verifies covers an index from %d (where the log starts) to %d",
+				at, r.logFirst-1, at)
+		}
+	}
+	if err != nil {
+		return nil, r, err
+	}
+	if at != 0 && st.LastLSN() != at {
+		return nil, r, fmt.Errorf("index %d is past the end of the log (%d)", at, st.LastLSN())
+	}
+	return st, r, nil
+}
