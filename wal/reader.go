@@ -208,7 +208,11 @@ func lsnMismatch(want, got uint64) error {
 func validEntryAfter(data []byte, bad int) int {
 	for off := bad + 1; off < len(data); off++ {
 		entry, _, err := nextEntry(data, off)
-		if err != nil || len(entry) <= HeaderSize || entry[offVersion] != Version1 {
+		// Cheap tests before the CRC, so that megabytes of garbage do not
+		// cost a CRC at most offsets: the version, a type, and an LSN below
+		// 2^48 (no queue writes that many records).
+		if err != nil || len(entry) <= HeaderSize || entry[offVersion] != Version1 || entry[offType] == 0 ||
+			entry[offLSN] != 0 || entry[offLSN+1] != 0 {
 			continue
 		}
 		if _, err := DecodeRecord(entry); err == nil {
@@ -264,6 +268,10 @@ const maxScanRestarts = 100
 // truncates the same directory: a segment that vanishes under it makes it
 // start over from the current listing, and when records it still needed
 // were truncated away it returns an error wrapping ErrCompacted.
+// When the log already starts after from (it was truncated before the scan
+// began), Scan starts at the first record there is: compare from with
+// ScanResult.First, or with the first Position fn sees, when every record
+// from on is needed.
 // An error returned by fn stops the scan and is returned as is.
 func Scan(dir string, from, to uint64, fn func(Position, Record) error) (ScanResult, error) {
 	s := &scanner{fsys: OSFS(), dir: dir, from: from, to: to, fn: fn}
