@@ -34,9 +34,8 @@ func (t systemTimer) C() <-chan time.Time        { return t.t.C }
 func (t systemTimer) Stop() bool                 { return t.t.Stop() }
 func (t systemTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
 
-// ManualClock is a Clock that moves only when told to. Timers fire, in
-// order of their deadlines, during the Advance or Set call that reaches them.
-// It is safe for concurrent use.
+// ManualClock is a Clock that moves only when told to. Timers fire during
+// the Advance call that reaches them. It is safe for concurrent use.
 type ManualClock struct {
 	mu     sync.Mutex
 	now    time.Time
@@ -55,23 +54,21 @@ func (c *ManualClock) Now() time.Time {
 	return c.now
 }
 
-// Advance moves the clock forward by d and fires the timers it passes.
+// Advance moves the clock forward by d and fires the timers it passes
+// (in no particular order).
 func (c *ManualClock) Advance(d time.Duration) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
-	now := c.now
-	var due []*manualTimer
+	// Fire under the lock (the sends never block), so a timer stopped
+	// after Advance returns cannot fire late.
 	for t := range c.timers {
-		if !t.at.After(now) {
-			due = append(due, t)
+		if !t.at.After(c.now) {
 			delete(c.timers, t)
-		}
-	}
-	c.mu.Unlock()
-	for _, t := range due {
-		select {
-		case t.ch <- now:
-		default:
+			select {
+			case t.ch <- c.now:
+			default:
+			}
 		}
 	}
 }
@@ -117,13 +114,12 @@ func (t *manualTimer) Reset(d time.Duration) bool {
 	} else {
 		t.clock.timers[t] = struct{}{}
 	}
-	now := t.clock.now
-	t.clock.mu.Unlock()
 	if fire {
 		select {
-		case t.ch <- now:
+		case t.ch <- t.clock.now:
 		default:
 		}
 	}
+	t.clock.mu.Unlock()
 	return armed
 }

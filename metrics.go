@@ -102,18 +102,32 @@ type Stats struct {
 	OldestReady    time.Duration
 	DelayedPastDue time.Duration
 
-	Fsync         Histogram // seconds per fsync of the log
-	CommitBatch   Histogram // records per group commit
-	LogBytes      int64     // size of the log segments
-	LogSegments   int
-	LastLSN       uint64 // last record appended
-	DurableLSN    uint64 // last record durable under the sync policy
-	SnapshotLSN   uint64
-	LiveBytes     int64 // what a snapshot of the state would take, approximately
-	Compactions   uint64
-	LastCompacted time.Time
-	LastCompactIn time.Duration
-	Recovery      RecoveryStats
+	Fsync       Histogram // seconds per fsync of the log
+	CommitBatch Histogram // records per group commit
+	LogBytes    int64     // size of the log segments
+	LogSegments int
+	LastLSN     uint64 // last record appended
+	DurableLSN  uint64 // last record durable under the sync policy
+	SnapshotLSN uint64
+	LiveBytes   int64 // what a snapshot of the state would take, approximately
+	Compactions uint64
+	// CompactionsFailed counts compactions that returned an error (the log
+	// is kept whole; the next one starts once the log has doubled).
+	CompactionsFailed uint64
+	LastCompacted     time.Time
+	LastCompactIn     time.Duration
+	Recovery          RecoveryStats
+	Work              WorkStats // summed over every Work call on the queue
+}
+
+// WorkStats counts what Work's handlers did.
+type WorkStats struct {
+	HandlerErrors    uint64 // handler calls that returned an error (panics apart)
+	Panics           uint64
+	Timeouts         uint64 // handler contexts cancelled at WorkOptions.Timeout
+	Abandoned        uint64 // handlers that ignored their cancelled context past the grace
+	AbandonedRunning int64  // abandoned handlers that have not returned yet
+	LeasesLost       uint64 // heartbeats that found the lease gone
 }
 
 // Stats reports the queue's gauges and counters.
@@ -136,18 +150,27 @@ func (q *Queue) Stats() Stats {
 		Items: g.Items, Bytes: g.Bytes, Keys: g.Keys,
 		Put: c.Put, Delivered: c.Delivered, Acked: c.Acked, Nacked: c.Nacked, Redelivered: c.Expired,
 		DeadLettered: c.DeadLettered, Discarded: c.Discarded, Redriven: c.Redriven, Purged: c.Purged,
-		LateAcks:      q.lateAcks.Load(),
-		Fsync:         q.metrics.fsync.snapshot(),
-		CommitBatch:   q.metrics.batch.snapshot(),
-		LogBytes:      logBytes,
-		LogSegments:   len(segs),
-		LastLSN:       last,
-		DurableLSN:    q.log.DurableLSN(),
-		SnapshotLSN:   snapLSN,
-		LiveBytes:     live,
-		Compactions:   q.metrics.compactions.Load(),
-		LastCompactIn: time.Duration(q.metrics.lastCompactDur.Load()),
-		Recovery:      q.recovery,
+		LateAcks:          q.lateAcks.Load(),
+		Fsync:             q.metrics.fsync.snapshot(),
+		CommitBatch:       q.metrics.batch.snapshot(),
+		LogBytes:          logBytes,
+		LogSegments:       len(segs),
+		LastLSN:           last,
+		DurableLSN:        q.log.DurableLSN(),
+		SnapshotLSN:       snapLSN,
+		LiveBytes:         live,
+		Compactions:       q.metrics.compactions.Load(),
+		CompactionsFailed: q.metrics.compactFailed.Load(),
+		LastCompactIn:     time.Duration(q.metrics.lastCompactDur.Load()),
+		Recovery:          q.recovery,
+		Work: WorkStats{
+			HandlerErrors:    q.work.handlerErrors.Load(),
+			Panics:           q.work.panics.Load(),
+			Timeouts:         q.work.timeouts.Load(),
+			Abandoned:        q.work.abandoned.Load(),
+			AbandonedRunning: q.work.abandonedRunning.Load(),
+			LeasesLost:       q.work.leaseLost.Load(),
+		},
 	}
 	if g.OldestReadyDue != 0 && now > g.OldestReadyDue {
 		st.OldestReady = time.Duration(now - g.OldestReadyDue)

@@ -489,21 +489,24 @@ func (q *Queue) Extend(r Receipt, d time.Duration) error {
 		return fmt.Errorf("%w: extend by %v: must be positive", ErrInvalid, d)
 	}
 	q.mu.Lock()
-	if err := q.usableLocked(); err != nil {
-		q.mu.Unlock()
-		return err
-	}
-	now := q.nowLocked()
-	if _, err := q.openLeaseLocked(r, now, "extend"); err != nil {
-		q.mu.Unlock()
-		return err
-	}
-	_, commit, err := q.appendLocked(&state.Extend{Time: now, Receipt: uint64(r), LeaseEnd: now + int64(d)})
+	commit, err := q.extendLocked(r, d)
 	q.mu.Unlock()
 	if err != nil {
 		return err
 	}
 	return waitDurable(commit)
+}
+
+func (q *Queue) extendLocked(r Receipt, d time.Duration) (*wal.Commit, error) {
+	if err := q.usableLocked(); err != nil {
+		return nil, err
+	}
+	now := q.nowLocked()
+	if _, err := q.openLeaseLocked(r, now, "extend"); err != nil {
+		return nil, err
+	}
+	_, commit, err := q.appendLocked(&state.Extend{Time: now, Receipt: uint64(r), LeaseEnd: now + int64(d)})
+	return commit, err
 }
 
 // Ack ends a lease in success: the item is gone for good. It returns
@@ -720,7 +723,7 @@ func (q *Queue) timerLoop() {
 		q.mu.Lock()
 		at := q.nextWakeLocked()
 		q.timerAt = at
-		wait := time.Duration(at - q.nowLocked())
+		skew := q.skew
 		q.mu.Unlock()
 		timer.Stop()
 		select {
@@ -728,13 +731,29 @@ func (q *Queue) timerLoop() {
 		default:
 		}
 		if at != math.MaxInt64 {
-			timer.Reset(wait)
+			q.armTimer(timer, at-skew)
 		}
 		select {
 		case <-timer.C():
 			q.tick()
 		case <-q.kick:
 		case <-q.done:
+			return
+		}
+	}
+}
+
+// armTimer sets timer to fire when the clock reaches at. A Timer counts its
+// duration from the clock's reading when it is armed, so the duration is
+// measured right before arming, and measured again if the clock jumped by a
+// millisecond or more meanwhile: a ManualClock advanced by a test between
+// the reading and the arming would otherwise leave the timer late by the
+// jump. A real clock moves by microseconds, so it arms once.
+func (q *Queue) armTimer(timer Timer, at int64) {
+	for {
+		read := q.clock.Now().UnixNano()
+		timer.Reset(time.Duration(at - read))
+		if q.clock.Now().UnixNano()-read < int64(time.Millisecond) {
 			return
 		}
 	}

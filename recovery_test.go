@@ -428,6 +428,9 @@ func TestAutoCompaction(t *testing.T) {
 	if st := q.Stats(); st.Compactions == 0 || st.SnapshotLSN == 0 {
 		t.Fatalf("stats %+v", st)
 	}
+	// Close waits for a compaction in flight, which may be between writing
+	// its snapshot and removing the older one.
+	q.Close()
 	if snaps := snapshots(t, dir); len(snaps) != 1 {
 		t.Fatalf("%d snapshots after compaction, want 1", len(snaps))
 	}

@@ -21,8 +21,8 @@ type WorkOptions struct {
 	// heartbeat, until Work stops.
 	Timeout time.Duration
 	// HeartbeatEvery is how often a running handler's lease is extended by
-	// Options.Visibility; it must be shorter than Options.Visibility
-	// [Options.Visibility/3].
+	// Options.Visibility, counted from the start of the lease; it must be
+	// shorter than Options.Visibility [Options.Visibility/3].
 	HeartbeatEvery time.Duration
 	// Grace is how long a handler whose context Work cancelled (timeout,
 	// lost lease, drain timeout) may take to return before Work abandons it:
@@ -117,7 +117,9 @@ type workStats struct {
 //     context.Cause says why it was cancelled;
 //   - extends the lease every WorkOptions.HeartbeatEvery while the handler
 //     runs, so slow work is never handed to a second worker; a heartbeat
-//     that finds the lease lost (ErrLeaseLost: the item was redelivered or
+//     does not wait for its record's fsync (a lease open at a crash ends
+//     at recovery whatever its end), so a slow disk cannot make it late. A
+//     heartbeat that finds the lease lost (the item was redelivered or
 //     dead-lettered) cancels the handler at once and its result is dropped;
 //   - acks on a nil error, dead-letters on an error made with Permanent, and
 //     nacks on any other error and on a panic (the cause then holds the
@@ -297,7 +299,10 @@ func (w *workRun) run(m Message) result {
 		defer t.Stop()
 		timeout = t.C()
 	}
-	beat := q.clock.NewTimer(w.opts.HeartbeatEvery)
+	// The first beat counts from the start of the lease, not from now: Get
+	// or the previous ack may have waited long for an fsync.
+	leaseStart := m.LeaseEnd.Add(-q.opts.Visibility)
+	beat := q.clock.NewTimer(w.opts.HeartbeatEvery - q.clock.Now().Sub(leaseStart))
 	defer beat.Stop()
 	heartbeat := beat.C()
 	stop := w.stop
@@ -329,8 +334,8 @@ func (w *workRun) run(m Message) result {
 		case res.err = <-h.done:
 			return res
 		case <-heartbeat:
-			beat.Reset(w.opts.HeartbeatEvery) // a beat every period, however long Extend takes
-			err := q.Extend(m.Receipt, q.opts.Visibility)
+			beat.Reset(w.opts.HeartbeatEvery)
+			err := q.heartbeat(m.Receipt, q.opts.Visibility)
 			switch {
 			case err == nil:
 			case errors.Is(err, ErrLeaseLost):
@@ -464,6 +469,20 @@ func (q *Queue) ackAndLease(r Receipt) (next Message, ok bool, ackErr, err error
 		}
 	}
 	return next, ok, ackErr, nil
+}
+
+// heartbeat is Extend without the wait for durability. Recovery ends every
+// lease open at a crash, whatever its end, so an extension's durability
+// buys nothing; the in-memory lease is what keeps the timer loop from
+// taking the item back. A heartbeat that waited for its fsync would stall
+// with the disk: an fsync slower than the visibility would let leases run
+// out under live handlers. The record still goes into the log, before any
+// ack or nack that relies on it, so replay agrees.
+func (q *Queue) heartbeat(r Receipt, d time.Duration) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	_, err := q.extendLocked(r, d)
+	return err
 }
 
 // itemContext is a handler's context: cancelled by Work with a cause, and

@@ -1,0 +1,239 @@
+package walq
+
+import (
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// busyQueue runs a known sequence of operations that gives each counter of
+// Stats, and each item state, a different value, so that a collector
+// reading the wrong field shows.
+func busyQueue(t *testing.T) (*Queue, *ManualClock) {
+	t.Helper()
+	q, clock, _ := testQueue(t, Options{MaxAttempts: 10, Visibility: 10 * time.Second, KeyWindow: time.Hour})
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 6 acked, then 5 late acks with their old receipts.
+	var receipts []Receipt
+	for range 6 {
+		mustPut(t, q, "acked")
+		m := mustTryGet(t, q)
+		must(q.Ack(m.Receipt))
+		receipts = append(receipts, m.Receipt)
+	}
+	for _, r := range receipts[:5] {
+		if err := q.Ack(r); !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("late ack: %v", err)
+		}
+	}
+	// 7 nacks of one item, each followed by its 1s backoff.
+	mustPut(t, q, "nacked")
+	for range 7 {
+		must(q.Nack(mustTryGet(t, q).Receipt, errors.New("try later")))
+		advance(t, q, clock, time.Second)
+	}
+	// 8 dead-lettered; 1 of them redriven, 3 purged.
+	var dead []uint64
+	for range 8 {
+		dead = append(dead, mustPut(t, q, "dead"))
+	}
+	for range 9 { // the nacked item is first in line; its lease will run out
+		m := mustTryGet(t, q)
+		if string(m.Body) == "dead" {
+			must(q.DeadLetter(m.Receipt, errors.New("never")))
+		}
+	}
+	must(q.Redrive(dead[0]))
+	must(q.PurgeDeadLetters(dead[2:5]...))
+	// 4 discarded at their deadline, 1 more lease run out, 1 delayed for an
+	// hour; a key held.
+	for range 4 {
+		mustPut(t, q, "discarded", WithDeadline(clock.Now().Add(30*time.Second)))
+	}
+	mustPut(t, q, "expires", WithKey("k"), WithPriority(-1))
+	mustTryGet(t, q)
+	mustPut(t, q, "delayed", WithDelay(time.Hour))
+	advance(t, q, clock, 30*time.Second) // both leases and the deadlines pass
+	// No consumer for 5s more: the redriven item waits, ready, and the
+	// expired ones (back after a 1s backoff) are 4s past their due time.
+	advance(t, q, clock, 5*time.Second)
+	must(q.Compact())
+	q.work.handlerErrors.Add(1)
+	q.work.panics.Add(2)
+	q.work.timeouts.Add(3)
+	q.work.abandoned.Add(4)
+	q.work.abandonedRunning.Add(5)
+	q.work.leaseLost.Add(6)
+	return q, clock
+}
+
+func TestCollectorLintsClean(t *testing.T) {
+	q, _ := busyQueue(t)
+	c := NewCollector(q, "jobs")
+	problems, err := testutil.CollectAndLint(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+
+	// Two queues on one pedantic registry: consistent descriptions, no
+	// clash between their series.
+	other, _, _ := testQueue(t, Options{})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c, NewCollector(other, "mail"))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("pedantic gather: %v", err)
+	}
+	for _, f := range families {
+		if got := len(f.GetMetric()); got != 2 && f.GetName() != "walq_items" {
+			t.Errorf("%s: %d series, want one per queue", f.GetName(), got)
+		}
+	}
+}
+
+func TestCollectorMatchesStats(t *testing.T) {
+	q, _ := busyQueue(t)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(q, "jobs"))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := q.Stats() // nothing runs meanwhile: the scrape saw the same figures
+
+	// The known sequence, as Stats reports it.
+	if st.Put != 21 || st.Delivered != 23 || st.Acked != 6 || st.Nacked != 7 || st.Redelivered != 2 ||
+		st.DeadLettered != 8 || st.Discarded != 4 || st.Redriven != 1 || st.Purged != 3 || st.LateAcks != 5 ||
+		st.Ready != 1 || st.Delayed != 3 || st.Leased != 0 || st.Dead != 4 || st.Keys != 1 ||
+		st.Bytes != 40 || st.OldestReady != 35*time.Second || st.DelayedPastDue != 4*time.Second ||
+		st.Compactions != 1 || st.Fsync.Count == 0 || st.CommitBatch.Count == 0 {
+		t.Fatalf("the sequence left %+v", st)
+	}
+
+	want := map[string]float64{
+		`walq_items{state="ready"}`:              float64(st.Ready),
+		`walq_items{state="delayed"}`:            float64(st.Delayed),
+		`walq_items{state="leased"}`:             float64(st.Leased),
+		`walq_items{state="dead"}`:               float64(st.Dead),
+		"walq_stored_bytes":                      float64(st.Bytes),
+		"walq_keys":                              float64(st.Keys),
+		"walq_put_total":                         float64(st.Put),
+		"walq_delivered_total":                   float64(st.Delivered),
+		"walq_acked_total":                       float64(st.Acked),
+		"walq_nacked_total":                      float64(st.Nacked),
+		"walq_leases_expired_total":              float64(st.Redelivered),
+		"walq_dead_lettered_total":               float64(st.DeadLettered),
+		"walq_discarded_total":                   float64(st.Discarded),
+		"walq_redriven_total":                    float64(st.Redriven),
+		"walq_purged_total":                      float64(st.Purged),
+		"walq_late_acks_total":                   float64(st.LateAcks),
+		"walq_oldest_ready_age_seconds":          st.OldestReady.Seconds(),
+		"walq_delayed_past_due_seconds":          st.DelayedPastDue.Seconds(),
+		"walq_log_bytes":                         float64(st.LogBytes),
+		"walq_log_segments":                      float64(st.LogSegments),
+		"walq_live_bytes":                        float64(st.LiveBytes),
+		"walq_compactions_total":                 float64(st.Compactions),
+		"walq_compactions_failed_total":          float64(st.CompactionsFailed),
+		"walq_last_compaction_timestamp_seconds": float64(st.LastCompacted.UnixNano()) / 1e9,
+		"walq_last_compaction_duration_seconds":  st.LastCompactIn.Seconds(),
+		"walq_recovery_duration_seconds":         st.Recovery.Duration.Seconds(),
+		"walq_work_handler_errors_total":         1,
+		"walq_work_handler_panics_total":         2,
+		"walq_work_handler_timeouts_total":       3,
+		"walq_work_handlers_abandoned_total":     4,
+		"walq_work_abandoned_handlers_running":   5,
+		"walq_work_leases_lost_total":            6,
+		"walq_fsync_duration_seconds_count":      float64(st.Fsync.Count),
+		"walq_fsync_duration_seconds_sum":        st.Fsync.Sum,
+		"walq_commit_batch_records_count":        float64(st.CommitBatch.Count),
+		"walq_commit_batch_records_sum":          st.CommitBatch.Sum,
+	}
+	for name, h := range map[string]Histogram{"walq_fsync_duration_seconds": st.Fsync, "walq_commit_batch_records": st.CommitBatch} {
+		for i, bound := range h.Bounds {
+			want[name+`_bucket{le="`+formatBound(bound)+`"}`] = float64(h.Counts[i])
+		}
+	}
+	got := scraped(t, families)
+	for name, w := range want {
+		g, ok := got[name]
+		if !ok {
+			t.Errorf("%s not scraped", name)
+		} else if g != w {
+			t.Errorf("%s = %v, Stats says %v", name, g, w)
+		}
+	}
+	var extra []string
+	for name := range got {
+		if _, ok := want[name]; !ok {
+			extra = append(extra, name)
+		}
+	}
+	sort.Strings(extra)
+	if len(extra) > 0 {
+		t.Errorf("scraped but not checked against Stats: %v", extra)
+	}
+}
+
+// scraped flattens gathered families into name{labels} -> value, with
+// histograms as _count, _sum and _bucket{le} series. It checks that every
+// series carries queue="jobs" and leaves that label out of the key.
+func scraped(t *testing.T, families []*dto.MetricFamily) map[string]float64 {
+	t.Helper()
+	out := make(map[string]float64)
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			queue := ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "queue" {
+					queue = l.GetValue()
+					continue
+				}
+				labels = append(labels, l.GetName()+`="`+l.GetValue()+`"`)
+			}
+			if queue != "jobs" {
+				t.Errorf("%s: queue label %q", f.GetName(), queue)
+			}
+			key := func(name string, extra ...string) string {
+				all := append(append([]string(nil), labels...), extra...)
+				if len(all) == 0 {
+					return name
+				}
+				return name + "{" + strings.Join(all, ",") + "}"
+			}
+			switch f.GetType() {
+			case dto.MetricType_GAUGE:
+				out[key(f.GetName())] = m.GetGauge().GetValue()
+			case dto.MetricType_COUNTER:
+				out[key(f.GetName())] = m.GetCounter().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				h := m.GetHistogram()
+				out[key(f.GetName()+"_count")] = float64(h.GetSampleCount())
+				out[key(f.GetName()+"_sum")] = h.GetSampleSum()
+				for _, b := range h.GetBucket() {
+					out[key(f.GetName()+"_bucket", `le="`+formatBound(b.GetUpperBound())+`"`)] = float64(b.GetCumulativeCount())
+				}
+			default:
+				t.Errorf("%s: unexpected type %v", f.GetName(), f.GetType())
+			}
+		}
+	}
+	return out
+}
+
+func formatBound(b float64) string { return strconv.FormatFloat(b, 'g', -1, 64) }
