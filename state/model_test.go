@@ -392,6 +392,19 @@ func drawSubset(t *rapid.T, from []uint64, label string) []uint64 {
 
 func drawBackoff(t *rapid.T) int64 { return rapid.Int64Range(0, 60).Draw(t, "backoff") }
 
+// drawDue draws when an item whose lease ends now is due again: after a
+// backoff, or right at or just before its deadline, where the item is
+// discarded or not.
+func drawDue(t *rapid.T, m *model, it *mItem) int64 {
+	dues := []int64{m.now + drawBackoff(t)}
+	for _, due := range []int64{it.deadline - 1, it.deadline} {
+		if it.deadline != 0 && due >= m.now {
+			dues = append(dues, due)
+		}
+	}
+	return rapid.SampledFrom(dues).Draw(t, "due")
+}
+
 func drawCause(t *rapid.T) string {
 	return rapid.SampledFrom([]string{"", "boom", "timeout"}).Draw(t, "cause")
 }
@@ -475,6 +488,11 @@ func (mc *machine) getOne(t *rapid.T) {
 	if (want == nil) != (got == nil) || (want != nil && want.id != got.ID) {
 		t.Fatalf("NextReady at %d = %s, model: %s", m.now, describe(got), describeModel(want))
 	}
+	early := m.filter(func(it *mItem) bool { return it.status == mWaiting && it.due > m.now })
+	if len(early) > 0 && rapid.Bool().Draw(t, "try a delayed item") {
+		it := slices.MinFunc(early, func(a, b *mItem) int { return cmp.Compare(a.due, b.due) })
+		mc.mustReject(t, m.lsn+1, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: it.due + 10}, "lease before due")
+	}
 	if want == nil {
 		return
 	}
@@ -487,8 +505,12 @@ func (mc *machine) getOne(t *rapid.T) {
 	m.lease(want, lsn, rec.LeaseEnd)
 }
 
+// Extend moves a lease's end, often past or before another lease's end.
 func (mc *machine) Extend(t *rapid.T) {
 	m := mc.m
+	if rapid.Bool().Draw(t, "another worker") {
+		mc.getOne(t)
+	}
 	it := mc.runningLease(t)
 	if it == nil {
 		return
@@ -516,7 +538,7 @@ func (mc *machine) Nack(t *rapid.T) {
 		return
 	}
 	rec := &state.End{Kind: state.TypeNack, Time: m.now, Receipt: it.receipt, Cause: drawCause(t),
-		Due: m.now + drawBackoff(t), Dead: rapid.IntRange(0, 3).Draw(t, "out of attempts") == 0}
+		Due: drawDue(t, m, it), Dead: rapid.IntRange(0, 3).Draw(t, "out of attempts") == 0}
 	lsn := mc.apply(t, rec)
 	m.end(rec.Kind, it, lsn, rec.Cause, rec.Due, rec.Dead)
 }
@@ -551,7 +573,7 @@ func (mc *machine) ExpireByTime(t *rapid.T) {
 	}
 	for _, it := range want {
 		rec := &state.End{Kind: state.TypeExpire, Time: m.now, Receipt: it.receipt, Cause: "lease expired",
-			Due: m.now + drawBackoff(t), Dead: rapid.IntRange(0, 3).Draw(t, "out of attempts") == 0}
+			Due: drawDue(t, m, it), Dead: rapid.IntRange(0, 3).Draw(t, "out of attempts") == 0}
 		lsn := mc.apply(t, rec)
 		m.end(rec.Kind, it, lsn, rec.Cause, rec.Due, rec.Dead)
 	}
@@ -568,7 +590,7 @@ func (mc *machine) ExpireAll(t *rapid.T) {
 	}
 	for _, it := range want {
 		rec := &state.End{Kind: state.TypeExpire, Time: m.now, Receipt: it.receipt, Cause: "lease open at recovery",
-			Due: m.now + drawBackoff(t), Dead: rapid.IntRange(0, 3).Draw(t, "out of attempts") == 0}
+			Due: drawDue(t, m, it), Dead: rapid.IntRange(0, 3).Draw(t, "out of attempts") == 0}
 		lsn := mc.apply(t, rec)
 		m.end(rec.Kind, it, lsn, rec.Cause, rec.Due, rec.Dead)
 	}
@@ -637,12 +659,12 @@ func (mc *machine) Advance(t *rapid.T) {
 	for _, it := range m.items {
 		switch {
 		case it.status == mWaiting:
-			targets = append(targets, it.due)
+			targets = append(targets, it.due-1, it.due)
 			if it.deadline != 0 {
-				targets = append(targets, it.deadline)
+				targets = append(targets, it.deadline-1, it.deadline)
 			}
 		case it.status == mLeased:
-			targets = append(targets, it.leaseEnd)
+			targets = append(targets, it.leaseEnd-1, it.leaseEnd)
 		case !it.status.stored() && it.key != "":
 			targets = append(targets, it.removedAt+keyWindow-1, it.removedAt+keyWindow)
 		}
@@ -838,6 +860,9 @@ var invalidCases = []invalidCase{
 	{"lease before due", "", has(func(m *model, it *mItem) bool { return it.status == mWaiting && it.due > m.now }),
 		func(t *rapid.T, m *model) (uint64, state.Record) {
 			it := draw(t, m, func(m *model, it *mItem) bool { return it.status == mWaiting && it.due > m.now }, "delayed")
+			if rapid.Bool().Draw(t, "just before") {
+				m.now = it.due - 1
+			}
 			return m.lsn + 1, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now + 10}
 		}},
 	{"lease at or after deadline", "", has(func(m *model, it *mItem) bool { return m.passed(it) && it.due <= m.now }),

@@ -192,7 +192,8 @@ func (s *State) NextDeadline() (int64, bool) {
 }
 
 // ExpiredLeases returns up to max open leases whose end is at or before now,
-// earliest first.
+// sorted by lease end (not necessarily the earliest max of them: callers
+// loop until none is left).
 func (s *State) ExpiredLeases(now int64, max int) []*Item {
 	var out []*Item
 	s.walkHeap(&s.leaseHeap, func(it *Item) bool { return it.LeaseEnd <= now }, max, &out)
@@ -200,7 +201,7 @@ func (s *State) ExpiredLeases(now int64, max int) []*Item {
 }
 
 // PassedDeadlines returns up to max waiting items whose deadline is at or
-// before now.
+// before now (callers loop until none is left).
 func (s *State) PassedDeadlines(now int64, max int) []*Item {
 	var out []*Item
 	s.walkHeap(&s.deadlines, func(it *Item) bool { return it.Deadline <= now }, max, &out)
