@@ -154,6 +154,10 @@ func (q *Queue) appendLocked(rec state.Record) (uint64, *wal.Commit, error) {
 		q.opts.Logger.Error("walq: queue failed", "err", q.broken)
 		return 0, nil, q.broken
 	}
+	// Any record can bring the next lease end, deadline or due time closer
+	// (an Extend that shortens a lease, a Nack or Redrive that puts an item
+	// with a deadline back to waiting): the timer must not sleep past it.
+	q.kickLocked(q.nextWakeLocked())
 	q.logBytes += int64(len(q.encBuf) + wal.HeaderSize + 3)
 	if !q.opts.DisableAutoCompact && q.logBytes >= q.opts.CompactMinBytes && q.logBytes >= q.compactAfter &&
 		float64(q.logBytes) > q.opts.CompactRatio*float64(q.liveBytesLocked()) {
