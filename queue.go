@@ -249,7 +249,7 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 	ids := make([]uint64, len(items))
 	var errs []error
 	accepted := recItems[:0]
-	inBatch := make(map[string]int) // key -> index of the first item with it
+	var inBatch map[string]int // key -> index of the first item with it (only for batches with keys)
 	var bytes int64
 	for i := range items {
 		it := &items[i]
@@ -273,6 +273,9 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 				ids[i] = uint64(first) // resolved to the first item's ID below
 				errs = setErr(errs, len(items), i, nil)
 				continue
+			}
+			if inBatch == nil {
+				inBatch = make(map[string]int)
 			}
 			inBatch[n.Key] = i
 		}
