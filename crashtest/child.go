@@ -1,0 +1,268 @@
+package crashtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/walq/walq"
+)
+
+// childEnv carries the child's configuration, as JSON. Its presence is what
+// makes a process the child.
+const childEnv = "WALQ_CRASHTEST_CHILD"
+
+// childConfig is what the parent tells one child.
+type childConfig struct {
+	Dir         string // the queue directory
+	Report      string // the report file
+	Seed        uint64
+	Cycle       int
+	Sync        string
+	SegmentSize int64
+	Mix         Mix
+}
+
+// IsChild reports whether this process was started by the harness as its
+// child.
+func IsChild() bool { return os.Getenv(childEnv) != "" }
+
+// ChildMain runs the child workload until the parent kills it, and returns
+// an exit code only on failure. Call it first thing from main or TestMain
+// when IsChild.
+func ChildMain() int {
+	var cfg childConfig
+	if err := json.Unmarshal([]byte(os.Getenv(childEnv)), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "crashtest child: bad %s: %v\n", childEnv, err)
+		return 2
+	}
+	return runChild(cfg)
+}
+
+type child struct {
+	cfg  childConfig
+	mix  Mix
+	q    *walq.Queue
+	rep  *reportWriter
+	seq  atomic.Uint64 // call numbers
+	toks atomic.Uint64 // item numbers within the cycle
+}
+
+func runChild(cfg childConfig) int {
+	rep, err := openReport(cfg.Report)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "crashtest child: %v\n", err)
+		return 2
+	}
+	sync, _, err := parseSync(cfg.Sync)
+	if err != nil {
+		rep.line("X %v", err)
+		return 2
+	}
+	q, err := walq.Open(cfg.Dir, queueOptions(sync, cfg.SegmentSize))
+	if err != nil {
+		rep.line("X open: %s", oneLine(err))
+		return 3
+	}
+	c := &child{cfg: cfg, mix: cfg.Mix, q: q, rep: rep}
+	rep.line("R %d %d", time.Now().UnixNano(), q.Stats().DurableLSN)
+	fmt.Println("ready") // the parent times some kills from here
+
+	worker := func(i uint64, fn func(*rand.Rand)) {
+		rng := rand.New(rand.NewPCG(cfg.Seed, i))
+		for {
+			fn(rng)
+		}
+	}
+	for i := range c.mix.Producers {
+		go worker(uint64(100+i), c.produce)
+	}
+	for i := range c.mix.Consumers {
+		go worker(uint64(200+i), c.consume)
+	}
+	if c.mix.Compact > 0 {
+		go worker(300, c.compact)
+	}
+	if c.mix.Redrive > 0 {
+		go worker(400, c.sweepDead)
+	}
+	select {} // until SIGKILL
+}
+
+// fatal reports an error the workload never expects and ends the child:
+// the parent counts it as a violation.
+func (c *child) fatal(what string, err error) {
+	c.rep.line("X %s: %s", what, oneLine(err))
+	os.Exit(3)
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " | ") }
+
+func (c *child) intent(format string, args ...any) uint64 {
+	n := c.seq.Add(1)
+	c.rep.line("I %d "+format, append([]any{n}, args...)...)
+	return n
+}
+
+// done reports call n as returned; dlsn is read after the call returned.
+func (c *child) done(n uint64, result string) {
+	c.rep.line("D %d %d %d %s", n, time.Now().UnixNano(), c.q.Stats().DurableLSN, result)
+}
+
+func (c *child) failed(n uint64, reason string) { c.rep.line("E %d %s", n, reason) }
+
+func pct(rng *rand.Rand, p int) bool { return rng.IntN(100) < p }
+
+func (c *child) produce(rng *rand.Rand) {
+	if st := c.q.Stats(); st.Items > 400 {
+		time.Sleep(5 * time.Millisecond) // consumers are behind: let them catch up
+		return
+	}
+	n := 1
+	if pct(rng, c.mix.Batch) {
+		n = 2 + rng.IntN(3)
+	}
+	now := time.Now()
+	items := make([]walq.Item, n)
+	descs := make([]string, n)
+	for i := range items {
+		tok := fmt.Sprintf("c%d.%d", c.cfg.Cycle, c.toks.Add(1))
+		it := walq.Item{Body: bodyOf(tok), Priority: rng.IntN(4)}
+		if pct(rng, c.mix.Delay) {
+			it.Delay = time.Duration(1+rng.Int64N(int64(maxDelay/time.Millisecond))) * time.Millisecond
+		}
+		deadline := int64(0)
+		if pct(rng, c.mix.Deadline) {
+			it.Deadline = now.Add(it.Delay + 300*time.Millisecond + randDuration(rng, 1200*time.Millisecond))
+			deadline = it.Deadline.UnixNano()
+		}
+		key := "-"
+		if pct(rng, c.mix.Key) {
+			it.Key = "k" + strconv.Itoa(rng.IntN(40))
+			key = it.Key
+		}
+		items[i] = it
+		descs[i] = fmt.Sprintf("%s/%d/%d/%s", tok, deadline, it.Priority, key)
+	}
+	ctx := context.Background()
+	var ids []uint64
+	var err error
+	var call uint64
+	if n == 1 {
+		call = c.intent("put %s", descs[0])
+		var id uint64
+		id, err = c.q.Put(ctx, items[0].Body, walq.WithDelay(items[0].Delay), walq.WithDeadline(items[0].Deadline),
+			walq.WithPriority(items[0].Priority), walq.WithKey(items[0].Key))
+		ids = []uint64{id}
+		if errors.Is(err, walq.ErrDuplicate) {
+			c.done(call, "d"+strconv.FormatUint(id, 10))
+			return
+		}
+	} else {
+		call = c.intent("putb %s", strings.Join(descs, ","))
+		ids, err = c.q.PutBatch(ctx, items)
+	}
+	var be *walq.BatchError
+	if err != nil && !errors.As(err, &be) {
+		c.fatal("put", err)
+	}
+	results := make([]string, len(ids))
+	for i, id := range ids {
+		results[i] = strconv.FormatUint(id, 10)
+		if be != nil && be.Errors[i] != nil {
+			if !errors.Is(be.Errors[i], walq.ErrDuplicate) {
+				c.fatal("putbatch item", be.Errors[i])
+			}
+			results[i] = "d" + results[i]
+		}
+	}
+	c.done(call, strings.Join(results, ","))
+}
+
+func (c *child) consume(rng *rand.Rand) {
+	call := c.intent("get")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	m, err := c.q.Get(ctx)
+	cancel()
+	if errors.Is(err, context.DeadlineExceeded) {
+		c.failed(call, "timeout")
+		return
+	}
+	if err != nil {
+		c.fatal("get", err)
+	}
+	tok := tokenOf(m.Body)
+	c.done(call, fmt.Sprintf("%s %d %d %d", tok, m.Receipt, m.Attempt, m.Deliveries))
+	if tok == "" {
+		c.fatal("get", fmt.Errorf("item %d has a body the workload never put: %q", m.ID, m.Body))
+	}
+	time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond) // the work
+	if pct(rng, c.mix.Extend) {
+		c.leaseCall("extend", tok, m.Receipt, func() error { return c.q.Extend(m.Receipt, visibility) })
+	}
+	switch r := rng.IntN(100); {
+	case r < c.mix.Ack:
+		c.leaseCall("ack", tok, m.Receipt, func() error { return c.q.Ack(m.Receipt) })
+	case r < c.mix.Ack+c.mix.Nack:
+		c.leaseCall("nack", tok, m.Receipt, func() error { return c.q.Nack(m.Receipt, errors.New("nack")) })
+	case r < c.mix.Ack+c.mix.Nack+c.mix.DeadLetter:
+		c.leaseCall("dead", tok, m.Receipt, func() error { return c.q.DeadLetter(m.Receipt, errors.New("poison")) })
+	default:
+		// abandoned: the lease expires and the item comes back
+	}
+}
+
+func (c *child) leaseCall(op, tok string, r walq.Receipt, fn func() error) {
+	call := c.intent("%s %s %d", op, tok, r)
+	switch err := fn(); {
+	case err == nil:
+		c.done(call, "")
+	case errors.Is(err, walq.ErrLeaseLost):
+		c.failed(call, "leaselost")
+	default:
+		c.fatal(op, err)
+	}
+}
+
+func (c *child) compact(rng *rand.Rand) {
+	time.Sleep(randDuration(rng, c.mix.Compact))
+	call := c.intent("compact")
+	if err := c.q.Compact(); err != nil {
+		c.fatal("compact", err)
+	}
+	c.done(call, "")
+}
+
+func (c *child) sweepDead(rng *rand.Rand) {
+	time.Sleep(randDuration(rng, c.mix.Redrive))
+	dead := c.q.DeadLetters(10)
+	if len(dead) == 0 {
+		return
+	}
+	dead = dead[:1+rng.IntN(len(dead))]
+	ids := make([]uint64, len(dead))
+	toks := make([]string, len(dead))
+	for i, d := range dead {
+		ids[i], toks[i] = d.ID, tokenOf(d.Body)
+	}
+	op, fn := "redrive", c.q.Redrive
+	if pct(rng, c.mix.Purge) {
+		op, fn = "purge", c.q.PurgeDeadLetters
+	}
+	call := c.intent("%s %s", op, strings.Join(toks, ","))
+	switch err := fn(ids...); {
+	case err == nil:
+		c.done(call, "")
+	case errors.Is(err, walq.ErrNotFound):
+		c.failed(call, "notfound")
+	default:
+		c.fatal(op, err)
+	}
+}

@@ -1,0 +1,134 @@
+package crashtest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The test binary is also the child: the harness starts it again with the
+// child's configuration in the environment.
+func TestMain(m *testing.M) {
+	if IsChild() {
+		os.Exit(ChildMain())
+	}
+	os.Exit(m.Run())
+}
+
+// Environment knobs for longer or different runs of the tests:
+//
+//	WALQ_CRASH_CYCLES  cycles per mode (default 12, 4 with -short)
+//	WALQ_CRASH_SEED    seed (default: from the clock; always logged)
+//	WALQ_CRASH_MIX     workload overrides, as for walq-crashtest -mix
+//	WALQ_CRASH_DIR     keep the run's directories under this one
+//
+// soak.sh and cmd/walq-crashtest are the way to run thousands of cycles.
+func envConfig(t *testing.T, sync string, powerLoss bool) Config {
+	t.Helper()
+	cycles := 12
+	if testing.Short() {
+		cycles = 4
+	}
+	if v := os.Getenv("WALQ_CRASH_CYCLES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("WALQ_CRASH_CYCLES: %v", err)
+		}
+		cycles = n
+	}
+	var seed uint64
+	if v := os.Getenv("WALQ_CRASH_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("WALQ_CRASH_SEED: %v", err)
+		}
+		seed = n
+	}
+	mix, err := ParseMix(DefaultMix, os.Getenv("WALQ_CRASH_MIX"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		Cycles: cycles, Seed: seed, Sync: sync, PowerLoss: powerLoss, Mix: mix,
+		Child: []string{self}, StopOnViolation: true, Log: t.Logf,
+	}
+	if d := os.Getenv("WALQ_CRASH_DIR"); d != "" {
+		cfg.Dir = filepath.Join(d, strings.ReplaceAll(t.Name(), "/", "-"))
+	}
+	return cfg
+}
+
+func TestCrash(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		sync      string
+		powerLoss bool
+	}{
+		{"kill/always", "always", false},
+		{"powerloss/always", "always", true},
+		{"powerloss/interval", "interval:20ms", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := envConfig(t, tc.sync, tc.powerLoss)
+			cfg.Log = func(format string, args ...any) {
+				if !strings.Contains(format, "power loss keeping") || testing.Verbose() {
+					t.Logf(format, args...)
+				}
+			}
+			sum, err := Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(sum)
+			if len(sum.Violations) > 0 {
+				t.Errorf("seed %d, cycle %d, directory kept: %s", sum.Seed, sum.Cycles, sum.Dir)
+				for _, v := range sum.Violations {
+					t.Error(v)
+				}
+			}
+			if sum.Kills < cfg.Cycles || sum.Ops == 0 || sum.Checks == 0 {
+				t.Errorf("the run proved little: %s", sum)
+			}
+		})
+	}
+}
+
+// TestCatchesEarlyAck is the harness's own test: the queue built with the
+// tag walq_bug_early_ack returns from every call before its record is
+// durable, and the harness must report it.
+func TestCatchesEarlyAck(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build the broken child with")
+	}
+	bin := filepath.Join(t.TempDir(), "walq-crashtest-early-ack")
+	build := exec.Command(gobin, "build", "-tags", "walq_bug_early_ack", "-o", bin, "./cmd/walq-crashtest")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the broken child: %v\n%s", err, out)
+	}
+	for _, powerLoss := range []bool{true, false} {
+		cfg := envConfig(t, "always", powerLoss)
+		cfg.Cycles = 30
+		cfg.Child = []string{bin}
+		cfg.Log = nil
+		start := time.Now()
+		sum, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sum.Violations) == 0 {
+			t.Fatalf("power loss %v: the harness did not notice a queue that acknowledges before fsync: %s", powerLoss, sum)
+		}
+		os.RemoveAll(sum.Dir)
+		t.Logf("power loss %v: caught at cycle %d in %v, e.g. %q", powerLoss, sum.Cycles,
+			time.Since(start).Round(time.Millisecond), sum.Violations[0])
+	}
+}

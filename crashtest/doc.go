@@ -1,0 +1,55 @@
+// Package crashtest is walq's kill -9 crash harness. It proves the claim of
+// the queue: nothing reported done is lost and nothing acked comes back,
+// whatever happens to the process.
+//
+// A run is a number of cycles. In each, a child process (the test binary or
+// cmd/walq-crashtest, started again with its configuration in the
+// environment) opens the queue in a real directory with 8 KiB segments and
+// runs a workload through the public API: producers put items with delays,
+// deadlines, priorities and keys, alone and in batches; consumers get,
+// extend, ack, nack and dead-letter, or abandon the lease to expire; a
+// sweeper redrives and purges dead letters; and Compact runs every few
+// milliseconds, so that many kills land inside a compaction. The child
+// writes one line to a report file before each call and one after it
+// returned (report.go). The parent kills it with SIGKILL at a random moment
+// (seeded, printed), optionally simulates a power loss (powerloss.go), and
+// most cycles then recovers the directory with walq.Open and checks:
+//
+//   - the directory verifies as walq-inspect verify would: every snapshot
+//     decodes, every record of the log has a good CRC and the next LSN,
+//     the snapshot plus the log replays, and the state adds up (verify.go);
+//   - the recovered queue reports what the replayed directory holds;
+//   - the three-state ledger (ledger.go): every put reported done is stored
+//     or was acked, purged or passed its deadline; nothing acked and
+//     reported comes back; no unknown item appears; a batch is all or
+//     none; deliveries never go backwards; attempts only reset by a
+//     redrive; a dead-lettered item stays dead until redriven; and the
+//     Put/Ack/Discard/Purge counters account for every item.
+//
+// Some cycles skip the parent's check, so that the next child's own
+// recovery, with leases to expire and a tail to cut, can be killed too.
+// After the last cycle the parent drains the queue through the API and
+// checks again. A run with a violation keeps its directory, with every
+// child's report, and prints the seed and the cycle.
+//
+// Power loss: the child reports Stats().DurableLSN with each completed
+// call. After the kill, the segment holding the highest durable LSN is cut
+// back to a random length at or past the end of that record, and what
+// follows is zeros, garbage or nothing; later segments survive whole, are
+// cut, or vanish (their directory entries were never fsynced). Under
+// SyncAlways every completed call must survive that. Under SyncInterval the
+// check is relaxed: the durable point is the highest one reported an
+// interval (plus 20 ms) before the kill, and completions after it are only
+// "maybe".
+//
+// The harness must be able to fail: built with the tag walq_bug_early_ack
+// the queue returns from every call before its record is durable, and
+// TestCatchesEarlyAck (and soak.sh's early-ack mode) assert that the
+// harness reports violations against that build.
+//
+// Running it: go test ./crashtest runs a short version of each mode (see
+// the WALQ_CRASH_* variables in crash_test.go); crashtest/soak.sh runs
+// thousands of cycles and prints one summary line per mode; and
+// cmd/walq-crashtest takes flags for cycles, seed, sync policy, power loss
+// and the workload mix.
+package crashtest

@@ -1,0 +1,399 @@
+package crashtest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/walq/walq"
+	"github.com/walq/walq/wal"
+)
+
+// Summary is the outcome of a run; String is the one-line summary that
+// soak.sh prints.
+type Summary struct {
+	Seed              uint64
+	Sync              string
+	PowerLoss         bool
+	Cycles            int
+	Kills             int // children killed (the others failed on their own)
+	KillsInCompaction int // kills with a Compact call in flight
+	KillsInRecovery   int // kills before the child's Open returned
+	TailsCut          int // power-loss cuts applied
+	SegmentsDropped   int // power-loss: segment files removed
+	Checks            int // recoveries checked against the ledger
+	Ops               int // completed calls whose outcome was checked
+	ItemChecks        int // item-by-item comparisons of ledger and state
+	Drained           int // items the final drain delivered and acked
+	Violations        []string
+	Dir               string // kept when there are violations
+	Elapsed           time.Duration
+}
+
+func (s Summary) String() string {
+	return fmt.Sprintf("walq crashtest: seed=%d sync=%s powerloss=%v cycles=%d kills=%d in-compaction=%d in-recovery=%d "+
+		"tails-cut=%d segments-dropped=%d checks=%d ops-checked=%d item-checks=%d drained=%d violations=%d elapsed=%s",
+		s.Seed, s.Sync, s.PowerLoss, s.Cycles, s.Kills, s.KillsInCompaction, s.KillsInRecovery, s.TailsCut,
+		s.SegmentsDropped, s.Checks, s.Ops, s.ItemChecks, s.Drained, len(s.Violations), s.Elapsed.Round(time.Second))
+}
+
+type harness struct {
+	cfg      Config
+	sync     walq.SyncPolicy
+	lag      time.Duration // power loss: how long before the kill a completion must be to count
+	rng      *rand.Rand
+	root     string
+	queueDir string
+	led      *ledger
+	sum      Summary
+	// floor is an LSN that is durable whatever happens next: the highest
+	// DurableLSN a child reported (and that the simulation keeps), the end
+	// of the log at the parent's last clean close, or the LSN of a snapshot
+	// on disk (compaction syncs the log before it writes one).
+	floor uint64
+	logf  func(format string, args ...any)
+}
+
+// Run runs the harness: cycles of start child, kill -9 at a random moment,
+// optionally simulate a power loss, recover and check; then drain the
+// queue and check once more. A run with violations keeps its directory.
+func Run(cfg Config) (Summary, error) {
+	start := time.Now()
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
+	if cfg.SegmentSize == 0 {
+		cfg.SegmentSize = 8 << 10
+	}
+	if cfg.MaxRun == 0 {
+		cfg.MaxRun = 400 * time.Millisecond
+	}
+	if cfg.Mix.Producers == 0 {
+		cfg.Mix = DefaultMix
+	}
+	if len(cfg.Child) == 0 {
+		return Summary{}, errors.New("crashtest: Config.Child is empty")
+	}
+	sync, interval, err := parseSync(cfg.Sync)
+	if err != nil {
+		return Summary{}, err
+	}
+	h := &harness{cfg: cfg, sync: sync, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), led: newLedger(), logf: cfg.Log}
+	if h.logf == nil {
+		h.logf = func(string, ...any) {}
+	}
+	switch {
+	case cfg.Sync == "never":
+		h.lag = 1 << 62 // nothing is known synced but what compaction and clean closes synced
+	case interval > 0:
+		h.lag = interval + 20*time.Millisecond // the fsync itself and scheduling
+	}
+	h.sum = Summary{Seed: cfg.Seed, Sync: sync.String(), PowerLoss: cfg.PowerLoss}
+	h.root = cfg.Dir
+	if h.root == "" {
+		if h.root, err = os.MkdirTemp("", "walq-crashtest-"); err != nil {
+			return h.sum, err
+		}
+	}
+	h.queueDir = filepath.Join(h.root, "queue")
+	if err := os.MkdirAll(filepath.Join(h.root, "reports"), 0o700); err != nil {
+		return h.sum, err
+	}
+	h.logf("crashtest: seed %d, sync %s, power loss %v, %d cycles, dir %s", cfg.Seed, h.sum.Sync, cfg.PowerLoss, cfg.Cycles, h.root)
+
+	for cycle := 1; cycle <= cfg.Cycles; cycle++ {
+		h.sum.Cycles = cycle
+		if err := h.cycle(cycle); err != nil {
+			return h.finish(start), fmt.Errorf("crashtest: seed %d cycle %d: %w (directory kept: %s)", cfg.Seed, cycle, err, h.root)
+		}
+		if len(h.led.violations) > 0 && cfg.StopOnViolation {
+			break
+		}
+	}
+	if len(h.led.violations) == 0 || !cfg.StopOnViolation {
+		if err := h.drain(); err != nil {
+			return h.finish(start), fmt.Errorf("crashtest: seed %d drain: %w (directory kept: %s)", cfg.Seed, err, h.root)
+		}
+	}
+	sum := h.finish(start)
+	if len(sum.Violations) == 0 && cfg.Dir == "" {
+		os.RemoveAll(h.root)
+	}
+	return sum, nil
+}
+
+func (h *harness) finish(start time.Time) Summary {
+	h.sum.Ops = h.led.opsChecked
+	h.sum.ItemChecks = h.led.itemsChecked
+	h.sum.KillsInCompaction = h.led.compactionsCut
+	h.sum.Violations = h.led.violations
+	h.sum.Dir = h.root
+	h.sum.Elapsed = time.Since(start)
+	return h.sum
+}
+
+// cycle runs one child to its kill and checks what it left.
+func (h *harness) cycle(cycle int) error {
+	reportPath := filepath.Join(h.root, "reports", fmt.Sprintf("cycle-%05d.log", cycle))
+	ccfg := childConfig{Dir: h.queueDir, Report: reportPath, Seed: h.rng.Uint64(), Cycle: cycle,
+		Sync: h.cfg.Sync, SegmentSize: h.cfg.SegmentSize, Mix: h.cfg.Mix}
+	env, err := json.Marshal(ccfg)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(h.cfg.Child[0], h.cfg.Child[1:]...)
+	// A child built with -race (the test binary under go test -race) stops
+	// at its first data race, which the parent then reports.
+	cmd.Env = append(os.Environ(), childEnv+"="+string(env), "GORACE=halt_on_error=1")
+	stderrPath := strings.TrimSuffix(reportPath, ".log") + ".stderr"
+	stderr, err := os.Create(stderrPath)
+	if err != nil {
+		return err
+	}
+	defer stderr.Close()
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start child: %w", err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				close(ready)
+				break
+			}
+		}
+		for sc.Scan() {
+		}
+	}()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	// Most kills come while the workload runs; some while the child is still
+	// starting up and recovering.
+	var timer <-chan time.Time
+	if h.rng.IntN(100) < 15 {
+		timer = time.After(randDuration(h.rng, 60*time.Millisecond))
+	} else {
+		select {
+		case <-ready:
+			timer = time.After(randDuration(h.rng, h.cfg.MaxRun))
+		case <-time.After(30 * time.Second):
+			timer = time.After(0)
+		case err := <-exited:
+			exited <- err
+			timer = time.After(0)
+		}
+	}
+	var waitErr error
+	select {
+	case <-timer:
+		cmd.Process.Signal(syscall.SIGKILL)
+		waitErr = <-exited
+	case waitErr = <-exited:
+	}
+	death := time.Now()
+	killed := false
+	var ee *exec.ExitError
+	if errors.As(waitErr, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			killed = true
+		}
+	}
+	if killed {
+		h.sum.Kills++
+	} else {
+		msg, _ := os.ReadFile(stderrPath)
+		h.led.violate("cycle %d: child ended by itself (%v): %s", cycle, waitErr, truncate(msg, 2000))
+	}
+
+	data, err := os.ReadFile(reportPath)
+	if err != nil && !errors.Is(err, os.ErrNotExist) { // killed before it opened its report
+		return err
+	}
+	events, err := parseReport(data)
+	if err != nil {
+		return err
+	}
+	// What may the simulated power loss drop? Everything past the highest
+	// durable LSN reported early enough before the kill.
+	durable := h.floor
+	for _, ev := range events {
+		if (ev.kind == 'D' || ev.kind == 'R') && ev.ts <= death.Add(-h.lag).UnixNano() {
+			durable = max(durable, ev.dlsn)
+		}
+	}
+	snaps, err := listSnapshotLSNs(h.queueDir)
+	if err != nil {
+		return err
+	}
+	for _, lsn := range snaps {
+		durable = max(durable, lsn)
+	}
+	trusted := func(event) bool { return true }
+	if h.cfg.PowerLoss {
+		trusted = func(ev event) bool { return ev.dlsn <= durable }
+	}
+	rep := h.led.ingest(events, trusted)
+	if !rep.ready {
+		h.sum.KillsInRecovery++
+	}
+	if h.cfg.PowerLoss {
+		h.floor = durable
+		what, err := h.powerLoss(durable)
+		if err != nil {
+			h.led.violate("cycle %d: power loss at durable LSN %d: %v", cycle, durable, err)
+		}
+		h.logf("cycle %d: power loss keeping LSN %d: %s", cycle, durable, what)
+	}
+	// Most cycles are checked; some leave the recovery to the next child,
+	// so that kills also land in a recovery with work to do.
+	if cycle < h.cfg.Cycles && h.rng.IntN(4) == 0 {
+		return nil
+	}
+	n, err := h.check(fmt.Sprintf("cycle %d", cycle))
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		h.logf("cycle %d: %d violations (seed %d, directory %s):\n  %s", cycle, n, h.cfg.Seed, h.root,
+			strings.Join(h.led.violations[len(h.led.violations)-n:], "\n  "))
+	}
+	return nil
+}
+
+// check recovers the queue, compares what Open reports with what the
+// directory replays to, and holds the ledger against it.
+func (h *harness) check(where string) (int, error) {
+	h.sum.Checks++
+	before := len(h.led.violations)
+	opts := queueOptions(h.sync, h.cfg.SegmentSize)
+	q, err := walq.Open(h.queueDir, opts)
+	if err != nil {
+		h.led.violate("%s: recovery failed: %v", where, err)
+		return len(h.led.violations) - before, nil
+	}
+	st := q.Stats()
+	dead := q.DeadLetters(0)
+	if err := q.Close(); err != nil {
+		h.led.violate("%s: close after recovery: %v", where, err)
+	}
+	now := time.Now().UnixNano()
+	ds, err := verifyDir(h.queueDir, st.LastLSN)
+	if err != nil {
+		h.led.violate("%s: directory does not verify: %v", where, err)
+		return len(h.led.violations) - before, nil
+	}
+	h.floor = max(h.floor, ds.last, ds.snapshotLSN)
+	// The timer may have discarded an item between Stats and Close: compare
+	// with the replay as it stood at the LSN Stats reported.
+	g, c := ds.at.gauges, ds.at.counters
+	live := [...]uint64{uint64(st.Ready + st.Delayed), uint64(st.Leased), uint64(st.Dead), uint64(st.Items), uint64(st.Bytes),
+		st.Put, st.Delivered, st.Acked, st.Nacked, st.Redelivered, st.DeadLettered, st.Discarded, st.Redriven, st.Purged}
+	replayed := [...]uint64{uint64(g.Ready + g.Delayed), uint64(g.Leased), uint64(g.Dead), uint64(g.Items), uint64(g.Bytes),
+		c.Put, c.Delivered, c.Acked, c.Nacked, c.Expired, c.DeadLettered, c.Discarded, c.Redriven, c.Purged}
+	if !ds.at.ok || live != replayed {
+		h.led.violate("%s: the recovered queue at LSN %d and the directory replayed to it differ (replay reached it: %v):\n    queue  %v\n    replay %v"+
+			" (waiting leased dead items bytes put delivered acked nacked expired deadlettered discarded redriven purged)",
+			where, st.LastLSN, ds.at.ok, live, replayed)
+	}
+	if st.Leased != 0 {
+		h.led.violate("%s: %d leases open after recovery", where, st.Leased)
+	}
+	if len(dead) != ds.st.Gauges().Dead {
+		h.led.violate("%s: DeadLetters lists %d, the state has %d", where, len(dead), ds.st.Gauges().Dead)
+	}
+	h.led.check(ds.st, now, where)
+	return len(h.led.violations) - before, nil
+}
+
+// drain empties the queue through the public API, acking everything and
+// redriving dead letters, then checks that nothing is left and nothing
+// came back.
+func (h *harness) drain() error {
+	if _, err := h.check("before drain"); err != nil {
+		return err
+	}
+	opts := queueOptions(h.sync, h.cfg.SegmentSize)
+	opts.Visibility = time.Minute // a slow fsync must not cost the drain its lease
+	q, err := walq.Open(h.queueDir, opts)
+	if err != nil {
+		h.led.violate("drain: open: %v", err)
+		return nil
+	}
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		if dead := q.DeadLetters(0); len(dead) > 0 {
+			ids := make([]uint64, len(dead))
+			for i, d := range dead {
+				ids[i] = d.ID
+				e := h.led.lookup(tokenOf(d.Body), "redrive")
+				e.redrives++
+				e.expectDead = false
+			}
+			if err := q.Redrive(ids...); err != nil {
+				h.led.violate("drain: redrive: %v", err)
+				break
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), maxDelay+maxBackoff+100*time.Millisecond)
+		m, err := q.Get(ctx)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			if st := q.Stats(); st.Items == 0 {
+				break
+			}
+			continue
+		}
+		if err != nil {
+			h.led.violate("drain: get: %v", err)
+			break
+		}
+		h.led.drained(tokenOf(m.Body), m.Attempt, m.Deliveries)
+		h.sum.Drained++
+		if err := q.Ack(m.Receipt); err != nil {
+			h.led.violate("drain: ack %d: %v", m.ID, err)
+		}
+	}
+	if st := q.Stats(); st.Items != 0 {
+		h.led.violate("drain: %d items left after a minute of draining", st.Items)
+	}
+	if err := q.Close(); err != nil {
+		h.led.violate("drain: close: %v", err)
+	}
+	if _, err := h.check("after drain"); err != nil {
+		return err
+	}
+	for tok, e := range h.led.entries {
+		if !e.gone && e.put != putDup {
+			h.led.violate("after drain: item %s neither gone nor stored", tok)
+		}
+	}
+	return nil
+}
+
+func listSnapshotLSNs(dir string) ([]uint64, error) {
+	snaps, err := wal.ListSnapshots(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var lsns []uint64
+	for _, s := range snaps {
+		lsns = append(lsns, s.LSN)
+	}
+	return lsns, err
+}

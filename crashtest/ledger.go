@@ -1,0 +1,395 @@
+package crashtest
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/walq/walq/state"
+)
+
+// The ledger is the parent's knowledge of every item the children may have
+// put, in three states as in pebble's randomized crash test: an item is
+// known stored (its put was reported done, or it was seen), maybe stored
+// (the put was started and the kill came before it returned), or known not
+// stored (a duplicate key, or absent at a check after which it can never
+// appear). Ends of items are tracked the same way: an ack reported done
+// means the item must be gone; an ack started but not reported means it may
+// be. Each check against the recovered state resolves every "maybe": an item
+// present at a check exists, an item absent is gone for good (tokens are
+// never reused, so it may never come back).
+
+type putState int
+
+const (
+	putMaybe putState = iota + 1 // started, not reported
+	putDone                      // reported stored, or seen stored
+	putDup                       // refused: its key was held; nothing stored
+)
+
+// entry is what the ledger knows of one item, named by its token.
+type entry struct {
+	tok      string
+	batch    int // the put call, for the all-or-none of a PutBatch
+	deadline int64
+	priority int64
+	key      string
+	put      putState
+
+	seen    bool   // stored at some point: present at a check, or delivered (trusted)
+	counted bool   // counted in the Put counter checks
+	gone    bool   // absent at a check after it may have existed: never again
+	goneWhy string // why it may be gone, or "never stored"
+
+	ackDone, ackMaybe     bool
+	purgeDone, purgeMaybe bool
+	expectDead            bool // dead-lettered (reported) and not redriven or purged since
+
+	minDeliveries int32 // deliveries never go below this
+	minAttempts   int32 // attempts never go below this while no redrive happened
+	// The same as of the last check: a delivery reported after it must be
+	// above them. (Reports of two deliveries may come in either order.)
+	checkedDeliveries, checkedAttempts int32
+	attemptsEpoch                      int    // redrives when minAttempts was taken
+	redrives                           int    // redrive calls started for it
+	lastRedrive                        uint64 // ledger.calls when the last of them started
+}
+
+type ledger struct {
+	entries    map[string]*entry
+	batches    int
+	violations []string
+	// calls numbers the intents in the order the parent reads them. A
+	// completion line can come after the intent of a later call that its
+	// call made possible (a redrive of an item whose dead-lettering is
+	// still waiting for its fsync), so what a completion says about an item
+	// holds only if no redrive of it started after its own intent.
+	calls     uint64
+	startedAt map[uint64]uint64 // call number in the report -> calls at its intent
+
+	// Counters at the last check, and what may have changed since.
+	lastCounters   state.Counters
+	putsIntended   int // items whose put started since the last check, duplicates excluded
+	opsChecked     int // completed calls whose outcome was checked
+	itemsChecked   int
+	compactionsCut int // cycles killed with a Compact call in flight
+}
+
+func newLedger() *ledger {
+	return &ledger{entries: make(map[string]*entry), startedAt: make(map[uint64]uint64)}
+}
+
+func (l *ledger) violate(format string, args ...any) {
+	l.violations = append(l.violations, fmt.Sprintf(format, args...))
+}
+
+// cycleReport is what the parent learned from one child.
+type cycleReport struct {
+	ready     bool // the queue opened before the kill
+	inCompact bool // a Compact call was in flight at the kill
+}
+
+// ingest takes one child's report. trusted says whether a completion counts
+// as reported done: always, except after a simulated power loss for the
+// completions past the durable point the simulation kept.
+func (l *ledger) ingest(events []event, trusted func(event) bool) cycleReport {
+	var rep cycleReport
+	intents := make(map[uint64]event)
+	for _, ev := range events {
+		switch ev.kind {
+		case 'R':
+			rep.ready = true
+		case 'X':
+			l.violate("child failed: %s", ev.args[0])
+		case 'I':
+			intents[ev.n] = ev
+			l.calls++
+			l.startedAt[ev.n] = l.calls
+			l.intent(ev)
+		case 'D', 'E':
+			in, ok := intents[ev.n]
+			if !ok {
+				l.violate("report: completion of call %d without its intent", ev.n)
+				continue
+			}
+			delete(intents, ev.n)
+			if ev.kind == 'D' {
+				l.done(in, ev, trusted(ev), l.startedAt[ev.n])
+				l.opsChecked++
+			}
+			delete(l.startedAt, ev.n)
+		}
+	}
+	for _, in := range intents {
+		delete(l.startedAt, in.n)
+		switch in.op {
+		case "ack":
+			l.lookup(in.args[0], "ack").ackMaybe = true
+		case "purge":
+			for _, tok := range strings.Split(in.args[0], ",") {
+				l.lookup(tok, "purge").purgeMaybe = true
+			}
+		case "compact":
+			rep.inCompact = true
+		}
+	}
+	if rep.inCompact {
+		l.compactionsCut++
+	}
+	return rep
+}
+
+// lookup returns the entry of tok; an unknown token is a violation (and
+// gets a placeholder so the caller can go on).
+func (l *ledger) lookup(tok, what string) *entry {
+	e := l.entries[tok]
+	if e == nil {
+		l.violate("%s of item %q that was never put", what, tok)
+		e = &entry{tok: tok, put: putDup, gone: true}
+		l.entries[tok] = e
+	}
+	return e
+}
+
+func (l *ledger) intent(ev event) {
+	switch ev.op {
+	case "put", "putb":
+		l.batches++
+		for _, desc := range strings.Split(ev.args[0], ",") {
+			f := strings.Split(desc, "/")
+			if len(f) != 4 {
+				l.violate("report: bad item %q", desc)
+				continue
+			}
+			if l.entries[f[0]] != nil {
+				l.violate("report: token %s put twice", f[0])
+				continue
+			}
+			deadline, _ := strconv.ParseInt(f[1], 10, 64)
+			prio, _ := strconv.ParseInt(f[2], 10, 64)
+			key := f[3]
+			if key == "-" {
+				key = ""
+			}
+			l.entries[f[0]] = &entry{tok: f[0], batch: l.batches, deadline: deadline, priority: prio, key: key, put: putMaybe}
+			l.putsIntended++
+		}
+	case "redrive":
+		for _, tok := range strings.Split(ev.args[0], ",") {
+			e := l.lookup(tok, "redrive")
+			e.redrives++
+			e.lastRedrive = l.calls
+			e.expectDead = false
+		}
+	}
+}
+
+func (l *ledger) done(in, ev event, trusted bool, started uint64) {
+	switch in.op {
+	case "put", "putb":
+		descs := strings.Split(in.args[0], ",")
+		results := strings.Split(strings.Join(ev.args, ""), ",")
+		if len(results) != len(descs) {
+			l.violate("report: put of %d items returned %d results", len(descs), len(results))
+			return
+		}
+		for i, res := range results {
+			e := l.entries[strings.SplitN(descs[i], "/", 2)[0]]
+			if e == nil {
+				continue
+			}
+			switch {
+			case strings.HasPrefix(res, "d"):
+				e.put = putDup // nothing was stored for it, durable or not
+				l.putsIntended--
+			case trusted:
+				e.put = putDone
+			}
+		}
+	case "get":
+		if len(ev.args) != 4 {
+			l.violate("report: bad get result %q", ev.args)
+			return
+		}
+		e := l.lookup(ev.args[0], "delivery")
+		attempt, _ := strconv.Atoi(ev.args[2])
+		deliveries, _ := strconv.Atoi(ev.args[3])
+		if e.gone {
+			l.violate("item %s delivered (attempt %d) after it was gone (%s)", e.tok, attempt, e.goneWhy)
+		}
+		if int32(deliveries) <= e.checkedDeliveries {
+			l.violate("item %s delivered with deliveries %d, but %d were known before: deliveries went backwards",
+				e.tok, deliveries, e.checkedDeliveries)
+		}
+		if attempt < 1 || attempt > maxAttempts {
+			l.violate("item %s delivered as attempt %d, outside 1..%d", e.tok, attempt, maxAttempts)
+		}
+		if e.redrives == e.attemptsEpoch && int32(attempt) <= e.checkedAttempts {
+			l.violate("item %s delivered as attempt %d, but %d attempts were known before and it was never redriven",
+				e.tok, attempt, e.checkedAttempts)
+		}
+		if trusted {
+			e.seen = true
+			e.minDeliveries = max(e.minDeliveries, int32(deliveries))
+			if e.lastRedrive < started && e.redrives == e.attemptsEpoch {
+				e.minAttempts = max(e.minAttempts, int32(attempt))
+			}
+		}
+	case "ack":
+		e := l.lookup(in.args[0], "ack")
+		if trusted {
+			e.ackDone = true
+		} else {
+			e.ackMaybe = true
+		}
+	case "dead":
+		if e := l.lookup(in.args[0], "dead-letter"); trusted && e.lastRedrive < started {
+			e.expectDead = true
+		}
+	case "purge":
+		for _, tok := range strings.Split(in.args[0], ",") {
+			e := l.lookup(tok, "purge")
+			if trusted {
+				e.purgeDone = true
+			} else {
+				e.purgeMaybe = true
+			}
+		}
+	}
+}
+
+// check compares the ledger with the state recovered from the directory at
+// wall-clock time now, resolves every "maybe", and returns how many
+// violations it added.
+func (l *ledger) check(st *state.State, now int64, where string) int {
+	before := len(l.violations)
+	present := make(map[string]*state.Item)
+	st.Each(func(it *state.Item) {
+		tok := tokenOf(it.Body)
+		if tok == "" || l.entries[tok] == nil {
+			l.violate("%s: unknown item %d stored: body %q", where, it.ID, truncate(it.Body, 60))
+			return
+		}
+		present[tok] = it
+	})
+	materialized := make(map[int]bool)
+	for tok, e := range l.entries {
+		if present[tok] != nil || e.seen || e.put == putDone {
+			materialized[e.batch] = true
+		}
+	}
+	newlyStored, removed := 0, 0
+	for tok, e := range l.entries {
+		l.itemsChecked++
+		it := present[tok]
+		if it == nil {
+			if e.gone {
+				continue
+			}
+			// An item of a PutBatch that never returned may have been refused
+			// for its key while the others were stored.
+			maybeDup := e.put == putMaybe && e.key != ""
+			if e.put != putDup && (e.seen || e.put == putDone || (materialized[e.batch] && !maybeDup)) {
+				switch {
+				case e.ackDone || e.ackMaybe:
+					e.goneWhy = "acked"
+				case e.purgeDone || e.purgeMaybe:
+					e.goneWhy = "purged"
+				case e.deadline != 0 && e.deadline <= now+int64(maxBackoff):
+					e.goneWhy = "discarded at its deadline"
+				default:
+					e.goneWhy = "LOST"
+					l.violate("%s: item %s lost: its put was reported done (or it was stored) and it was neither acked, purged nor past its deadline",
+						where, tok)
+				}
+				if !e.counted {
+					newlyStored++
+					e.counted = true
+				}
+				removed++
+			} else {
+				e.goneWhy = "never stored"
+			}
+			e.gone = true
+			continue
+		}
+		l.checkPresent(e, it, where)
+		if !e.counted {
+			newlyStored++
+			e.counted = true
+		}
+	}
+	c := st.Counters()
+	prev := l.lastCounters
+	if got := int(c.Put - prev.Put); got < newlyStored || got > l.putsIntended {
+		l.violate("%s: Put counter grew by %d since the last check; the ledger has %d items newly stored and %d puts started",
+			where, got, newlyStored, l.putsIntended)
+	}
+	if got := int(c.Acked + c.Discarded + c.Purged - prev.Acked - prev.Discarded - prev.Purged); got < removed {
+		l.violate("%s: %d stored items are gone but the acked+discarded+purged counters grew by %d", where, removed, got)
+	}
+	l.lastCounters = c
+	l.putsIntended = 0
+	return len(l.violations) - before
+}
+
+func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
+	bad := func(format string, args ...any) {
+		l.violate("%s: item %s (id %d): %s", where, e.tok, it.ID, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case e.gone:
+		bad("stored again after it was gone (%s)", e.goneWhy)
+	case e.put == putDup:
+		bad("stored although its put was refused as a duplicate")
+	case e.ackDone:
+		bad("acked and reported done, but it came back (%s)", it.Status)
+	case e.purgeDone:
+		bad("purged and reported done, but it came back (%s)", it.Status)
+	}
+	if !bytes.Equal(it.Body, bodyOf(e.tok)) {
+		bad("body differs from what was put")
+	}
+	if it.Priority != e.priority || it.Deadline != e.deadline || it.Key != e.key {
+		bad("priority/deadline/key %d/%d/%q, put with %d/%d/%q", it.Priority, it.Deadline, it.Key, e.priority, e.deadline, e.key)
+	}
+	if it.Deliveries < e.minDeliveries {
+		bad("deliveries went backwards: %d, %d known before", it.Deliveries, e.minDeliveries)
+	}
+	if e.redrives == e.attemptsEpoch && it.Attempts < e.minAttempts {
+		bad("attempts went from %d to %d without a redrive", e.minAttempts, it.Attempts)
+	}
+	if it.Attempts > it.Deliveries || it.Attempts > maxAttempts {
+		bad("attempts %d with %d deliveries and MaxAttempts %d", it.Attempts, it.Deliveries, maxAttempts)
+	}
+	if e.expectDead && it.Status != state.Dead {
+		bad("dead-lettered and reported done, never redriven, but it is %s", it.Status)
+	}
+	if it.Status == state.Leased {
+		bad("still leased after recovery")
+	}
+	e.seen, e.put = true, putDone
+	e.ackMaybe, e.purgeMaybe = false, false
+	e.minDeliveries, e.checkedDeliveries = it.Deliveries, it.Deliveries
+	e.minAttempts, e.checkedAttempts, e.attemptsEpoch = it.Attempts, it.Attempts, e.redrives
+}
+
+// drained records that the final drain delivered and acked tok.
+func (l *ledger) drained(tok string, attempt, deliveries int) {
+	e := l.lookup(tok, "drain")
+	if e.gone {
+		l.violate("drain: item %s delivered after it was gone (%s)", tok, e.goneWhy)
+	}
+	if int32(deliveries) <= e.checkedDeliveries {
+		l.violate("drain: item %s has %d deliveries, %d known before", tok, deliveries, e.checkedDeliveries)
+	}
+	e.ackDone = true
+}
+
+func truncate(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}

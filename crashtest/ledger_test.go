@@ -1,0 +1,155 @@
+package crashtest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/walq/walq/state"
+)
+
+// The ledger must fail on each kind of lie a recovered queue can tell.
+// Each case feeds it a child's report and the state a recovery produced,
+// and names the violation it must find ("" for none).
+func TestLedger(t *testing.T) {
+	const (
+		put1   = "I 1 put c1.1/0/0/-\n"
+		done1  = "D 1 100 5 1\n"
+		get    = "I 2 get\nD 2 110 6 c1.1 2 1 1\n"
+		ack    = "I 3 ack c1.1 2\nD 3 120 7\n"
+		ackRun = "I 3 ack c1.1 2\n"
+	)
+	for _, tc := range []struct {
+		name   string
+		report string
+		state  []stored
+		want   string
+	}{
+		{"put done and stored", put1 + done1, []stored{{tok: "c1.1"}}, ""},
+		{"put done and lost", put1 + done1, nil, "lost"},
+		{"put in flight, stored", put1, []stored{{tok: "c1.1"}}, ""},
+		{"put in flight, not stored", put1, nil, ""},
+		{"never put", "", []stored{{tok: "c1.9"}}, "unknown item"},
+		{"acked and gone", put1 + done1 + get + ack, []stored{{tok: "c1.1", removed: true}}, ""},
+		{"acked, gone, not counted", put1 + done1 + get + ack, nil, "counters grew by 0"},
+		{"acked and back", put1 + done1 + get + ack, []stored{{tok: "c1.1", attempts: 1, deliveries: 1}}, "came back"},
+		{"ack in flight, back", put1 + done1 + get + ackRun, []stored{{tok: "c1.1", attempts: 1, deliveries: 1}}, ""},
+		{"ack in flight, gone", put1 + done1 + get + ackRun, []stored{{tok: "c1.1", removed: true}}, ""},
+		{"deliveries backwards", put1 + done1 + get, []stored{{tok: "c1.1"}}, "deliveries went backwards"},
+		{"dead-lettered, then waiting", put1 + done1 + get + "I 3 dead c1.1 2\nD 3 120 7\n",
+			[]stored{{tok: "c1.1", attempts: 1, deliveries: 1}}, "dead-lettered and reported done"},
+		{"dead-lettered, redriven", put1 + done1 + get + "I 3 dead c1.1 2\nI 4 redrive c1.1\nD 3 120 7\n",
+			[]stored{{tok: "c1.1", attempts: 0, deliveries: 1}}, ""},
+		{"attempts reset without redrive", put1 + done1 + get, []stored{{tok: "c1.1", deliveries: 1}}, "attempts went from 1 to 0"},
+		{"batch half stored", "I 1 putb c1.1/0/0/-,c1.2/0/0/-\n", []stored{{tok: "c1.1"}}, "c1.2 lost"},
+		{"batch in flight, keyed item refused", "I 1 putb c1.1/0/0/-,c1.2/0/0/k1\n", []stored{{tok: "c1.1"}}, ""},
+		{"duplicate stored", "I 1 put c1.1/0/0/k1\nD 1 100 5 d7\n", []stored{{tok: "c1.1"}}, "refused as a duplicate"},
+		{"deadline passed", "I 1 put c1.1/50/0/-\n" + done1, []stored{{tok: "c1.1", removed: true}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			events, err := parseReport([]byte(tc.report))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := newLedger()
+			l.ingest(events, func(event) bool { return true })
+			st := stateWith(t, tc.state, l)
+			l.check(st, 1000, "check")
+			got := strings.Join(l.violations, "\n")
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("violations:\n%s", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("want a violation with %q, got:\n%s", tc.want, got)
+			}
+		})
+	}
+}
+
+// stateWith builds a state holding the given items, through records as
+// the queue would write them.
+func stateWith(t *testing.T, items []stored, l *ledger) *state.State {
+	t.Helper()
+	st := state.New()
+	lsn := uint64(0)
+	apply := func(r state.Record) {
+		lsn++
+		if err := st.Apply(lsn, r); err != nil {
+			t.Fatalf("apply %T: %v", r, err)
+		}
+	}
+	for _, s := range items {
+		e := l.entries[s.tok]
+		var n state.NewItem
+		n.Body = bodyOf(s.tok)
+		if e != nil {
+			n.Priority, n.Deadline, n.Key = e.priority, e.deadline, e.key
+		}
+		apply(&state.Put{Time: 1, Items: []state.NewItem{n}})
+		id := st.NextID() - 1
+		if s.removed {
+			if n.Deadline != 0 {
+				apply(&state.Discard{Time: n.Deadline, IDs: []uint64{id}})
+			} else {
+				apply(&state.Lease{Time: 10, ID: id, LeaseEnd: 20})
+				apply(&state.Ack{Time: 11, Receipt: lsn})
+			}
+			continue
+		}
+		for d := int32(0); d < s.deliveries; d++ {
+			apply(&state.Lease{Time: 10, ID: id, LeaseEnd: 20})
+			r := lsn
+			dead := s.dead || (d == s.deliveries-1 && s.attempts == 0)
+			apply(&state.End{Kind: state.TypeExpire, Time: 20, Receipt: r, Due: 20, Dead: dead})
+			if dead && s.attempts == 0 {
+				apply(&state.Redrive{Time: 21, IDs: []uint64{id}})
+			}
+		}
+	}
+	return st
+}
+
+// stored is an item of the recovered state in a ledger test.
+type stored struct {
+	tok                  string
+	attempts, deliveries int32
+	dead                 bool
+	removed              bool // put and then acked (or discarded, with a deadline): counted, not stored
+}
+
+func TestParseReportTornLine(t *testing.T) {
+	events, err := parseReport([]byte("R 1 0\nI 1 put c1.1/0/0/-\nD 1 2 3 4\nI 2 ac"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 3 || events[2].kind != 'D' || events[2].dlsn != 3 {
+		t.Fatalf("events = %+v", events)
+	}
+	if _, err := parseReport([]byte("Q what\n")); err == nil {
+		t.Fatal("a malformed line parsed")
+	}
+}
+
+func TestBodyToken(t *testing.T) {
+	for i := range 100 {
+		tok := fmt.Sprintf("c%d.%d", i%7, i)
+		if got := tokenOf(bodyOf(tok)); got != tok {
+			t.Fatalf("tokenOf(bodyOf(%q)) = %q", tok, got)
+		}
+	}
+	if tokenOf([]byte("something else")) != "" {
+		t.Fatal("a foreign body has a token")
+	}
+}
+
+func TestParseMix(t *testing.T) {
+	m, err := ParseMix(DefaultMix, "producers=4,ack=50,compact=5ms")
+	if err != nil || m.Producers != 4 || m.Ack != 50 || m.Compact.Milliseconds() != 5 || m.Consumers != DefaultMix.Consumers {
+		t.Fatalf("ParseMix = %+v, %v", m, err)
+	}
+	for _, bad := range []string{"ack=90,nack=20", "nope=1", "producers=0", "ack"} {
+		if _, err := ParseMix(DefaultMix, bad); err == nil {
+			t.Errorf("ParseMix(%q) accepted", bad)
+		}
+	}
+}
