@@ -9,6 +9,24 @@
 //
 //	fuzz/run.sh 10m
 //
-// Every crasher a fuzzer finds is committed under testdata/fuzz as a
-// regression seed.
+// Files named seed-* are inputs the fuzzers found interesting, kept so
+// that the plain test run covers more. The others are crashers, kept as
+// regression seeds:
+//
+//   - FuzzOps/2e0b68ae5bee9eb2: an Extend that shortened a lease left the
+//     timer loop asleep until the old lease end, so the item was not
+//     redelivered when its lease ended.
+//   - FuzzOps/68b6f3313f90463e: a Nack that put an item with a deadline back
+//     to waiting left the timer asleep past the deadline.
+//   - FuzzOps/2ee602c3aac7eda7, a9af9e96311c9b7b, e96294324b742b75: the timer
+//     loop measured its wait from a clock reading taken under the queue lock
+//     and armed the (relative) timer after releasing it, so a ManualClock
+//     advanced in between left the timer late by the advance.
+//   - FuzzRecovery/3e25605820502e81, 2ec454db3c345cdd: the target itself
+//     compared Stats taken before the queue's timer discarded items past
+//     their deadline with a reopen taken after.
+//
+// Both timer bugs are fixed in queue.go (appendLocked wakes the timer loop
+// when a record brings its next wake time closer; armTimer re-measures the
+// wait when the clock jumped while arming).
 package fuzz

@@ -11,6 +11,16 @@ type itemHeap struct {
 
 func (h *itemHeap) Len() int { return len(h.items) }
 
+// init makes a heap of whatever h.items holds, in O(n).
+func (h *itemHeap) init() {
+	for i, it := range h.items {
+		*h.pos(it) = int32(i)
+	}
+	for i := len(h.items)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
 func (h *itemHeap) Min() *Item {
 	if len(h.items) == 0 {
 		return nil

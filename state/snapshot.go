@@ -1,9 +1,14 @@
 package state
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 )
+
+// itemChunk is how many items a snapshot load allocates at once.
+const itemChunk = 1024
 
 // snapshotVersion is the version of the snapshot body written by
 // MarshalSnapshot. Frozen: a new layout gets a new number and old bodies
@@ -16,27 +21,8 @@ type snapshotBody struct {
 	LastTime int64
 	NextID   uint64
 	Counters Counters
-	Items    []snapItem
+	Items    []*Item // decoded straight into items, placed by UnmarshalSnapshot
 	Keys     []snapKey
-}
-
-type snapItem struct {
-	ID         uint64
-	Body       []byte
-	Key        string
-	Priority   int64
-	EnqueuedAt int64
-	Due        int64
-	Deadline   int64
-	Seq        uint64
-	Attempts   int32
-	Deliveries int32
-	Status     Status
-	Receipt    uint64
-	LeaseEnd   int64
-	LastError  string
-	EndedAt    int64
-	DeadSeq    uint64
 }
 
 type snapKey struct {
@@ -53,19 +39,18 @@ type snapKey struct {
 // Due, Deadline, Seq, Attempts, Deliveries, Status, Receipt, LeaseEnd,
 // LastError, EndedAt, DeadSeq] and each key [Key, ID, Released].
 func (s *State) MarshalSnapshot() ([]byte, error) {
-	items := make([]*Item, 0, len(s.items))
+	items := make([]*Item, 0, s.items.len())
 	size := 64
-	for _, it := range s.items {
+	s.items.each(func(it *Item) { // in ID order
 		items = append(items, it)
 		size += len(it.Body) + len(it.Key) + len(it.LastError) + 48
-	}
-	sort.Slice(items, func(i, j int) bool { return items[i].ID < items[j].ID })
+	})
 	keys := make([]*keyEntry, 0, len(s.keys))
 	for _, k := range s.keys {
 		keys = append(keys, k)
 		size += len(k.Key) + 16
 	}
-	sort.Slice(keys, func(i, j int) bool { return keys[i].Key < keys[j].Key })
+	slices.SortFunc(keys, func(a, b *keyEntry) int { return strings.Compare(a.Key, b.Key) })
 
 	b := make([]byte, 0, size)
 	b = appendArrayLen(b, 7)
@@ -124,20 +109,31 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 	}
 	n := d.arrayLen(-1)
 	if n > 0 {
-		body.Items = make([]snapItem, n)
+		body.Items = make([]*Item, n)
 	}
+	// Items and bodies are allocated in chunks rather than one by one: a
+	// million-item snapshot loads with a few thousand allocations. A chunk
+	// lives as long as any item in it.
+	var slab []Item
+	var bodies []byte
 	for i := 0; i < n && d.err == nil; i++ {
-		si := &body.Items[i]
+		if len(slab) == 0 {
+			slab = make([]Item, min(itemChunk, n-i))
+		}
+		it := &slab[0]
+		slab = slab[1:]
+		body.Items[i] = it
 		d.arrayLen(16)
-		si.ID, si.Body, si.Key, si.Priority = d.uint(), d.bin(), d.str(), d.int()
-		si.EnqueuedAt, si.Due, si.Deadline, si.Seq = d.int(), d.int(), d.int(), d.uint()
-		si.Attempts, si.Deliveries = d.int32(), d.int32()
+		it.ID, it.Body, it.Key, it.Priority = d.uint(), d.binInto(&bodies), d.str(), d.int()
+		it.EnqueuedAt, it.Due, it.Deadline, it.Seq = d.int(), d.int(), d.int(), d.uint()
+		it.Attempts, it.Deliveries = d.int32(), d.int32()
 		status := d.uint()
 		if status > 255 {
 			d.fail("status %d", status)
 		}
-		si.Status = Status(status)
-		si.Receipt, si.LeaseEnd, si.LastError, si.EndedAt, si.DeadSeq = d.uint(), d.int(), d.str(), d.int(), d.uint()
+		it.Status = Status(status)
+		it.Receipt, it.LeaseEnd, it.LastError, it.EndedAt, it.deadSeq = d.uint(), d.int(), d.str(), d.int(), d.uint()
+		it.heapPos, it.deadlinePos = -1, -1
 	}
 	n = d.arrayLen(-1)
 	if n > 0 {
@@ -172,48 +168,49 @@ func UnmarshalSnapshot(data []byte) (*State, error) {
 	s.lastTime = body.LastTime
 	s.nextID = body.NextID
 	s.counters = body.Counters
-	for i := range body.Items {
-		si := &body.Items[i]
-		if si.ID == 0 || si.ID >= s.nextID {
-			return nil, fmt.Errorf("decode snapshot: item id %d outside 1..%d", si.ID, s.nextID-1)
+	for _, it := range body.Items {
+		if it.ID == 0 || it.ID >= s.nextID {
+			return nil, fmt.Errorf("decode snapshot: item id %d outside 1..%d", it.ID, s.nextID-1)
 		}
-		if s.items[si.ID] != nil {
-			return nil, fmt.Errorf("decode snapshot: item %d twice", si.ID)
+		if s.items.get(it.ID) != nil {
+			return nil, fmt.Errorf("decode snapshot: item %d twice", it.ID)
 		}
-		it := &Item{
-			ID: si.ID, Body: si.Body, Key: si.Key, Priority: si.Priority, EnqueuedAt: si.EnqueuedAt,
-			Due: si.Due, Deadline: si.Deadline, Seq: si.Seq, Attempts: si.Attempts,
-			Deliveries: si.Deliveries, Status: si.Status, EndedAt: si.EndedAt, LastError: si.LastError,
-			heapPos: -1, deadlinePos: -1,
-		}
-		switch si.Status {
+		switch it.Status {
 		case Waiting:
-			s.pushWaiting(it)
-		case Leased:
-			if si.Receipt == 0 || si.Receipt > s.lastLSN || s.leases[si.Receipt] != nil {
-				return nil, fmt.Errorf("decode snapshot: item %d has bad receipt %d", si.ID, si.Receipt)
+			it.Receipt, it.LeaseEnd, it.deadSeq = 0, 0, 0
+			s.delayed.items = append(s.delayed.items, it)
+			s.maxDelayedDue = max(s.maxDelayedDue, it.Due)
+			if it.Deadline != 0 {
+				s.deadlines.items = append(s.deadlines.items, it)
 			}
-			it.Receipt, it.LeaseEnd = si.Receipt, si.LeaseEnd
+		case Leased:
+			if it.Receipt == 0 || it.Receipt > s.lastLSN || s.leases[it.Receipt] != nil {
+				return nil, fmt.Errorf("decode snapshot: item %d has bad receipt %d", it.ID, it.Receipt)
+			}
+			it.deadSeq = 0
 			s.leases[it.Receipt] = it
-			s.leaseHeap.Push(it)
+			s.leaseHeap.items = append(s.leaseHeap.items, it)
 		case Dead:
-			it.deadSeq = si.DeadSeq
-			s.deadOrder = append(s.deadOrder, deadEntry{it, si.DeadSeq})
+			it.Receipt, it.LeaseEnd = 0, 0
+			s.deadOrder = append(s.deadOrder, deadEntry{it, it.deadSeq})
 			s.ndead++
 		default:
-			return nil, fmt.Errorf("decode snapshot: item %d has unknown status %d", si.ID, si.Status)
+			return nil, fmt.Errorf("decode snapshot: item %d has unknown status %d", it.ID, it.Status)
 		}
-		s.items[it.ID] = it
+		s.items.set(it)
 		s.bytes += int64(len(it.Body))
 	}
-	sort.Slice(s.deadOrder, func(i, j int) bool { return s.deadOrder[i].seq < s.deadOrder[j].seq })
+	s.delayed.init()
+	s.deadlines.init()
+	s.leaseHeap.init()
+	slices.SortFunc(s.deadOrder, func(a, b deadEntry) int { return cmp.Compare(a.seq, b.seq) })
 	for _, sk := range body.Keys {
 		if sk.Key == "" || s.keys[sk.Key] != nil {
 			return nil, fmt.Errorf("decode snapshot: key %q empty or twice", sk.Key)
 		}
 		k := &keyEntry{Key: sk.Key, ID: sk.ID, Released: sk.Released}
 		if k.Released == 0 {
-			if it := s.items[k.ID]; it == nil || it.Key != k.Key {
+			if it := s.items.get(k.ID); it == nil || it.Key != k.Key {
 				return nil, fmt.Errorf("decode snapshot: key %q held by item %d that is not stored", k.Key, k.ID)
 			}
 		} else {
@@ -221,13 +218,13 @@ func UnmarshalSnapshot(data []byte) (*State, error) {
 		}
 		s.keys[k.Key] = k
 	}
-	for _, it := range s.items {
+	for _, it := range body.Items {
 		if it.Key != "" {
 			if k := s.keys[it.Key]; k == nil || k.ID != it.ID || k.Released != 0 {
 				return nil, fmt.Errorf("decode snapshot: item %d key %q not held", it.ID, it.Key)
 			}
 		}
 	}
-	sort.Slice(s.released, func(i, j int) bool { return s.released[i].Released < s.released[j].Released })
+	slices.SortFunc(s.released, func(a, b *keyEntry) int { return cmp.Compare(a.Released, b.Released) })
 	return s, nil
 }

@@ -3,6 +3,8 @@ package state
 import (
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 )
 
@@ -32,7 +34,7 @@ type Counters struct {
 // same order always yields the same state. It is not safe for concurrent
 // use; the queue's sequencer owns it.
 type State struct {
-	items  map[uint64]*Item // every stored item (waiting, leased, dead)
+	items  idIndex          // every stored item (waiting, leased, dead)
 	leases map[uint64]*Item // open leases by receipt
 
 	// Waiting items are in exactly one of delayed (ordered by due time) or
@@ -40,9 +42,13 @@ type State struct {
 	// An item moves from delayed to ready only in Promote, so a due item may
 	// still sit in delayed until a consumer asks: that lag is a metric.
 	delayed itemHeap
-	ready   map[int64]*itemHeap
-	levels  []int64 // priorities whose ready heap is non-empty, ascending
-	nready  int
+	// maxDelayedDue bounds the due times in delayed from above (pushes
+	// raise it, removals leave it): when now reaches it, every delayed item
+	// is due and Promote moves them all at once.
+	maxDelayedDue int64
+	ready         map[int64]*itemHeap
+	levels        []int64 // priorities whose ready heap is non-empty, ascending
+	nready        int
 
 	leaseHeap itemHeap // leased items by lease end
 	deadlines itemHeap // waiting items that have a deadline, by deadline
@@ -76,11 +82,12 @@ type keyEntry struct {
 // New returns an empty state.
 func New() *State {
 	s := &State{
-		items:  make(map[uint64]*Item),
 		leases: make(map[uint64]*Item),
 		ready:  make(map[int64]*itemHeap),
 		keys:   make(map[string]*keyEntry),
 		nextID: 1,
+
+		maxDelayedDue: math.MinInt64,
 	}
 	s.delayed = itemHeap{less: dueLess, pos: heapPos}
 	s.leaseHeap = itemHeap{less: leaseLess, pos: heapPos}
@@ -134,11 +141,11 @@ func (s *State) Counters() Counters { return s.counters }
 
 // Len is the number of stored items and Bytes the sum of their body sizes;
 // MaxItems and MaxBytes bound these.
-func (s *State) Len() int     { return len(s.items) }
+func (s *State) Len() int     { return s.items.len() }
 func (s *State) Bytes() int64 { return s.bytes }
 
 // Item returns the stored item with id, or nil. The caller must not modify it.
-func (s *State) Item(id uint64) *Item { return s.items[id] }
+func (s *State) Item(id uint64) *Item { return s.items.get(id) }
 
 // Leased returns the item whose open lease is receipt, or nil.
 func (s *State) Leased(receipt uint64) *Item { return s.leases[receipt] }
@@ -146,6 +153,10 @@ func (s *State) Leased(receipt uint64) *Item { return s.leases[receipt] }
 // Promote moves waiting items whose due time is at or before now from the
 // delayed heap to the ready heaps.
 func (s *State) Promote(now int64) {
+	if s.delayed.Len() > bulkPromote && s.maxDelayedDue <= now {
+		s.promoteAll()
+		return
+	}
 	for {
 		it := s.delayed.Min()
 		if it == nil || it.Due > now {
@@ -154,6 +165,35 @@ func (s *State) Promote(now int64) {
 		s.delayed.Remove(it)
 		s.pushReady(it)
 	}
+}
+
+// bulkPromote is the size of delayed from which Promote, when every item
+// is due (after a recovery, typically), rebuilds the ready heaps in O(n)
+// instead of moving items one at a time in O(n log n).
+const bulkPromote = 256
+
+func (s *State) promoteAll() {
+	touched := make(map[int64]bool)
+	for _, it := range s.delayed.items {
+		h := s.ready[it.Priority]
+		if h == nil {
+			h = &itemHeap{less: dueLess, pos: heapPos}
+			s.ready[it.Priority] = h
+		}
+		if h.Len() == 0 && !touched[it.Priority] {
+			s.levels = append(s.levels, it.Priority)
+		}
+		touched[it.Priority] = true
+		h.items = append(h.items, it)
+		it.ready = true
+		s.nready++
+	}
+	for p := range touched {
+		s.ready[p].init()
+	}
+	slices.Sort(s.levels)
+	s.delayed.items = nil
+	s.maxDelayedDue = math.MinInt64
 }
 
 // NextReady returns the ready item that the next delivery should take
@@ -286,7 +326,7 @@ func (s *State) Gauges() Gauges {
 		Delayed: s.delayed.Len(),
 		Leased:  len(s.leases),
 		Dead:    s.ndead,
-		Items:   len(s.items),
+		Items:   s.items.len(),
 		Bytes:   s.bytes,
 		Keys:    len(s.keys),
 	}
@@ -397,7 +437,7 @@ func (s *State) applyPut(lsn uint64, r *Put) error {
 			deadlinePos: -1,
 		}
 		s.nextID++
-		s.items[it.ID] = it
+		s.items.set(it)
 		s.bytes += int64(len(it.Body))
 		s.pushWaiting(it)
 		if it.Key != "" {
@@ -409,7 +449,7 @@ func (s *State) applyPut(lsn uint64, r *Put) error {
 }
 
 func (s *State) applyLease(lsn uint64, r *Lease) error {
-	it := s.items[r.ID]
+	it := s.items.get(r.ID)
 	switch {
 	case it == nil:
 		return invalid("lease of unknown item %d", r.ID)
@@ -525,7 +565,7 @@ func (s *State) applyDiscard(r *Discard) error {
 		return invalid("discard of no items")
 	}
 	for _, id := range r.IDs {
-		it := s.items[id]
+		it := s.items.get(id)
 		if it == nil || it.Status != Waiting || it.Deadline == 0 || it.Deadline > r.Time {
 			return invalid("discard of item %d that is not waiting past its deadline at %d", id, r.Time)
 		}
@@ -534,7 +574,7 @@ func (s *State) applyDiscard(r *Discard) error {
 		return err
 	}
 	for _, id := range r.IDs {
-		it := s.items[id]
+		it := s.items.get(id)
 		s.removeWaiting(it)
 		s.remove(it, r.Time)
 		s.counters.Discarded++
@@ -547,7 +587,7 @@ func (s *State) applyRedrive(lsn uint64, r *Redrive) error {
 		return err
 	}
 	for _, id := range r.IDs {
-		it := s.items[id]
+		it := s.items.get(id)
 		s.leaveDead(it)
 		it.Status = Waiting
 		it.Attempts = 0
@@ -574,7 +614,7 @@ func (s *State) applyPurge(r *Purge) error {
 		return err
 	}
 	for _, id := range ids {
-		it := s.items[id]
+		it := s.items.get(id)
 		s.leaveDead(it)
 		s.remove(it, r.Time)
 		s.counters.Purged++
@@ -587,7 +627,7 @@ func (s *State) checkDead(ids []uint64, what string) error {
 		return invalid("%s of no items", what)
 	}
 	for _, id := range ids {
-		if it := s.items[id]; it == nil || it.Status != Dead {
+		if it := s.items.get(id); it == nil || it.Status != Dead {
 			return invalid("%s of item %d that is not a dead letter", what, id)
 		}
 	}
@@ -610,6 +650,7 @@ func noRepeats(ids []uint64) error {
 
 func (s *State) pushWaiting(it *Item) {
 	s.delayed.Push(it)
+	s.maxDelayedDue = max(s.maxDelayedDue, it.Due)
 	if it.Deadline != 0 {
 		s.deadlines.Push(it)
 	}
@@ -679,7 +720,7 @@ func (s *State) leaveDead(it *Item) {
 // remove forgets an item that was acked, discarded or purged; its key is
 // held for the key window from t.
 func (s *State) remove(it *Item, t int64) {
-	delete(s.items, it.ID)
+	s.items.del(it.ID)
 	s.bytes -= int64(len(it.Body))
 	it.Status = 0
 	if it.Key != "" {
@@ -695,10 +736,8 @@ func (s *State) remove(it *Item, t int64) {
 	}
 }
 
-// Each calls fn for every stored item in no particular order; fn must not
+// Each calls fn for every stored item in ID order; fn must not
 // modify the item or the state.
 func (s *State) Each(fn func(*Item)) {
-	for _, it := range s.items {
-		fn(it)
-	}
+	s.items.each(fn)
 }
