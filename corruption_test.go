@@ -114,6 +114,18 @@ func TestDirectoryCorruption(t *testing.T) {
 			}
 			os.Remove(segs[2].Path)
 		}, ""},
+		{"torn tail and a snapshot beyond the log's end", func(t *testing.T, dir string) {
+			segs := segments(t, dir)
+			for _, s := range segs[1 : len(segs)-1] {
+				os.Remove(s.Path)
+			}
+			// The remaining tail segment no longer follows: drop it too and
+			// tear the one-record segment the truncation left.
+			os.Remove(segs[len(segs)-1].Path)
+			f, _ := os.OpenFile(segs[0].Path, os.O_WRONLY|os.O_APPEND, 0)
+			f.Write([]byte{30, 1, 2, 3})
+			f.Close()
+		}, ""},
 		{"no snapshot left, log truncated", func(t *testing.T, dir string) {
 			for _, s := range snapshots(t, dir) {
 				os.Remove(s.Path)

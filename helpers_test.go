@@ -31,3 +31,18 @@ func (q *Queue) stateBytes() []byte {
 	}
 	return b
 }
+
+// waitForTimerAt returns once the timer loop has planned to wake at or
+// before at (it has seen the change that needs it), yielding meanwhile.
+func (q *Queue) waitForTimerAt(at int64) {
+	for {
+		q.mu.Lock()
+		planned := q.timerAt
+		q.mu.Unlock()
+		if planned <= at {
+			runtime.Gosched()
+			return
+		}
+		runtime.Gosched()
+	}
+}

@@ -501,3 +501,21 @@ func TestMaxBytesCountsDeadLetters(t *testing.T) {
 	}
 	mustPut(t, q, "x")
 }
+
+// TestShorterExtendRearmsTimer: an Extend that brings a lease's end closer
+// than the timer planned wakes it, so the item comes back on time (found by
+// fuzzing).
+func TestShorterExtendRearmsTimer(t *testing.T) {
+	q, clock, _ := testQueue(t, Options{Visibility: 10 * time.Second})
+	mustPut(t, q, "x")
+	m := mustTryGet(t, q)
+	if err := q.Extend(m.Receipt, 6*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(6500 * time.Millisecond)
+	// Wait on the timer loop itself (no settle): it must have re-armed for
+	// the new, earlier end and now take the lease back.
+	for q.Stats().Redelivered == 0 {
+		q.waitForTimerAt(epoch.Add(6 * time.Second).UnixNano())
+	}
+}

@@ -39,7 +39,9 @@ var brokenName = regexp.MustCompile(`^\d{20}\.broken(\.\d+)?$`)
 //     those records, and fsync;
 //  6. put the reserve file back and start serving.
 //
-// Nothing is changed on disk when Open refuses the directory.
+// When Open refuses the directory it has cut nothing and deleted nothing (it
+// may have finished a truncation that a crash interrupted, which changes no
+// record).
 func Open(dir string, opts Options) (*Queue, error) {
 	start := time.Now()
 	o, err := opts.withDefaults()

@@ -207,10 +207,10 @@ type result struct {
 //  2. verifies every segment read-only (envelope, CRC, LSN == index, no gap
 //     or overlap between segments); corruption is a *CorruptionError and
 //     nothing is modified;
-//  3. cuts a torn tail as described at the top of repair.go;
-//  4. checks that a non-empty log covers from (from < First or
-//     from > Last+1 is a *CorruptionError; for an empty log the caller
-//     compares OpenInfo.First/Last itself), and replays;
+//  3. checks that the log covers from: from < First or from > Last+1 is
+//     a *CorruptionError (a fresh log has First 1 and Last 0), and nothing
+//     is modified;
+//  4. cuts a torn tail as described at the top of repair.go, and replays;
 //  5. opens tidwall/wal, fsyncs the tail (a process killed under SyncNever
 //     may have left replayed records in the page cache only), and starts the
 //     committer.
@@ -241,15 +241,6 @@ func Open(dir string, opts Options, from uint64, apply func(Record) error) (*Log
 	if err != nil {
 		return fail(err)
 	}
-	if tail := verified.Tail; tail != nil {
-		broken, err := cutTornTail(fsys, dir, tail, opts.FilePerm)
-		if err != nil {
-			return fail(err)
-		}
-		info.CutBytes, info.BrokenFile = tail.Bytes, broken
-		opts.Logger.Warn("walq: cut torn tail of the log", "dir", dir, "segment", tail.File,
-			"offset", tail.Offset, "bytes", tail.Bytes, "reason", tail.Reason, "saved_as", broken)
-	}
 	segs, _, err := listSegments(fsys, dir)
 	if err != nil {
 		return fail(err)
@@ -259,19 +250,26 @@ func Open(dir string, opts Options, from uint64, apply func(Record) error) (*Log
 	if fresh {
 		info.First, info.Last = 1, 0 // what tidwall/wal's AllowEmpty reports
 	}
-
 	if from == 0 {
 		from = info.First
 	}
-	if info.Last >= info.First {
-		switch {
-		case from < info.First:
-			return fail(&CorruptionError{Dir: dir, File: segs[0].Name, Index: from,
-				Err: reasonf("log starts at %d but replay needs %d", info.First, from)})
-		case from > info.Last+1:
-			return fail(&CorruptionError{Dir: dir, File: segs[len(segs)-1].Name, Index: from,
-				Err: reasonf("log ends at %d before %d", info.Last, from)})
+	// Refuse before anything is cut: a refused open changes nothing.
+	switch {
+	case from < info.First:
+		return fail(&CorruptionError{Dir: dir, File: firstName(segs), Index: from,
+			Err: reasonf("log starts at %d but replay needs %d", info.First, from)})
+	case from > info.Last+1:
+		return fail(&CorruptionError{Dir: dir, File: lastName(segs), Index: from,
+			Err: reasonf("log ends at %d before %d", info.Last, from)})
+	}
+	if tail := verified.Tail; tail != nil {
+		broken, err := cutTornTail(fsys, dir, tail, opts.FilePerm)
+		if err != nil {
+			return fail(err)
 		}
+		info.CutBytes, info.BrokenFile = tail.Bytes, broken
+		opts.Logger.Warn("walq: cut torn tail of the log", "dir", dir, "segment", tail.File,
+			"offset", tail.Offset, "bytes", tail.Bytes, "reason", tail.Reason, "saved_as", broken)
 	}
 	if apply != nil && from <= info.Last {
 		replay := &scanner{fsys: fsys, dir: dir, from: from, fn: func(_ Position, rec Record) error {
@@ -308,6 +306,20 @@ func Open(dir string, opts Options, from uint64, apply func(Record) error) (*Log
 	}
 	info.Segments = len(l.Segments())
 	return l, info, nil
+}
+
+func firstName(segs []Segment) string {
+	if len(segs) == 0 {
+		return ""
+	}
+	return segs[0].Name
+}
+
+func lastName(segs []Segment) string {
+	if len(segs) == 0 {
+		return ""
+	}
+	return segs[len(segs)-1].Name
 }
 
 // startLog checks that tidwall/wal sees the log as recovery did, makes the
