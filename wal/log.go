@@ -553,11 +553,14 @@ func (l *Log) run() {
 func (l *Log) flush(force bool) error {
 	l.mu.Lock()
 	p := l.pending
-	if p.commit != nil {
+	// Decide once, under the lock: an Append may land right after Unlock,
+	// and a batch that was not swapped out is still the pending one.
+	empty := p.commit == nil
+	if !empty {
 		l.pending, l.spare = l.spare, nil
 	}
 	l.mu.Unlock()
-	if p.commit == nil {
+	if empty {
 		if err := l.Err(); err != nil {
 			return err
 		}

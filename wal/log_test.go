@@ -599,3 +599,54 @@ func TestOpenCreatesWithPermissions(t *testing.T) {
 		t.Fatalf("segment mode %v %v", st.Mode(), err)
 	}
 }
+
+// TestGroupCommitNoSyncStress: under SyncNever batches are written as fast
+// as appends arrive, so the committer often wakes to an empty pending batch
+// just as an Append lands. Every committed record must still be written
+// exactly once: it once reset the pending batch it had not swapped out,
+// losing records (or crashing in Commit.release).
+func TestGroupCommitNoSyncStress(t *testing.T) {
+	dir := t.TempDir()
+	l, _, err := Open(dir, Options{Sync: SyncNever}, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, perWriter = 8, 3000
+	var sequencer sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perWriter; i++ {
+				sequencer.Lock()
+				lsn, c := l.Append(1, testBody(l.LastLSN()+1))
+				sequencer.Unlock()
+				if err := c.Wait(); err != nil {
+					errs <- err
+					return
+				}
+				if d := l.DurableLSN(); d < lsn {
+					errs <- fmt.Errorf("commit of %d released with durable lsn %d", lsn, d)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Scan(dir, 1, 0, func(Position, Record) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Records != writers*perWriter || res.Tail != nil {
+		t.Fatalf("scan: %d records (tail %v), want %d", res.Records, res.Tail, writers*perWriter)
+	}
+}
