@@ -365,10 +365,14 @@ func (q *Queue) wakeForDueLocked(due int64) {
 	}
 }
 
-// Get leases the next ready item, blocking until there is one or ctx ends.
+// Get leases the next ready item, blocking until there is one or ctx ends
+// (a ctx that has already ended returns its error without leasing).
 // Under SyncAlways the lease is durable before Get returns, so a crash
 // while handling the item counts the attempt.
 func (q *Queue) Get(ctx context.Context) (Message, error) {
+	if err := ctx.Err(); err != nil {
+		return Message{}, err // an ended context takes nothing, ready or not
+	}
 	for {
 		q.mu.Lock()
 		if err := q.usableLocked(); err != nil {

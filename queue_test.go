@@ -389,6 +389,13 @@ func TestClosed(t *testing.T) {
 
 func TestGetCancelled(t *testing.T) {
 	q, _, _ := testQueue(t, Options{})
+	mustPut(t, q, "ready")
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if _, err := q.Get(done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get with an ended context and an item ready = %v, want context.Canceled", err)
+	}
+	mustTryGet(t, q) // the item was not leased
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { _, err := q.Get(ctx); errc <- err }()
