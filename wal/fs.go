@@ -78,5 +78,25 @@ func readFile(fsys FS, name string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(f)
+	// Size the buffer from the file, so a segment of megabytes is read in
+	// one allocation rather than grown by doubling (a file still being
+	// appended to is read to its end all the same).
+	size := 512
+	if info, err := f.Stat(); err == nil && info.Size() > 0 {
+		size = int(info.Size()) + 512
+	}
+	buf := make([]byte, 0, size)
+	for {
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+	}
 }
