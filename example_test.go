@@ -78,3 +78,48 @@ func ExampleQueue_Nack() {
 	// item 1 dead after 2 attempts: attempt 2: service unavailable
 	// redriven: attempt 1, delivery 3
 }
+
+// Work runs handlers with the heartbeat, timeout, ack/nack and panic safety
+// built in; it returns once ctx ends and the running handlers are done.
+func ExampleQueue_Work() {
+	dir, _ := os.MkdirTemp("", "walq-example")
+	defer os.RemoveAll(dir)
+	q, _ := walq.Open(dir, walq.Options{})
+	defer q.Close()
+
+	ctx, stop := context.WithCancel(context.Background())
+	for _, job := range []string{"a", "b", "c"} {
+		q.Put(ctx, []byte(job))
+	}
+	done := make(chan string, 3)
+	err := q.Work(ctx, 2, func(ctx context.Context, m walq.Message) error {
+		done <- string(m.Body)
+		if len(done) == 3 {
+			stop() // all three handled: stop taking items
+		}
+		return nil // ack
+	}, walq.WorkOptions{Timeout: time.Minute})
+	fmt.Println(err, len(done), q.Stats().Acked)
+	// Output: <nil> 3 3
+}
+
+// PutBatch stores several items in one record: after a crash all of them
+// are there or none.
+func ExampleQueue_PutBatch() {
+	dir, _ := os.MkdirTemp("", "walq-example")
+	defer os.RemoveAll(dir)
+	q, _ := walq.Open(dir, walq.Options{})
+	defer q.Close()
+
+	ids, err := q.PutBatch(context.Background(), []walq.Item{
+		{Body: []byte("first")},
+		{Body: []byte("later"), Delay: time.Hour},
+		{Body: []byte("urgent"), Priority: -1},
+	})
+	fmt.Println(ids, err)
+	st := q.Stats()
+	fmt.Println(st.Items, st.Delayed+st.Ready)
+	// Output:
+	// [1 2 3] <nil>
+	// 3 3
+}
