@@ -204,6 +204,14 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts ...PutOption) (uint64
 	return ids[0], nil
 }
 
+// Limits on what one call may put, whatever the options: a key is held in
+// memory and in every record that names it, and a batch is one record,
+// built and written in one piece.
+const (
+	MaxKeySize    = 1 << 10
+	MaxBatchBytes = 64 << 20
+)
+
 // PutBatch stores items in one log record: after a crash either all of the
 // items it stored are there or none. ids[i] is the ID of items[i], or for an
 // item whose key is held, the ID of the item holding it; those items are
@@ -223,7 +231,13 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 		if it.Delay < 0 {
 			return nil, fmt.Errorf("%w: item %d: negative delay %v", ErrInvalid, i, it.Delay)
 		}
+		if len(it.Key) > MaxKeySize {
+			return nil, fmt.Errorf("%w: item %d: key of %d bytes, at most %d", ErrInvalid, i, len(it.Key), MaxKeySize)
+		}
 		total += len(it.Body)
+	}
+	if total > MaxBatchBytes {
+		return nil, fmt.Errorf("%w: batch of %d bytes of bodies, at most %d in one record", ErrTooLarge, total, MaxBatchBytes)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -317,6 +317,10 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"oversized body", func() error { _, err := q.Put(ctx, make([]byte, 11)); return err }, ErrTooLarge},
 		{"negative delay", func() error { _, err := q.Put(ctx, nil, WithDelay(-1)); return err }, ErrInvalid},
+		{"key too long", func() error {
+			_, err := q.Put(ctx, nil, WithKey(string(make([]byte, MaxKeySize+1))))
+			return err
+		}, ErrInvalid},
 		{"deadline before due", func() error {
 			_, err := q.Put(ctx, nil, WithDelay(time.Minute), WithDeadline(clock.Now().Add(time.Second)))
 			return err
@@ -524,5 +528,22 @@ func TestShorterExtendRearmsTimer(t *testing.T) {
 	// the new, earlier end and now take the lease back.
 	for q.Stats().Redelivered == 0 {
 		q.waitForTimerAt(epoch.Add(6 * time.Second).UnixNano())
+	}
+}
+
+// TestBatchTooLarge: a batch is one record; one past MaxBatchBytes is
+// refused whole, even when every body is within MaxBodySize.
+func TestBatchTooLarge(t *testing.T) {
+	q, _, _ := testQueue(t, Options{})
+	body := make([]byte, 1<<20)
+	items := make([]Item, MaxBatchBytes/len(body)+1)
+	for i := range items {
+		items[i] = Item{Body: body}
+	}
+	if _, err := q.PutBatch(context.Background(), items); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("PutBatch of %d MiB = %v, want ErrTooLarge", len(items), err)
+	}
+	if st := q.Stats(); st.Items != 0 {
+		t.Fatalf("%d items stored", st.Items)
 	}
 }
