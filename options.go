@@ -107,6 +107,11 @@ const (
 	defaultCompactMinBytes = 64 << 20
 	defaultCompactRatio    = 4
 	minSegmentSize         = 4 << 10
+
+	// MaxDuration bounds every duration the queue adds to the time (delays,
+	// leases, extensions, backoffs, the key window), so no time in the log
+	// can overflow.
+	MaxDuration = 100 * 365 * 24 * time.Hour
 )
 
 // DefaultBackoff is the default Options.Backoff: 1s after the first attempt,
@@ -127,14 +132,14 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("%w: Options.%s = %v: %s", ErrInvalid, field, v, why)
 	}
 	switch {
-	case o.Visibility < 0:
-		return bad("Visibility", o.Visibility, "negative")
+	case o.Visibility < 0 || o.Visibility > MaxDuration:
+		return bad("Visibility", o.Visibility, "negative or over MaxDuration")
 	case o.MaxAttempts < 0:
 		return bad("MaxAttempts", o.MaxAttempts, "negative")
 	case o.SegmentSize < 0 || (o.SegmentSize > 0 && o.SegmentSize < minSegmentSize):
 		return bad("SegmentSize", o.SegmentSize, fmt.Sprintf("must be 0 or at least %d", minSegmentSize))
-	case o.KeyWindow < 0:
-		return bad("KeyWindow", o.KeyWindow, "negative")
+	case o.KeyWindow < 0 || o.KeyWindow > MaxDuration:
+		return bad("KeyWindow", o.KeyWindow, "negative or over MaxDuration")
 	case o.MaxItems < 0:
 		return bad("MaxItems", o.MaxItems, "negative")
 	case o.MaxBytes < 0:

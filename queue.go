@@ -228,8 +228,8 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 		if len(it.Body) > q.opts.MaxBodySize {
 			return nil, fmt.Errorf("%w: item %d: %d bytes, Options.MaxBodySize is %d", ErrTooLarge, i, len(it.Body), q.opts.MaxBodySize)
 		}
-		if it.Delay < 0 {
-			return nil, fmt.Errorf("%w: item %d: negative delay %v", ErrInvalid, i, it.Delay)
+		if it.Delay < 0 || it.Delay > MaxDuration {
+			return nil, fmt.Errorf("%w: item %d: delay %v is negative or over MaxDuration", ErrInvalid, i, it.Delay)
 		}
 		if len(it.Key) > MaxKeySize {
 			return nil, fmt.Errorf("%w: item %d: key of %d bytes, at most %d", ErrInvalid, i, len(it.Key), MaxKeySize)
@@ -510,8 +510,8 @@ func (q *Queue) openLeaseLocked(r Receipt, now int64, call string) (*state.Item,
 
 // Extend moves the end of a running lease to d from now (a heartbeat).
 func (q *Queue) Extend(r Receipt, d time.Duration) error {
-	if d <= 0 {
-		return fmt.Errorf("%w: extend by %v: must be positive", ErrInvalid, d)
+	if d <= 0 || d > MaxDuration {
+		return fmt.Errorf("%w: extend by %v: must be positive and at most MaxDuration", ErrInvalid, d)
 	}
 	q.mu.Lock()
 	commit, err := q.extendLocked(r, d)
@@ -615,7 +615,7 @@ func (q *Queue) endRecordLocked(kind byte, it *state.Item, now int64, cause stri
 	rec.Dead = kind == state.TypeDeadLetter || int(it.Attempts) >= q.opts.MaxAttempts
 	if !rec.Dead {
 		if d := q.opts.Backoff(int(it.Attempts)); d > 0 {
-			rec.Due = now + int64(d)
+			rec.Due = now + int64(min(d, MaxDuration))
 		}
 		switch {
 		case it.Deadline != 0 && rec.Due >= it.Deadline:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -331,6 +332,9 @@ func TestBadInput(t *testing.T) {
 			return err
 		}, ErrFull},
 		{"zero extend", func() error { return q.Extend(m.Receipt, 0) }, ErrInvalid},
+		{"endless extend", func() error { return q.Extend(m.Receipt, math.MaxInt64) }, ErrInvalid},
+		{"endless delay", func() error { _, err := q.Put(ctx, nil, WithDelay(math.MaxInt64)); return err }, ErrInvalid},
+		{"endless visibility", func() error { _, err := Open(t.TempDir(), Options{Visibility: math.MaxInt64}); return err }, ErrInvalid},
 		{"negative extend", func() error { return q.Extend(m.Receipt, -time.Second) }, ErrInvalid},
 		{"unknown receipt", func() error { return q.Ack(Receipt(999)) }, ErrLeaseLost},
 		{"redrive of a live item", func() error { return q.Redrive(m.ID) }, ErrNotFound},
