@@ -155,8 +155,9 @@ func (q *Queue) appendLocked(rec state.Record) (uint64, *wal.Commit, error) {
 		return 0, nil, q.broken
 	}
 	// Any record can bring the next lease end, deadline or due time closer
-	// (an Extend that shortens a lease, a Nack or Redrive that puts an item
-	// with a deadline back to waiting): the timer must not sleep past it.
+	// (a new lease, a put with a deadline or delay, an Extend that shortens
+	// a lease, a Nack or Redrive that puts an item back to waiting): this is
+	// the one place that tells the timer loop, so it never sleeps past it.
 	q.kickLocked(q.nextWakeLocked())
 	q.logBytes += int64(len(q.encBuf) + wal.HeaderSize + 3)
 	if !q.opts.DisableAutoCompact && q.logBytes >= q.opts.CompactMinBytes && q.logBytes >= q.compactAfter &&
@@ -263,7 +264,8 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 	ids := make([]uint64, len(items))
 	var errs []error
 	accepted := recItems[:0]
-	var inBatch map[string]int // key -> index of the first item with it (only for batches with keys)
+	var inBatch map[string]int // key -> index of the accepted item with it (only for batches with keys)
+	var sameAs map[int]int     // item index -> index of the earlier item of the batch with its key
 	var bytes int64
 	for i := range items {
 		it := &items[i]
@@ -284,8 +286,10 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 				continue
 			}
 			if first, dup := inBatch[n.Key]; dup {
-				ids[i] = uint64(first) // resolved to the first item's ID below
-				errs = setErr(errs, len(items), i, nil)
+				if sameAs == nil {
+					sameAs = make(map[int]int)
+				}
+				sameAs[i] = first
 				continue
 			}
 			if inBatch == nil {
@@ -317,28 +321,21 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 		next := first
 		ready := 0
 		for i := range items {
-			if errs == nil || (errs[i] == nil && !isInBatchDup(items, inBatch, i)) {
-				ids[i] = next
-				next++
-				if items[i].Delay == 0 {
-					ready++
-				} else {
-					q.wakeForDueLocked(now + int64(items[i].Delay))
-				}
-				if !items[i].Deadline.IsZero() {
-					q.kickLocked(items[i].Deadline.UnixNano())
-				}
+			if _, dup := sameAs[i]; dup || (errs != nil && errs[i] != nil) {
+				continue
+			}
+			ids[i] = next
+			next++
+			if items[i].Delay == 0 {
+				ready++
 			}
 		}
 		q.waiters.wake(ready)
 	}
 	// A repeated key inside the batch gets the ID of its first item.
-	for i := range items {
-		if isInBatchDup(items, inBatch, i) && errs[i] == nil {
-			first := int(ids[i])
-			ids[i] = ids[first]
-			errs[i] = fmt.Errorf("%w: key %q is held by item %d of the same batch", ErrDuplicate, items[i].Key, ids[first])
-		}
+	for i, first := range sameAs {
+		ids[i] = ids[first]
+		errs = setErr(errs, len(items), i, fmt.Errorf("%w: key %q is held by item %d of the same batch", ErrDuplicate, items[i].Key, ids[first]))
 	}
 	q.mu.Unlock()
 	if commit != nil {
@@ -358,25 +355,6 @@ func setErr(errs []error, n, i int, err error) []error {
 	}
 	errs[i] = err
 	return errs
-}
-
-// isInBatchDup reports whether items[i] repeats the key of an earlier item
-// of the same batch.
-func isInBatchDup(items []Item, inBatch map[string]int, i int) bool {
-	k := items[i].Key
-	if k == "" {
-		return false
-	}
-	first, ok := inBatch[k]
-	return ok && first != i
-}
-
-// wakeForDueLocked makes sure a blocked Get wakes when a delayed item
-// becomes due.
-func (q *Queue) wakeForDueLocked(due int64) {
-	if q.waiters.len() > 0 {
-		q.kickLocked(due)
-	}
 }
 
 // Get leases the next ready item, blocking until there is one or ctx ends
@@ -406,9 +384,7 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 			return m, nil
 		}
 		w := q.waiters.add()
-		if due, ok := q.st.NextDue(); ok {
-			q.kickLocked(due)
-		}
+		q.kickLocked(q.nextWakeLocked()) // a waiter makes the next due time count
 		q.mu.Unlock()
 		select {
 		case <-w.ch:
@@ -463,7 +439,6 @@ func (q *Queue) leaseLocked() (Message, *wal.Commit, error) {
 	if err != nil {
 		return Message{}, nil, err
 	}
-	q.kickLocked(rec.LeaseEnd)
 	return Message{
 		ID:         it.ID,
 		Receipt:    Receipt(lsn),
@@ -623,8 +598,6 @@ func (q *Queue) endRecordLocked(kind byte, it *state.Item, now int64, cause stri
 				"id", it.ID, "deadline", time.Unix(0, it.Deadline).UTC())
 		case rec.Due <= now:
 			defer q.waiters.wake(1)
-		default:
-			q.wakeForDueLocked(rec.Due)
 		}
 	} else {
 		q.opts.Logger.Info("walq: item dead-lettered", "id", it.ID, "attempts", it.Attempts, "cause", cause)

@@ -3,6 +3,7 @@ package walq
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -255,9 +256,7 @@ func removeSnapshotTemps(fsys wal.FS, dir string) error {
 // the LSN it covers (a new state and 0 when there is none). badNewest is why
 // a newer snapshot was passed over: the log must then still reach back to
 // the one taken, or the open fails (never silently lose what lay between).
-func loadSnapshot(dir string, logger interface {
-	Warn(msg string, args ...any)
-}) (st *state.State, lsn uint64, badNewest error, err error) {
+func loadSnapshot(dir string, logger *slog.Logger) (st *state.State, lsn uint64, badNewest error, err error) {
 	snaps, err := wal.ListSnapshots(dir)
 	if err != nil {
 		return nil, 0, nil, fmt.Errorf("walq: list snapshots: %w", err)

@@ -225,29 +225,46 @@ func copyDir(t *testing.T, src string) string {
 	return dst
 }
 
+// faultTestOptions are the options of the fault tests: a manual clock, no
+// jitter, small segments, compaction only on demand.
+func faultTestOptions() Options {
+	return Options{Clock: NewManualClock(epoch), Backoff: fixedBackoff, MaxAttempts: 3,
+		Visibility: time.Second, SegmentSize: 4096, DisableAutoCompact: true}
+}
+
+// withFS returns opts with the queue's own file operations going through
+// fsys.
+func withFS(opts Options, fsys wal.FS) Options {
+	opts.fs = fsys
+	return opts
+}
+
+// countOps opens a copy of base through a counting FS and reports how many
+// file operations Open took, and how many it had taken after one Compact.
+func countOps(t *testing.T, base string, opts Options) (opened, compacted int) {
+	t.Helper()
+	probe := wal.NewFaultFS(wal.OSFS(), 0)
+	q, err := Open(copyDir(t, base), withFS(opts, probe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	opened = probe.Calls()
+	if err := q.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	return opened, probe.Calls()
+}
+
 // TestCompactionFaults fails the N-th file operation of a compaction, for
 // every N, as pebble's TestErrors does: the queue may fail, but reopening
 // always yields the same state, and a second compaction then succeeds.
 func TestCompactionFaults(t *testing.T) {
-	clock := NewManualClock(epoch)
-	opts := Options{Clock: clock, Backoff: fixedBackoff, MaxAttempts: 3, Visibility: time.Second,
-		SegmentSize: 4096, DisableAutoCompact: true}
+	opts := faultTestOptions()
+	clock := opts.Clock.(*ManualClock)
 	base, want := baseQueueDir(t, opts)
 
-	// Count the operations of Open and of one Compact.
-	probe := wal.NewFaultFS(wal.OSFS(), 0)
-	o := opts
-	o.fs = probe
-	q, err := Open(copyDir(t, base), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opened := probe.Calls()
-	if err := q.Compact(); err != nil {
-		t.Fatal(err)
-	}
-	compacted := probe.Calls()
-	q.Close()
+	opened, compacted := countOps(t, base, opts)
 	if compacted-opened < 5 {
 		t.Fatalf("compaction ran only %d file operations", compacted-opened)
 	}
@@ -255,9 +272,7 @@ func TestCompactionFaults(t *testing.T) {
 	for n := opened + 1; n <= compacted; n++ {
 		dir := copyDir(t, base)
 		ffs := wal.NewFaultFS(wal.OSFS(), n)
-		o := opts
-		o.fs = ffs
-		q, err := Open(dir, o)
+		q, err := Open(dir, withFS(opts, ffs))
 		if err != nil {
 			t.Fatalf("op %d: open: %v", n, err)
 		}
@@ -293,25 +308,13 @@ func TestCompactionFaults(t *testing.T) {
 // cleanly (never half-opened, lock released) and a normal Open afterwards
 // sees the same state.
 func TestOpenFaults(t *testing.T) {
-	clock := NewManualClock(epoch)
-	opts := Options{Clock: clock, Backoff: fixedBackoff, MaxAttempts: 3, Visibility: time.Second,
-		SegmentSize: 4096, DisableAutoCompact: true}
+	opts := faultTestOptions()
 	base, want := baseQueueDir(t, opts)
-	probe := wal.NewFaultFS(wal.OSFS(), 0)
-	o := opts
-	o.fs = probe
-	q, err := Open(copyDir(t, base), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := probe.Calls()
-	q.Close()
+	total, _ := countOps(t, base, opts)
 	for n := 1; n <= total; n++ {
 		dir := copyDir(t, base)
 		ffs := wal.NewFaultFS(wal.OSFS(), n)
-		o := opts
-		o.fs = ffs
-		if q, err := Open(dir, o); err == nil {
+		if q, err := Open(dir, withFS(opts, ffs)); err == nil {
 			q.Close()
 		}
 		q, err := Open(dir, opts)

@@ -27,34 +27,7 @@ func TestGroupCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	const writers, perWriter = 32, 100
-	var sequencer sync.Mutex // what walq's sequencer does: Append in one order
-	var wg sync.WaitGroup
-	errs := make(chan error, writers)
-	for w := 0; w < writers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < perWriter; i++ {
-				sequencer.Lock()
-				body := testBody(l.LastLSN() + 1) // the sequencer knows the next LSN
-				lsn, c := l.AppendEncoded(1, func(dst []byte) []byte { return append(dst, body...) })
-				sequencer.Unlock()
-				if err := c.Wait(); err != nil {
-					errs <- err
-					return
-				}
-				if d := l.DurableLSN(); d < lsn {
-					errs <- fmt.Errorf("commit of %d released with durable lsn %d", lsn, d)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	appendConcurrently(t, l, writers, perWriter)
 	const total = writers * perWriter
 	if l.LastLSN() != total || l.DurableLSN() != total {
 		t.Fatalf("last %d durable %d, want %d", l.LastLSN(), l.DurableLSN(), total)
@@ -612,7 +585,25 @@ func TestGroupCommitNoSyncStress(t *testing.T) {
 		t.Fatal(err)
 	}
 	const writers, perWriter = 8, 3000
-	var sequencer sync.Mutex
+	appendConcurrently(t, l, writers, perWriter)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Scan(dir, 1, 0, func(Position, Record) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Records != writers*perWriter || res.Tail != nil {
+		t.Fatalf("scan: %d records (tail %v), want %d", res.Records, res.Tail, writers*perWriter)
+	}
+}
+
+// appendConcurrently has writers goroutines append perWriter records each,
+// serialized the way walq's sequencer serializes them, and checks that each
+// commit is released only once its record is durable.
+func appendConcurrently(t *testing.T, l *Log, writers, perWriter int) {
+	t.Helper()
+	var sequencer sync.Mutex // what walq's sequencer does: Append in one order
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := 0; w < writers; w++ {
@@ -621,7 +612,8 @@ func TestGroupCommitNoSyncStress(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < perWriter; i++ {
 				sequencer.Lock()
-				lsn, c := l.Append(1, testBody(l.LastLSN()+1))
+				body := testBody(l.LastLSN() + 1) // the sequencer knows the next LSN
+				lsn, c := l.AppendEncoded(1, func(dst []byte) []byte { return append(dst, body...) })
 				sequencer.Unlock()
 				if err := c.Wait(); err != nil {
 					errs <- err
@@ -638,15 +630,5 @@ func TestGroupCommitNoSyncStress(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	res, err := Scan(dir, 1, 0, func(Position, Record) error { return nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Records != writers*perWriter || res.Tail != nil {
-		t.Fatalf("scan: %d records (tail %v), want %d", res.Records, res.Tail, writers*perWriter)
 	}
 }

@@ -49,17 +49,7 @@ func runCompact(cfg *config, qdir string, prof *profiler) (*CompactResult, error
 			return nil, err
 		}
 	}
-	l := &load{
-		q:         q,
-		producers: cfg.producers,
-		consumers: cfg.consumers,
-		consumer:  cfg.consumer,
-		body:      cfg.body,
-		n:         cfg.n,
-		duration:  cfg.duration,
-		seed:      cfg.seed,
-		maxReady:  cfg.maxReady,
-	}
+	l := newLoad(q, cfg)
 	if res.Without, _, err = measure(l, prof); err != nil {
 		return nil, err
 	}

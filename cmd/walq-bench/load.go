@@ -383,13 +383,9 @@ type DelayResult struct {
 	MinLatenessUs float64 `json:"min_lateness_us"`
 }
 
-func runLoadWorkload(cfg *config, qdir string, prof *profiler, res *Result) error {
-	q, err := walq.Open(qdir, cfg.options())
-	if err != nil {
-		return err
-	}
-	defer q.Close()
-	l := &load{
+// newLoad is the load that cfg describes, on q.
+func newLoad(q *walq.Queue, cfg *config) *load {
+	return &load{
 		q:         q,
 		producers: cfg.producers,
 		consumers: cfg.consumers,
@@ -400,6 +396,15 @@ func runLoadWorkload(cfg *config, qdir string, prof *profiler, res *Result) erro
 		seed:      cfg.seed,
 		maxReady:  cfg.maxReady,
 	}
+}
+
+func runLoadWorkload(cfg *config, qdir string, prof *profiler, res *Result) error {
+	q, err := walq.Open(qdir, cfg.options())
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	l := newLoad(q, cfg)
 	switch cfg.workload {
 	case "put":
 		l.consumers = 0
