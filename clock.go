@@ -5,13 +5,23 @@ import (
 	"time"
 )
 
-// Clock is the queue's source of time. The zero Options use the system
-// clock; tests pass a ManualClock so that leases, delays and deadlines run
-// without sleeping.
+// Clock is where the queue reads time. It has two readings, as a computer
+// does: the wall clock, which an administrator or NTP may step at any
+// moment, and a monotonic clock, which only moves forward at a steady pace.
+// The queue reads the wall clock once, at Open, and only the monotonic clock
+// after that (see queueTime); the wall clock is read again only to translate
+// absolute times at the API (WithDeadline, Message.LeaseEnd, EnqueuedAt).
+//
+// The zero Options use the system clock; tests pass a ManualClock, which can
+// step the wall clock apart from the monotonic one.
 type Clock interface {
+	// Now returns the wall-clock time.
 	Now() time.Time
-	// NewTimer returns a stopped-or-running timer that sends on C when d has
-	// passed, as time.NewTimer does.
+	// Monotonic returns the monotonic clock's reading: only differences
+	// between readings mean anything, and it never goes back.
+	Monotonic() time.Duration
+	// NewTimer returns a running timer that sends on C once d has passed on
+	// the monotonic clock, as time.NewTimer does.
 	NewTimer(d time.Duration) Timer
 }
 
@@ -24,8 +34,12 @@ type Timer interface {
 
 type systemClock struct{}
 
-func (systemClock) Now() time.Time { return time.Now() }
+// monoOrigin is the origin of the system clock's monotonic readings; Go's
+// time.Since measures with the monotonic reading time.Now carries.
+var monoOrigin = time.Now()
 
+func (systemClock) Now() time.Time                 { return time.Now() }
+func (systemClock) Monotonic() time.Duration       { return time.Since(monoOrigin) }
 func (systemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
 
 type systemTimer struct{ t *time.Timer }
@@ -34,46 +48,69 @@ func (t systemTimer) C() <-chan time.Time        { return t.t.C }
 func (t systemTimer) Stop() bool                 { return t.t.Stop() }
 func (t systemTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
 
-// ManualClock is a Clock that moves only when told to. Timers fire during
-// the Advance call that reaches them. It is safe for concurrent use.
+// ManualClock is a Clock that moves only when told to: Advance moves both
+// readings (time passes), StepWall moves the wall clock alone (an
+// administrator or NTP stepped it). Timers run on the monotonic reading and
+// fire during the Advance call that reaches them. It is safe for concurrent
+// use.
 type ManualClock struct {
 	mu     sync.Mutex
-	now    time.Time
+	wall   time.Time
+	mono   time.Duration
 	timers map[*manualTimer]struct{}
 }
 
-// NewManualClock returns a clock stopped at start.
+// NewManualClock returns a clock stopped at wall time start.
 func NewManualClock(start time.Time) *ManualClock {
-	return &ManualClock{now: start, timers: make(map[*manualTimer]struct{})}
+	return &ManualClock{wall: start, timers: make(map[*manualTimer]struct{})}
 }
 
-// Now returns the clock's time.
+// Now returns the clock's wall time.
 func (c *ManualClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.now
+	return c.wall
 }
 
-// Advance moves the clock forward by d and fires the timers it passes
-// (in no particular order).
-func (c *ManualClock) Advance(d time.Duration) {
+// Monotonic returns how far the clock has advanced since it was made.
+func (c *ManualClock) Monotonic() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+	return c.mono
+}
+
+// Advance lets d pass (d >= 0): both readings move, and the timers it
+// reaches fire (in no particular order).
+func (c *ManualClock) Advance(d time.Duration) {
+	if d < 0 {
+		panic("walq: ManualClock.Advance with a negative duration; use StepWall to set the wall clock back")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wall = c.wall.Add(d)
+	c.mono += d
 	// Fire under the lock (the sends never block), so a timer stopped
 	// after Advance returns cannot fire late.
 	for t := range c.timers {
-		if !t.at.After(c.now) {
+		if t.at <= c.mono {
 			delete(c.timers, t)
 			select {
-			case t.ch <- c.now:
+			case t.ch <- c.wall:
 			default:
 			}
 		}
 	}
 }
 
-// NewTimer returns a timer that fires once the clock reaches now+d.
+// StepWall sets the wall clock forward (d > 0) or back (d < 0) without any
+// time passing: no timer fires and the monotonic reading stays.
+func (c *ManualClock) StepWall(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wall = c.wall.Add(d)
+}
+
+// NewTimer returns a timer that fires once d has passed.
 func (c *ManualClock) NewTimer(d time.Duration) Timer {
 	t := &manualTimer{clock: c, ch: make(chan time.Time, 1)}
 	t.Reset(d)
@@ -90,7 +127,7 @@ func (c *ManualClock) Timers() int {
 
 type manualTimer struct {
 	clock *ManualClock
-	at    time.Time
+	at    time.Duration // monotonic reading at which it fires
 	ch    chan time.Time
 }
 
@@ -105,21 +142,19 @@ func (t *manualTimer) Stop() bool {
 }
 
 func (t *manualTimer) Reset(d time.Duration) bool {
-	t.clock.mu.Lock()
-	_, armed := t.clock.timers[t]
-	t.at = t.clock.now.Add(d)
-	fire := d <= 0
-	if fire {
-		delete(t.clock.timers, t)
-	} else {
-		t.clock.timers[t] = struct{}{}
-	}
-	if fire {
+	c := t.clock
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, armed := c.timers[t]
+	t.at = c.mono + d
+	if d <= 0 {
+		delete(c.timers, t)
 		select {
-		case t.ch <- t.clock.now:
+		case t.ch <- c.wall:
 		default:
 		}
+	} else {
+		c.timers[t] = struct{}{}
 	}
-	t.clock.mu.Unlock()
 	return armed
 }

@@ -44,7 +44,7 @@ func NewCollector(q *Queue, name string) prometheus.Collector {
 	counter("nacked_total", "Leases ended by a nack: failed attempts.",
 		func(s *Stats) float64 { return float64(s.Nacked) })
 	counter("leases_expired_total", "Leases that ran out without an ack or nack; the item was redelivered after the backoff, or dead-lettered when out of attempts. Frequent expiries with few dead letters: the visibility is too short or the heartbeat is missing.",
-		func(s *Stats) float64 { return float64(s.Redelivered) })
+		func(s *Stats) float64 { return float64(s.Expired) })
 	counter("dead_lettered_total", "Items moved to the dead-letter list.",
 		func(s *Stats) float64 { return float64(s.DeadLettered) })
 	counter("discarded_total", "Items discarded at their deadline, undelivered.",

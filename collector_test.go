@@ -117,7 +117,7 @@ func TestCollectorMatchesStats(t *testing.T) {
 	st := q.Stats() // nothing runs meanwhile: the scrape saw the same figures
 
 	// The known sequence, as Stats reports it.
-	if st.Put != 21 || st.Delivered != 23 || st.Acked != 6 || st.Nacked != 7 || st.Redelivered != 2 ||
+	if st.Put != 21 || st.Delivered != 23 || st.Acked != 6 || st.Nacked != 7 || st.Expired != 2 ||
 		st.DeadLettered != 8 || st.Discarded != 4 || st.Redriven != 1 || st.Purged != 3 || st.LateAcks != 5 ||
 		st.Ready != 1 || st.Delayed != 3 || st.Leased != 0 || st.Dead != 4 || st.Keys != 1 ||
 		st.Bytes != 40 || st.OldestReady != 35*time.Second || st.DelayedPastDue != 4*time.Second ||
@@ -136,7 +136,7 @@ func TestCollectorMatchesStats(t *testing.T) {
 		"walq_delivered_total":                   float64(st.Delivered),
 		"walq_acked_total":                       float64(st.Acked),
 		"walq_nacked_total":                      float64(st.Nacked),
-		"walq_leases_expired_total":              float64(st.Redelivered),
+		"walq_leases_expired_total":              float64(st.Expired),
 		"walq_dead_lettered_total":               float64(st.DeadLettered),
 		"walq_discarded_total":                   float64(st.Discarded),
 		"walq_redriven_total":                    float64(st.Redriven),

@@ -86,7 +86,7 @@ func (q *Queue) compact() (err error) {
 			return err
 		}
 		q.mu.Lock()
-		now := q.nowLocked()
+		now := q.qt.now()
 		q.mu.Unlock()
 		shadow.PruneKeys(now, int64(q.opts.KeyWindow))
 		body, err := shadow.MarshalSnapshot()

@@ -93,8 +93,8 @@ type Stats struct {
 	Bytes                        int64 // sum of their bodies
 	Keys                         int   // idempotency keys held or inside their window
 
-	Put, Delivered, Acked, Nacked, Redelivered, DeadLettered, Discarded, Redriven, Purged uint64
-	LateAcks                                                                              uint64
+	Put, Delivered, Acked, Nacked, Expired, DeadLettered, Discarded, Redriven, Purged uint64
+	LateAcks                                                                          uint64
 
 	// OldestReady is how long the oldest ready item has been ready;
 	// DelayedPastDue how far the earliest delayed item is past its due time
@@ -138,7 +138,7 @@ func (q *Queue) Stats() Stats {
 		logBytes += s.Size
 	}
 	q.mu.Lock()
-	now := q.nowLocked()
+	now := q.qt.now()
 	g := q.st.Gauges()
 	c := q.st.Counters()
 	live := q.liveBytesLocked()
@@ -148,7 +148,7 @@ func (q *Queue) Stats() Stats {
 	st := Stats{
 		Ready: g.Ready, Delayed: g.Delayed, Leased: g.Leased, Dead: g.Dead,
 		Items: g.Items, Bytes: g.Bytes, Keys: g.Keys,
-		Put: c.Put, Delivered: c.Delivered, Acked: c.Acked, Nacked: c.Nacked, Redelivered: c.Expired,
+		Put: c.Put, Delivered: c.Delivered, Acked: c.Acked, Nacked: c.Nacked, Expired: c.Expired,
 		DeadLettered: c.DeadLettered, Discarded: c.Discarded, Redriven: c.Redriven, Purged: c.Purged,
 		LateAcks:          q.lateAcks.Load(),
 		Fsync:             q.metrics.fsync.snapshot(),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -28,8 +27,10 @@ type Message struct {
 	Deliveries int    // every delivery ever, this one included
 	Priority   int
 	Key        string
-	EnqueuedAt time.Time
-	LeaseEnd   time.Time
+	EnqueuedAt time.Time // wall-clock time, translated from queue time (see qtime.go)
+	LeaseEnd   time.Time // wall-clock time, translated from queue time
+
+	leaseEnd int64 // LeaseEnd in queue time: what Work's heartbeat counts from
 }
 
 // Queue is a durable work queue in one directory. It is safe for concurrent
@@ -38,24 +39,27 @@ type Queue struct {
 	dir   string
 	opts  Options
 	clock Clock
+	qt    queueTime // the queue's one time; see qtime.go
 	log   *wal.Log
 	lock  *os.File // holds the flock on the directory
 
-	// mu is the sequencer: a call is checked against st, its record gets
-	// the next LSN and joins the log's pending batch, and st applies it,
-	// all under mu, so LSN order is the order of application. Callers wait
-	// for durability after releasing mu.
+	// mu is the sequencer (sequencer.go).
 	mu       sync.Mutex
 	st       *state.State
 	encBuf   []byte        // record encoding scratch; under mu
 	closed   bool          // under mu
-	broken   error         // the state refused a record the log took; under mu
 	waiters  waiterList    // blocked Gets, oldest first; under mu
 	timerAt  int64         // when the timer loop will wake next (MaxInt64: not armed); under mu
 	logBytes int64         // bytes in the log segments, approximately; under mu
-	skew     int64         // added to the clock so queue time never goes back; under mu
 	kick     chan struct{} // wakes the timer loop to look again
 	done     chan struct{} // closed by Close
+
+	// failed is closed at the first failure (a failed write or fsync, or a
+	// record the state refused), after failErr is set: every blocked call
+	// and loop selects on it. See fail.
+	failed   chan struct{}
+	failOnce sync.Once
+	failErr  error
 
 	compactSignal chan struct{}
 	compactMu     sync.Mutex    // one compaction at a time
@@ -67,124 +71,6 @@ type Queue struct {
 	metrics  metrics
 	recovery RecoveryStats
 	wg       sync.WaitGroup
-}
-
-// waiterList is the FIFO of Gets waiting for an item. A waiter's channel
-// has room for one signal; a waiter that was signalled but gives up passes
-// the signal on, so no ready item is left with a waiter asleep.
-type waiterList struct {
-	list []*waiter
-}
-
-type waiter struct {
-	ch chan struct{}
-}
-
-func (l *waiterList) add() *waiter {
-	w := &waiter{ch: make(chan struct{}, 1)}
-	l.list = append(l.list, w)
-	return w
-}
-
-func (l *waiterList) remove(w *waiter) {
-	for i, x := range l.list {
-		if x == w {
-			l.list = append(l.list[:i], l.list[i+1:]...)
-			return
-		}
-	}
-}
-
-// wake signals up to n waiters, oldest first, and removes them.
-func (l *waiterList) wake(n int) {
-	for n > 0 && len(l.list) > 0 {
-		w := l.list[0]
-		l.list[0] = nil
-		l.list = l.list[1:]
-		w.ch <- struct{}{}
-		n--
-	}
-}
-
-func (l *waiterList) len() int { return len(l.list) }
-
-// usableLocked returns why the queue takes no calls, or nil.
-func (q *Queue) usableLocked() error {
-	if q.closed {
-		return ErrClosed
-	}
-	if q.broken != nil {
-		return q.broken
-	}
-	if err := q.log.Err(); err != nil {
-		return err
-	}
-	return nil
-}
-
-// nowLocked is the queue's time: the clock plus skew, never behind the
-// newest time in the log. When the clock is found behind that time (it was
-// stepped back, perhaps across a restart), skew grows by the difference, so
-// queue time goes on from the log's time at the clock's pace: delays, leases
-// and key windows last as long as they should instead of waiting for the
-// clock to catch up.
-func (q *Queue) nowLocked() int64 {
-	now := q.clock.Now().UnixNano() + q.skew
-	if last := q.st.LastTime(); now < last {
-		q.skew += last - now
-		return last
-	}
-	return now
-}
-
-// appendLocked gives rec the next LSN, adds it to the log's pending batch
-// and applies it to the state. The caller waits on the commit after
-// releasing mu.
-func (q *Queue) appendLocked(rec state.Record) (uint64, *wal.Commit, error) {
-	var err error
-	q.encBuf, err = state.Encode(q.encBuf[:0], rec)
-	if err != nil {
-		return 0, nil, err
-	}
-	lsn, commit := q.log.Append(rec.Type(), q.encBuf)
-	if err := q.st.Apply(lsn, rec); err != nil {
-		// The log holds a record the state refused. Nothing may be built on
-		// that: fail like a failed write, and recover from disk on reopen.
-		q.broken = fmt.Errorf("%w: record %d (%s) refused by the state: %v", ErrFailed, lsn, state.TypeName(rec.Type()), err)
-		q.opts.Logger.Error("walq: queue failed", "err", q.broken)
-		return 0, nil, q.broken
-	}
-	// Any record can bring the next lease end, deadline or due time closer
-	// (a new lease, a put with a deadline or delay, an Extend that shortens
-	// a lease, a Nack or Redrive that puts an item back to waiting): this is
-	// the one place that tells the timer loop, so it never sleeps past it.
-	q.kickLocked(q.nextWakeLocked())
-	q.logBytes += int64(len(q.encBuf) + wal.HeaderSize + 3)
-	if !q.opts.DisableAutoCompact && q.logBytes >= q.opts.CompactMinBytes && q.logBytes >= q.compactAfter &&
-		float64(q.logBytes) > q.opts.CompactRatio*float64(q.liveBytesLocked()) {
-		select {
-		case q.compactSignal <- struct{}{}:
-		default:
-		}
-	}
-	return lsn, commit, nil
-}
-
-// liveBytesLocked estimates what a snapshot of the state would take.
-func (q *Queue) liveBytesLocked() int64 {
-	return q.st.Bytes() + int64(q.st.Len())*64
-}
-
-// kickLocked wakes the timer loop when something now needs it earlier than
-// it planned to wake.
-func (q *Queue) kickLocked(at int64) {
-	if at < q.timerAt {
-		q.timerAt = at
-		select {
-		case q.kick <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // Put stores an item and returns its ID once its record is durable under
@@ -260,7 +146,7 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 		q.mu.Unlock()
 		return nil, err
 	}
-	now := q.nowLocked()
+	now := q.qt.now()
 	ids := make([]uint64, len(items))
 	var errs []error
 	accepted := recItems[:0]
@@ -272,11 +158,13 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 		n := recItems[i]
 		n.Due = now + int64(it.Delay)
 		if !it.Deadline.IsZero() {
-			n.Deadline = it.Deadline.UnixNano()
+			// A deadline is a wall-clock time: it means the same span from
+			// now in queue time, whatever offset lies between the two.
+			n.Deadline = q.qt.fromWall(it.Deadline)
 			if n.Deadline <= n.Due {
 				q.mu.Unlock()
 				return nil, fmt.Errorf("%w: item %d: deadline %v is not after its due time %v", ErrInvalidDeadline, i,
-					it.Deadline.UTC().Format(time.RFC3339Nano), time.Unix(0, n.Due).UTC().Format(time.RFC3339Nano))
+					it.Deadline.UTC().Format(time.RFC3339Nano), q.qt.toWall(n.Due).UTC().Format(time.RFC3339Nano))
 			}
 		}
 		if n.Key != "" {
@@ -339,7 +227,7 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 	}
 	q.mu.Unlock()
 	if commit != nil {
-		if err := waitDurable(commit); err != nil {
+		if err := q.wait(commit); err != nil {
 			return nil, err
 		}
 	}
@@ -378,7 +266,7 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 		}
 		if commit != nil {
 			q.mu.Unlock()
-			if err := waitDurable(commit); err != nil {
+			if err := q.wait(commit); err != nil {
 				return Message{}, err
 			}
 			return m, nil
@@ -400,6 +288,8 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 			return Message{}, ctx.Err()
 		case <-q.done:
 			return Message{}, ErrClosed
+		case <-q.failed:
+			return Message{}, q.failErr
 		}
 	}
 }
@@ -417,7 +307,7 @@ func (q *Queue) TryGet() (Message, bool, error) {
 	if err != nil || commit == nil {
 		return Message{}, false, err
 	}
-	if err := waitDurable(commit); err != nil {
+	if err := q.wait(commit); err != nil {
 		return Message{}, false, err
 	}
 	return m, true, nil
@@ -425,7 +315,7 @@ func (q *Queue) TryGet() (Message, bool, error) {
 
 // leaseLocked leases the next ready item; a nil commit means none is ready.
 func (q *Queue) leaseLocked() (Message, *wal.Commit, error) {
-	now := q.nowLocked()
+	now := q.qt.now()
 	if err := q.discardPassedLocked(now); err != nil {
 		return Message{}, nil, err
 	}
@@ -447,8 +337,9 @@ func (q *Queue) leaseLocked() (Message, *wal.Commit, error) {
 		Deliveries: int(it.Deliveries),
 		Priority:   int(it.Priority),
 		Key:        it.Key,
-		EnqueuedAt: time.Unix(0, it.EnqueuedAt),
-		LeaseEnd:   time.Unix(0, it.LeaseEnd),
+		EnqueuedAt: q.qt.toWall(it.EnqueuedAt),
+		LeaseEnd:   q.qt.toWall(it.LeaseEnd),
+		leaseEnd:   it.LeaseEnd,
 	}, commit, nil
 }
 
@@ -463,7 +354,7 @@ func (q *Queue) discardPassedLocked(now int64) error {
 		for i, it := range passed {
 			ids[i] = it.ID
 			q.opts.Logger.Info("walq: item discarded at its deadline", "id", it.ID,
-				"deadline", time.Unix(0, it.Deadline).UTC())
+				"deadline", q.qt.toWall(it.Deadline).UTC())
 		}
 		if _, _, err := q.appendLocked(&state.Discard{Time: now, IDs: ids}); err != nil {
 			return err
@@ -494,14 +385,14 @@ func (q *Queue) Extend(r Receipt, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	return waitDurable(commit)
+	return q.wait(commit)
 }
 
 func (q *Queue) extendLocked(r Receipt, d time.Duration) (*wal.Commit, error) {
 	if err := q.usableLocked(); err != nil {
 		return nil, err
 	}
-	now := q.nowLocked()
+	now := q.qt.now()
 	if _, err := q.openLeaseLocked(r, now, "extend"); err != nil {
 		return nil, err
 	}
@@ -518,14 +409,14 @@ func (q *Queue) Ack(r Receipt) error {
 	if err != nil {
 		return err
 	}
-	return waitDurable(commit)
+	return q.wait(commit)
 }
 
 func (q *Queue) ackLocked(r Receipt) (*wal.Commit, error) {
 	if err := q.usableLocked(); err != nil {
 		return nil, err
 	}
-	now := q.nowLocked()
+	now := q.qt.now()
 	if _, err := q.openLeaseLocked(r, now, "ack"); err != nil {
 		return nil, err
 	}
@@ -565,7 +456,7 @@ func (q *Queue) end(r Receipt, kind byte, cause string) error {
 		q.mu.Unlock()
 		return err
 	}
-	now := q.nowLocked()
+	now := q.qt.now()
 	it, err := q.openLeaseLocked(r, now, state.TypeName(kind))
 	if err != nil {
 		q.mu.Unlock()
@@ -576,7 +467,7 @@ func (q *Queue) end(r Receipt, kind byte, cause string) error {
 	if err != nil {
 		return err
 	}
-	return waitDurable(commit)
+	return q.wait(commit)
 }
 
 // endRecordLocked decides how a lease ends that did not end in an ack:
@@ -595,7 +486,7 @@ func (q *Queue) endRecordLocked(kind byte, it *state.Item, now int64, cause stri
 		switch {
 		case it.Deadline != 0 && rec.Due >= it.Deadline:
 			q.opts.Logger.Info("walq: item discarded: its next attempt would fall after its deadline",
-				"id", it.ID, "deadline", time.Unix(0, it.Deadline).UTC())
+				"id", it.ID, "deadline", q.qt.toWall(it.Deadline).UTC())
 		case rec.Due <= now:
 			defer q.waiters.wake(1)
 		}
@@ -635,8 +526,8 @@ func (q *Queue) DeadLetters(limit int) []DeadLetter {
 			Attempts:   int(it.Attempts),
 			Deliveries: int(it.Deliveries),
 			LastError:  it.LastError,
-			DeadAt:     time.Unix(0, it.EndedAt),
-			EnqueuedAt: time.Unix(0, it.EnqueuedAt),
+			DeadAt:     q.qt.toWall(it.EndedAt),
+			EnqueuedAt: q.qt.toWall(it.EnqueuedAt),
 		}
 	}
 	return out
@@ -654,7 +545,7 @@ func (q *Queue) Redrive(ids ...uint64) error {
 		q.mu.Unlock()
 		return err
 	}
-	_, commit, err := q.appendLocked(&state.Redrive{Time: q.nowLocked(), IDs: append([]uint64(nil), ids...)})
+	_, commit, err := q.appendLocked(&state.Redrive{Time: q.qt.now(), IDs: append([]uint64(nil), ids...)})
 	if err == nil {
 		q.waiters.wake(len(ids))
 	}
@@ -662,7 +553,7 @@ func (q *Queue) Redrive(ids ...uint64) error {
 	if err != nil {
 		return err
 	}
-	return waitDurable(commit)
+	return q.wait(commit)
 }
 
 // PurgeDeadLetters drops the named dead letters for good; with no IDs, all
@@ -684,13 +575,13 @@ func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
 		q.mu.Unlock()
 		return err
 	}
-	rec.Time = q.nowLocked()
+	rec.Time = q.qt.now()
 	_, commit, err := q.appendLocked(rec)
 	q.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return waitDurable(commit)
+	return q.wait(commit)
 }
 
 func (q *Queue) checkDeadLocked(ids []uint64) error {
@@ -708,97 +599,6 @@ func (q *Queue) checkDeadLocked(ids []uint64) error {
 		seen[id] = true
 	}
 	return nil
-}
-
-// timerLoop ends expired leases, discards items at their deadline and wakes
-// blocked Gets when delayed items come due. It sleeps on one timer set to
-// the earliest of those times; it never polls.
-func (q *Queue) timerLoop() {
-	defer q.wg.Done()
-	timer := q.clock.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		q.mu.Lock()
-		at := q.nextWakeLocked()
-		q.timerAt = at
-		skew := q.skew
-		q.mu.Unlock()
-		timer.Stop()
-		select {
-		case <-timer.C():
-		default:
-		}
-		if at != math.MaxInt64 {
-			q.armTimer(timer, at-skew)
-		}
-		select {
-		case <-timer.C():
-			q.tick()
-		case <-q.kick:
-		case <-q.done:
-			return
-		}
-	}
-}
-
-// armTimer sets timer to fire when the clock reaches at. A Timer counts its
-// duration from the clock's reading when it is armed, so the duration is
-// measured right before arming, and measured again if the clock jumped by a
-// millisecond or more meanwhile: a ManualClock advanced by a test between
-// the reading and the arming would otherwise leave the timer late by the
-// jump. A real clock moves by microseconds, so it arms once.
-func (q *Queue) armTimer(timer Timer, at int64) {
-	for {
-		read := q.clock.Now().UnixNano()
-		timer.Reset(time.Duration(at - read))
-		if q.clock.Now().UnixNano()-read < int64(time.Millisecond) {
-			return
-		}
-	}
-}
-
-func (q *Queue) nextWakeLocked() int64 {
-	at := int64(math.MaxInt64)
-	if t, ok := q.st.NextLeaseEnd(); ok {
-		at = min(at, t)
-	}
-	if t, ok := q.st.NextDeadline(); ok {
-		at = min(at, t)
-	}
-	if q.waiters.len() > 0 {
-		if t, ok := q.st.NextDue(); ok {
-			at = min(at, t)
-		}
-	}
-	return at
-}
-
-// tick does what has come due.
-func (q *Queue) tick() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.usableLocked() != nil {
-		return
-	}
-	now := q.nowLocked()
-	for {
-		expired := q.st.ExpiredLeases(now, 1024)
-		if len(expired) == 0 {
-			break
-		}
-		for _, it := range expired {
-			if _, _, err := q.appendLocked(q.endRecordLocked(state.TypeExpire, it, now, "lease expired")); err != nil {
-				return
-			}
-		}
-	}
-	if q.discardPassedLocked(now) != nil {
-		return
-	}
-	if n := q.waiters.len(); n > 0 {
-		q.st.Promote(now)
-		q.waiters.wake(min(n, q.st.Gauges().Ready))
-	}
 }
 
 // Close stops the queue: blocked Gets return ErrClosed, background work

@@ -100,6 +100,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		timerAt:       math.MaxInt64,
 		kick:          make(chan struct{}, 1),
 		done:          make(chan struct{}),
+		failed:        make(chan struct{}),
 		compactSignal: make(chan struct{}, 1),
 		metrics:       newMetrics(),
 	}
@@ -149,8 +150,12 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 
 	// Leases open at the crash end as expired: the attempt was counted when
 	// the lease began. Writing the endings keeps the history complete.
+	// Queue time starts here: the wall clock, or the newest time in the log
+	// if the clock is behind it (stepped back, perhaps across this restart).
+	q.qt = newQueueTime(o.Clock, st.LastTime())
 	q.mu.Lock()
-	now := q.nowLocked()
+	now := q.qt.now()
+	st.PruneKeys(now, int64(o.KeyWindow))
 	var lastCommit *wal.Commit
 	for _, it := range st.OpenLeases() {
 		_, c, err := q.appendLocked(q.endRecordLocked(state.TypeExpire, it, now, "lease open at recovery"))

@@ -25,12 +25,18 @@ type WorkOptions struct {
 	// shorter than Options.Visibility [Options.Visibility/3].
 	HeartbeatEvery time.Duration
 	// Grace is how long a handler whose context Work cancelled (timeout,
-	// lost lease, drain timeout) may take to return before Work abandons it:
-	// its worker takes the next item, its item is nacked, and whatever it
-	// returns later is only logged [the smaller of HeartbeatEvery and 5s;
-	// not above HeartbeatEvery, the nack of an abandoned handler lands while
-	// its lease still holds].
+	// lost lease, drain timeout) may take to return before Work abandons
+	// it: its worker goes on with the next item while the handler runs on
+	// in its goroutine, and its item stays leased, by the heartbeat, until
+	// the handler returns; its result then settles the item as usual [the
+	// smaller of HeartbeatEvery and 5s].
 	Grace time.Duration
+	// MaxAbandoned bounds the abandoned handlers of this Work call that
+	// have not returned yet. Past it, a worker whose handler ignores its
+	// cancellation waits for it instead of starting another goroutine:
+	// handlers hung on a dependency shrink the pool rather than pile up
+	// [n, the number of workers]. Negative: never abandon.
+	MaxAbandoned int
 	// DrainTimeout is how long running handlers may go on after Work's
 	// context ends; their contexts are cancelled then [10s]. Work returns
 	// within DrainTimeout+Grace of its context ending. Negative: cancel them
@@ -45,7 +51,7 @@ const (
 	maxPanicStack       = 4 << 10
 )
 
-func (o WorkOptions) withDefaults(visibility time.Duration) (WorkOptions, error) {
+func (o WorkOptions) withDefaults(visibility time.Duration, workers int) (WorkOptions, error) {
 	bad := func(field string, v any, why string) (WorkOptions, error) {
 		return o, fmt.Errorf("%w: WorkOptions.%s = %v: %s", ErrInvalid, field, v, why)
 	}
@@ -68,6 +74,9 @@ func (o WorkOptions) withDefaults(visibility time.Duration) (WorkOptions, error)
 	}
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = defaultDrainTimeout
+	}
+	if o.MaxAbandoned == 0 {
+		o.MaxAbandoned = workers
 	}
 	return o, nil
 }
@@ -126,10 +135,13 @@ type workStats struct {
 //     panic value and the stack), so the item comes back after the backoff
 //     or is dead-lettered when out of attempts;
 //   - abandons a handler that ignores its cancelled context for
-//     WorkOptions.Grace: the worker goes on with the next item, so the pool
-//     never shrinks; the item is nacked and what the handler returns later
-//     is only logged. (Go cannot stop a goroutine: an abandoned handler
-//     runs on until it returns.)
+//     WorkOptions.Grace: the worker goes on with the next item, while the
+//     item stays leased (the heartbeat goes on) until the handler returns
+//     and its result settles the item, so an abandoned handler never runs
+//     alongside a second delivery of its item. At most
+//     WorkOptions.MaxAbandoned are abandoned at once; past that the worker
+//     waits for its handler. (Go cannot stop a goroutine: an abandoned
+//     handler runs on until it returns.)
 //
 // An ack and the worker's next lease share one fsync wait.
 //
@@ -146,7 +158,7 @@ func (q *Queue) Work(ctx context.Context, n int, handler func(context.Context, M
 	if handler == nil {
 		return fmt.Errorf("%w: Work with a nil handler", ErrInvalid)
 	}
-	o, err := opts.withDefaults(q.opts.Visibility)
+	o, err := opts.withDefaults(q.opts.Visibility, n)
 	if err != nil {
 		return err
 	}
@@ -208,6 +220,8 @@ type workRun struct {
 
 	mu  sync.Mutex
 	err error // the queue error that ended Work
+
+	abandoned atomic.Int64 // abandoned handlers of this call still running; at most opts.MaxAbandoned
 }
 
 // fail ends Work because the queue stopped serving.
@@ -265,31 +279,53 @@ func (w *workRun) worker() {
 type result struct {
 	err       error // what the handler returned (a *panicError for a panic)
 	cancelled error // why Work cancelled the handler's context, or nil
-	abandoned bool  // it ignored the cancellation for the grace period
+	abandoned bool  // it ignored the cancellation for the grace period; a keeper settles it
 	leaseLost bool  // a heartbeat found the lease gone
 }
 
-// handler run states: the handler goroutine and the worker race to move a
-// run out of running; the loser knows the other side has the result.
-const (
-	runRunning int32 = iota
-	runReturned
-	runAbandoned
-)
+// beater extends one lease every WorkOptions.HeartbeatEvery, counted from
+// the start of the lease or its last extension, in queue time: the first
+// beat counts from the lease's start, not from now, since Get or the
+// previous ack may have waited long for an fsync.
+type beater struct {
+	w         *workRun
+	m         Message
+	timer     Timer
+	lastStart int64 // queue time at which the lease was last started or extended
+}
 
-type handlerRun struct {
-	state atomic.Int32
-	done  chan error // capacity 1: the handler goroutine never blocks
+func (w *workRun) newBeater(m Message) *beater {
+	b := &beater{w: w, m: m, lastStart: m.leaseEnd - int64(w.q.opts.Visibility)}
+	b.timer = w.q.clock.NewTimer(b.wait())
+	return b
+}
+
+// wait is how long until the next beat is due.
+func (b *beater) wait() time.Duration {
+	return b.w.opts.HeartbeatEvery - time.Duration(b.w.q.qt.now()-b.lastStart)
+}
+
+// beat extends the lease and arms the next beat. It returns ErrLeaseLost
+// (wrapped) when the lease has ended, and a queue error when the queue
+// failed or closed.
+func (b *beater) beat() error {
+	q := b.w.q
+	start := q.qt.now()
+	if err := q.heartbeat(b.m.Receipt, q.opts.Visibility); err != nil {
+		return err
+	}
+	b.lastStart = start
+	b.timer.Reset(b.wait())
+	return nil
 }
 
 // run calls the handler on m in its own goroutine and watches it: the
-// heartbeat, the timeout, Work's stop and the grace period. All its timers
-// are stopped when it returns; the handler goroutine ends when the handler
-// does.
+// heartbeat, the timeout, Work's stop, the queue's failure and the grace
+// period. All its timers are stopped when it returns, unless it hands the
+// handler to a keeper; the handler goroutine ends when the handler does.
 func (w *workRun) run(m Message) result {
 	q := w.q
 	inner, cancel := context.WithCancelCause(w.base)
-	defer cancel(nil)
 	ctx := &itemContext{Context: inner}
 
 	var timeout <-chan time.Time
@@ -299,12 +335,8 @@ func (w *workRun) run(m Message) result {
 		defer t.Stop()
 		timeout = t.C()
 	}
-	// The first beat counts from the start of the lease, not from now: Get
-	// or the previous ack may have waited long for an fsync.
-	leaseStart := m.LeaseEnd.Add(-q.opts.Visibility)
-	beat := q.clock.NewTimer(w.opts.HeartbeatEvery - q.clock.Now().Sub(leaseStart))
-	defer beat.Stop()
-	heartbeat := beat.C()
+	b := w.newBeater(m)
+	heartbeat := b.timer.C()
 	stop := w.stop
 	var graceTimer Timer
 	var grace <-chan time.Time
@@ -313,29 +345,37 @@ func (w *workRun) run(m Message) result {
 			graceTimer.Stop()
 		}
 	}()
+	kept := false
+	defer func() {
+		if !kept {
+			b.timer.Stop()
+			cancel(nil)
+		}
+	}()
 
 	var res result
-	// interrupt stops the heartbeat and cancels the handler, which has
-	// Grace to return. The grace timer runs before the handler can see the
-	// cancellation.
+	// interrupt cancels the handler, which has Grace to return. The grace
+	// timer runs before the handler can see the cancellation. The heartbeat
+	// goes on: the item stays this worker's until the handler returns.
 	interrupt := func(cause error) {
-		beat.Stop()
-		heartbeat, timeout, stop = nil, nil, nil
+		timeout, stop = nil, nil
+		if res.cancelled != nil {
+			return
+		}
 		graceTimer = q.clock.NewTimer(w.opts.Grace)
 		grace = graceTimer.C()
 		res.cancelled = cause
 		cancel(cause)
 	}
 
-	h := &handlerRun{done: make(chan error, 1)}
-	go w.call(ctx, m, h)
+	done := make(chan error, 1) // the handler goroutine never blocks
+	go w.call(ctx, m, done)
 	for {
 		select {
-		case res.err = <-h.done:
+		case res.err = <-done:
 			return res
 		case <-heartbeat:
-			beat.Reset(w.opts.HeartbeatEvery)
-			err := q.heartbeat(m.Receipt, q.opts.Visibility)
+			err := b.beat()
 			switch {
 			case err == nil:
 			case errors.Is(err, ErrLeaseLost):
@@ -343,8 +383,10 @@ func (w *workRun) run(m Message) result {
 				q.opts.Logger.Warn("walq: work: heartbeat found the lease lost; cancelling the handler",
 					"id", m.ID, "attempt", m.Attempt, "receipt", uint64(m.Receipt))
 				res.leaseLost = true
+				heartbeat = nil
 				interrupt(err)
 			default:
+				heartbeat = nil
 				w.fail(err)
 				interrupt(err)
 			}
@@ -353,26 +395,107 @@ func (w *workRun) run(m Message) result {
 			interrupt(&timeoutError{after: w.opts.Timeout})
 		case <-stop:
 			interrupt(w.stopCause)
+		case <-q.failed:
+			heartbeat = nil
+			w.fail(q.failErr)
+			interrupt(q.failErr)
 		case <-grace:
+			grace = nil
+			if !w.mayAbandon() {
+				q.opts.Logger.Warn("walq: work: handler ignores its cancelled context; WorkOptions.MaxAbandoned reached, its worker waits for it",
+					"id", m.ID, "attempt", m.Attempt, "cancelled", res.cancelled, "max_abandoned", w.opts.MaxAbandoned)
+				continue
+			}
+			q.work.abandoned.Add(1)
 			q.work.abandonedRunning.Add(1)
-			if h.state.CompareAndSwap(runRunning, runAbandoned) {
-				q.work.abandoned.Add(1)
-				res.abandoned = true
-				q.opts.Logger.Warn("walq: work: handler ignores its cancelled context; abandoned, its worker goes on",
-					"id", m.ID, "attempt", m.Attempt, "cancelled", res.cancelled, "grace", w.opts.Grace)
+			res.abandoned = true
+			if res.leaseLost || q.failure() != nil {
+				// Nothing to keep: the item is not this worker's any more.
+				go w.drop(m, done)
 				return res
 			}
-			q.work.abandonedRunning.Add(-1) // it has just returned: its result is on the way
-			grace = nil
+			q.opts.Logger.Warn("walq: work: handler ignores its cancelled context; abandoned, its worker goes on and its item stays leased until it returns",
+				"id", m.ID, "attempt", m.Attempt, "cancelled", res.cancelled, "grace", w.opts.Grace)
+			kept = true
+			go w.keep(m, res, b, cancel, done)
+			return res
 		}
 	}
 }
 
+// mayAbandon takes one of the MaxAbandoned places, if one is free.
+func (w *workRun) mayAbandon() bool {
+	if w.opts.MaxAbandoned < 0 {
+		return false
+	}
+	if w.abandoned.Add(1) > int64(w.opts.MaxAbandoned) {
+		w.abandoned.Add(-1)
+		return false
+	}
+	return true
+}
+
+// returned gives back the place of an abandoned handler that returned.
+func (w *workRun) returned() {
+	w.abandoned.Add(-1)
+	w.q.work.abandonedRunning.Add(-1)
+}
+
+// keep watches an abandoned handler: it goes on extending the item's lease
+// until the handler returns, then settles the item with its result, so the
+// item is never delivered again while the handler lives (short of a lease
+// the heartbeat cannot keep, see the README). It stops at Close or when the
+// queue fails.
+func (w *workRun) keep(m Message, res result, b *beater, cancel context.CancelCauseFunc, done <-chan error) {
+	q := w.q
+	start := q.clock.Monotonic()
+	defer func() {
+		b.timer.Stop()
+		cancel(nil)
+	}()
+	heartbeat := b.timer.C()
+	for {
+		select {
+		case res.err = <-done:
+			q.opts.Logger.Info("walq: work: abandoned handler returned", "id", m.ID, "attempt", m.Attempt,
+				"err", res.err, "ran_after_abandon", q.clock.Monotonic()-start)
+			w.returned()
+			res.abandoned = false
+			if _, _, err := w.settleOnly(m, res); err != nil {
+				q.opts.Logger.Warn("walq: work: could not settle an abandoned handler's item", "id", m.ID, "err", err)
+			}
+			return
+		case <-heartbeat:
+			if err := b.beat(); err != nil {
+				if errors.Is(err, ErrLeaseLost) {
+					q.work.leaseLost.Add(1)
+				}
+				q.opts.Logger.Warn("walq: work: an abandoned handler's lease could not be kept", "id", m.ID, "err", err)
+				go w.drop(m, done)
+				return
+			}
+		case <-q.done:
+			go w.drop(m, done)
+			return
+		case <-q.failed:
+			go w.drop(m, done)
+			return
+		}
+	}
+}
+
+// drop waits for a handler whose item is no longer its worker's and logs
+// what it returns.
+func (w *workRun) drop(m Message, done <-chan error) {
+	err := <-done
+	w.returned()
+	w.q.opts.Logger.Info("walq: work: abandoned handler returned; its result is dropped",
+		"id", m.ID, "attempt", m.Attempt, "err", err)
+}
+
 // call runs the handler, turning a panic (or runtime.Goexit) into an error,
-// and hands the result to the worker, or logs it if the worker abandoned
-// the call.
-func (w *workRun) call(ctx context.Context, m Message, h *handlerRun) {
-	start := w.q.clock.Now()
+// and hands the result on done.
+func (w *workRun) call(ctx context.Context, m Message, done chan<- error) {
 	var err error
 	returned := false
 	defer func() {
@@ -383,13 +506,7 @@ func (w *workRun) call(ctx context.Context, m Message, h *handlerRun) {
 				err = errors.New("walq: handler called runtime.Goexit")
 			}
 		}
-		if h.state.CompareAndSwap(runRunning, runReturned) {
-			h.done <- err
-			return
-		}
-		w.q.opts.Logger.Warn("walq: work: abandoned handler returned; its result is dropped",
-			"id", m.ID, "attempt", m.Attempt, "err", err, "ran", w.q.clock.Now().Sub(start))
-		w.q.work.abandonedRunning.Add(-1)
+		done <- err
 	}()
 	err = w.handler(ctx, m)
 	returned = true
@@ -397,8 +514,22 @@ func (w *workRun) call(ctx context.Context, m Message, h *handlerRun) {
 
 // settle reports a handler's outcome to the queue. After an ack, while Work
 // still takes items, it leases the worker's next item in the same step, so
-// both share one fsync wait; ok reports whether it did.
+// both share one fsync wait; ok reports whether it did. An abandoned
+// handler's item is left to its keeper.
 func (w *workRun) settle(m Message, res result) (next Message, ok bool, err error) {
+	if res.abandoned {
+		return Message{}, false, nil
+	}
+	return w.settleWith(m, res, w.take.Err() == nil)
+}
+
+// settleOnly is settle without leasing a next item: for a keeper, which has
+// no worker to hand one to.
+func (w *workRun) settleOnly(m Message, res result) (Message, bool, error) {
+	return w.settleWith(m, res, false)
+}
+
+func (w *workRun) settleWith(m Message, res result, leaseNext bool) (next Message, ok bool, err error) {
 	q := w.q
 	log := q.opts.Logger
 	var panicked *panicError
@@ -421,9 +552,7 @@ func (w *workRun) settle(m Message, res result) (next Message, ok bool, err erro
 	}
 	var endErr error
 	switch {
-	case res.abandoned:
-		endErr = q.Nack(m.Receipt, fmt.Errorf("walq: handler abandoned: it ignored its cancelled context (%w) for %v", res.cancelled, w.opts.Grace))
-	case res.err == nil && w.take.Err() == nil:
+	case res.err == nil && leaseNext:
 		next, ok, endErr, err = q.ackAndLease(m.Receipt)
 		if err != nil {
 			return Message{}, false, err
@@ -464,7 +593,7 @@ func (q *Queue) ackAndLease(r Receipt) (next Message, ok bool, ackErr, err error
 		commit, ok = leaseCommit, true
 	}
 	if commit != nil {
-		if err := waitDurable(commit); err != nil {
+		if err := q.wait(commit); err != nil {
 			return Message{}, false, nil, err
 		}
 	}

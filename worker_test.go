@@ -206,7 +206,7 @@ func TestWorkHangingHandlerTimesOutThenDeadLetters(t *testing.T) {
 	if got := q.work.handlerErrors.Load(); got != 3 {
 		t.Errorf("handler errors %d, want 3", got)
 	}
-	if st := q.Stats(); st.Redelivered != 0 || st.LateAcks != 0 {
+	if st := q.Stats(); st.Expired != 0 || st.LateAcks != 0 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -244,7 +244,7 @@ func TestWorkHeartbeatKeepsSlowHandlerFromRunningTwice(t *testing.T) {
 		t.Fatalf("item ran twice: %+v", again)
 	default:
 	}
-	if st := q.Stats(); st.Delivered != 1 || st.Redelivered != 0 || st.LateAcks != 0 {
+	if st := q.Stats(); st.Delivered != 1 || st.Expired != 0 || st.LateAcks != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -320,7 +320,7 @@ func TestWorkHeartbeatOutlastsAStalledFsync(t *testing.T) {
 	fsys.resume()
 	close(release)
 	waitFor(t, "the ack", func() bool { return q.Stats().Acked == 1 })
-	if st := q.Stats(); st.Delivered != 1 || st.Redelivered != 0 || st.LateAcks != 0 {
+	if st := q.Stats(); st.Delivered != 1 || st.Expired != 0 || st.LateAcks != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -488,23 +488,28 @@ func TestWorkLeaseLostCancelsHandlerAtOnce(t *testing.T) {
 		t.Fatalf("lease lost %d, want 1", got)
 	}
 	// The result was dropped, not reported with the lost receipt.
-	if st := q.Stats(); st.Redelivered != 1 || st.Nacked != 0 || st.LateAcks != 1 || st.Leased != 0 {
+	if st := q.Stats(); st.Expired != 1 || st.Nacked != 0 || st.LateAcks != 1 || st.Leased != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
 
+// TestWorkAbandonsHandlerIgnoringContext: a handler that ignores its
+// cancelled context past the grace period is abandoned: its worker goes on
+// with the next item, and its own item stays leased by the heartbeat for as
+// long as it runs (it is never delivered to a second worker meanwhile); its
+// result settles the item when it finally returns.
 func TestWorkAbandonsHandlerIgnoringContext(t *testing.T) {
 	logs := &logBuffer{}
-	q, clock, _ := testQueue(t, Options{MaxAttempts: 1, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	q, clock, _ := testQueue(t, Options{MaxAttempts: 1, Visibility: 30 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	stuck := mustPut(t, q, "stuck")
 	next := mustPut(t, q, "next")
-	started := make(chan struct{})
+	started := make(chan Receipt, 1)
 	sawCancel := make(chan struct{})
 	release := make(chan struct{})
 	handled := make(chan uint64, 1)
 	startWork(t, q, 1, func(ctx context.Context, m Message) error {
 		if m.ID == stuck {
-			close(started) // Work armed the timeout before it called the handler
+			started <- m.Receipt // Work armed the timeout before it called the handler
 			<-ctx.Done()
 			close(sawCancel)
 			<-release // ignores the cancellation
@@ -514,7 +519,7 @@ func TestWorkAbandonsHandlerIgnoringContext(t *testing.T) {
 		return nil
 	}, WorkOptions{Timeout: time.Second, Grace: 500 * time.Millisecond})
 
-	recv(t, "the stuck handler to start", started)
+	receipt := recv(t, "the stuck handler to start", started)
 	clock.Advance(time.Second) // the timeout
 	recv(t, "the stuck handler to see the cancellation", sawCancel)
 	clock.Advance(500 * time.Millisecond) // the grace period
@@ -525,20 +530,80 @@ func TestWorkAbandonsHandlerIgnoringContext(t *testing.T) {
 	if a, r := q.work.abandoned.Load(), q.work.abandonedRunning.Load(); a != 1 || r != 1 {
 		t.Fatalf("abandoned %d, still running %d; want 1, 1", a, r)
 	}
-	dl := q.DeadLetters(0)
-	if len(dl) != 1 || dl[0].ID != stuck || !strings.HasPrefix(dl[0].LastError, "walq: handler abandoned") {
-		t.Fatalf("dead letters %+v", dl)
+	// Ten visibilities pass while it hangs: the heartbeat keeps the lease.
+	for i := range 10 * 3 {
+		before, ok := leaseEnd(q, receipt)
+		if !ok {
+			t.Fatalf("beat %d: the abandoned handler's lease ended", i)
+		}
+		clock.Advance(10 * time.Second) // HeartbeatEvery: Visibility/3
+		waitFor(t, "the keeper's heartbeat", func() bool {
+			end, ok := leaseEnd(q, receipt)
+			return !ok || end.After(before)
+		})
+	}
+	if st := q.Stats(); st.Delivered != 2 || st.Leased != 1 || st.Dead != 0 || st.Expired != 0 {
+		t.Fatalf("while the abandoned handler runs: stats %+v", st)
 	}
 
-	close(release) // its nil result comes too late to count
+	close(release) // its nil result settles the item
 	waitFor(t, "the abandoned handler to return", func() bool { return q.work.abandonedRunning.Load() == 0 })
+	waitFor(t, "the acks", func() bool { return q.Stats().Acked == 2 })
 	if !strings.Contains(logs.String(), "abandoned handler returned") {
-		t.Fatalf("the late result was not logged:\n%s", logs)
+		t.Fatalf("the late return was not logged:\n%s", logs)
 	}
-	waitFor(t, "the ack of the next item", func() bool { return q.Stats().Acked == 1 })
-	if st := q.Stats(); st.Acked != 1 || st.Dead != 1 || st.LateAcks != 0 {
+	if st := q.Stats(); st.Acked != 2 || st.Dead != 0 || st.LateAcks != 0 || st.Items != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// TestWorkBoundsAbandonedHandlers: past WorkOptions.MaxAbandoned, a worker
+// whose handler ignores its cancellation waits for it instead of starting
+// another goroutine.
+func TestWorkBoundsAbandonedHandlers(t *testing.T) {
+	logs := &logBuffer{}
+	q, clock, _ := testQueue(t, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	first := mustPut(t, q, "first")
+	second := mustPut(t, q, "second")
+	third := mustPut(t, q, "third")
+	started := make(chan uint64, 3)
+	cancelled := make(chan uint64, 3)
+	release := make(chan struct{})
+	startWork(t, q, 1, func(ctx context.Context, m Message) error {
+		started <- m.ID // Work armed the timeout before it called the handler
+		if m.ID == third {
+			return nil
+		}
+		<-ctx.Done() // Work armed the grace timer before it cancelled
+		cancelled <- m.ID
+		<-release
+		return ctx.Err()
+	}, WorkOptions{Timeout: time.Second, Grace: 500 * time.Millisecond, MaxAbandoned: 1})
+
+	for _, want := range []uint64{first, second} {
+		if got := recv(t, "a handler to start", started); got != want {
+			t.Fatalf("started %d, want %d", got, want)
+		}
+		clock.Advance(time.Second)
+		recv(t, "the handler to see its cancellation", cancelled)
+		clock.Advance(500 * time.Millisecond)
+	}
+	waitFor(t, "the second handler to be kept waiting", func() bool {
+		return strings.Contains(logs.String(), "MaxAbandoned reached")
+	})
+	select {
+	case id := <-started:
+		t.Fatalf("item %d started while the only worker waits for a handler past MaxAbandoned", id)
+	default:
+	}
+	if r := q.work.abandonedRunning.Load(); r != 1 {
+		t.Fatalf("abandoned handlers running: %d, want 1", r)
+	}
+	close(release)
+	if got := recv(t, "the third item", started); got != third {
+		t.Fatalf("started %d, want %d", got, third)
+	}
+	waitFor(t, "every item to be settled", func() bool { st := q.Stats(); return st.Acked == 1 && st.Nacked == 2 })
 }
 
 func TestWorkDrainsOnCancelAndLosesNothing(t *testing.T) {
@@ -648,12 +713,12 @@ func TestWorkInvalidArguments(t *testing.T) {
 }
 
 func TestWorkOptionsDefaults(t *testing.T) {
-	o, err := WorkOptions{}.withDefaults(30 * time.Second)
-	want := WorkOptions{Timeout: 5 * time.Minute, HeartbeatEvery: 10 * time.Second, Grace: 5 * time.Second, DrainTimeout: 10 * time.Second}
+	o, err := WorkOptions{}.withDefaults(30*time.Second, 1)
+	want := WorkOptions{Timeout: 5 * time.Minute, HeartbeatEvery: 10 * time.Second, Grace: 5 * time.Second, DrainTimeout: 10 * time.Second, MaxAbandoned: 1}
 	if err != nil || o != want {
 		t.Fatalf("defaults %+v, %v; want %+v", o, err, want)
 	}
-	o, _ = WorkOptions{}.withDefaults(3 * time.Second)
+	o, _ = WorkOptions{}.withDefaults(3*time.Second, 1)
 	if o.HeartbeatEvery != time.Second || o.Grace != time.Second {
 		t.Fatalf("defaults for a 3s visibility: %+v", o)
 	}

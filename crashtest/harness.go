@@ -303,7 +303,7 @@ func (h *harness) check(where string) (int, error) {
 	// with the replay as it stood at the LSN Stats reported.
 	g, c := ds.at.gauges, ds.at.counters
 	live := [...]uint64{uint64(st.Ready + st.Delayed), uint64(st.Leased), uint64(st.Dead), uint64(st.Items), uint64(st.Bytes),
-		st.Put, st.Delivered, st.Acked, st.Nacked, st.Redelivered, st.DeadLettered, st.Discarded, st.Redriven, st.Purged}
+		st.Put, st.Delivered, st.Acked, st.Nacked, st.Expired, st.DeadLettered, st.Discarded, st.Redriven, st.Purged}
 	replayed := [...]uint64{uint64(g.Ready + g.Delayed), uint64(g.Leased), uint64(g.Dead), uint64(g.Items), uint64(g.Bytes),
 		c.Put, c.Delivered, c.Acked, c.Nacked, c.Expired, c.DeadLettered, c.Discarded, c.Redriven, c.Purged}
 	if !ds.at.ok || live != replayed {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/walq/walq/state"
 )
@@ -351,7 +352,7 @@ func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
 	if !bytes.Equal(it.Body, bodyOf(e.tok)) {
 		bad("body differs from what was put")
 	}
-	if it.Priority != e.priority || it.Deadline != e.deadline || it.Key != e.key {
+	if it.Priority != e.priority || !deadlineMatches(it.Deadline, e.deadline) || it.Key != e.key {
 		bad("priority/deadline/key %d/%d/%q, put with %d/%d/%q", it.Priority, it.Deadline, it.Key, e.priority, e.deadline, e.key)
 	}
 	if it.Deliveries < e.minDeliveries {
@@ -392,4 +393,18 @@ func truncate(b []byte, n int) []byte {
 		return b[:n]
 	}
 	return b
+}
+
+// deadlineTolerance is how far a stored deadline may lie from the wall time
+// it was put with: the queue translates a deadline into queue time by the
+// offset between the two clocks at the call, and that offset moves by the
+// drift between the wall and the monotonic clock.
+const deadlineTolerance = int64(50 * time.Millisecond)
+
+func deadlineMatches(stored, put int64) bool {
+	if stored == 0 || put == 0 {
+		return stored == put
+	}
+	d := stored - put
+	return -deadlineTolerance <= d && d <= deadlineTolerance
 }

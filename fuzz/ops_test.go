@@ -464,7 +464,7 @@ func (h *opsHarness) expire(now int64, all bool, cause string) {
 		return compareInt(int64(a.receipt), int64(b.receipt))
 	})
 	for _, it := range ended {
-		h.m.counters.Redelivered++
+		h.m.counters.Expired++
 		h.endModel(it, now, false, cause)
 	}
 }
@@ -490,7 +490,7 @@ func (h *opsHarness) advance(step int, d time.Duration) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		st := h.q.Stats()
-		if st.Redelivered == h.m.counters.Redelivered && st.Discarded == h.m.counters.Discarded &&
+		if st.Expired == h.m.counters.Expired && st.Discarded == h.m.counters.Discarded &&
 			st.DeadLettered == h.m.counters.DeadLettered {
 			return
 		}
@@ -499,8 +499,8 @@ func (h *opsHarness) advance(step int, d time.Duration) {
 			buf = buf[:runtime.Stack(buf, true)]
 			h.fatalf("step %d: after advancing the clock by %v the timer has not caught up in 5s: "+
 				"redelivered %d discarded %d dead-lettered %d, want %d %d %d (timers armed: %d)\n%s", step, d,
-				st.Redelivered, st.Discarded, st.DeadLettered,
-				h.m.counters.Redelivered, h.m.counters.Discarded, h.m.counters.DeadLettered, h.clock.Timers(), buf)
+				st.Expired, st.Discarded, st.DeadLettered,
+				h.m.counters.Expired, h.m.counters.Discarded, h.m.counters.DeadLettered, h.clock.Timers(), buf)
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
@@ -618,9 +618,9 @@ func (h *opsHarness) compareStats(where string) {
 	}
 	c := h.m.counters
 	got := []uint64{uint64(st.Ready + st.Delayed), uint64(st.Leased), uint64(st.Dead), uint64(st.Items), uint64(st.Bytes),
-		st.Put, st.Delivered, st.Acked, st.Nacked, st.Redelivered, st.DeadLettered, st.Discarded, st.Redriven, st.Purged, st.LateAcks}
+		st.Put, st.Delivered, st.Acked, st.Nacked, st.Expired, st.DeadLettered, st.Discarded, st.Redriven, st.Purged, st.LateAcks}
 	want := []uint64{uint64(waiting), uint64(leased), uint64(dead), uint64(len(h.m.items)), uint64(size),
-		c.Put, c.Delivered, c.Acked, c.Nacked, c.Redelivered, c.DeadLettered, c.Discarded, c.Redriven, c.Purged, h.m.lateAcks}
+		c.Put, c.Delivered, c.Acked, c.Nacked, c.Expired, c.DeadLettered, c.Discarded, c.Redriven, c.Purged, h.m.lateAcks}
 	if !slices.Equal(got, want) {
 		h.fatalf("%s: stats differ from the model (waiting leased dead items bytes put delivered acked nacked "+
 			"redelivered deadlettered discarded redriven purged lateacks):\n  queue %v\n  model %v", where, got, want)

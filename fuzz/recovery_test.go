@@ -115,15 +115,15 @@ func openWithin(t *testing.T, dir string, opts walq.Options) (*walq.Queue, error
 
 // statsView is the part of Stats that a clean close and reopen must keep.
 type statsView struct {
-	Ready, Delayed, Leased, Dead, Items                                      int
-	Bytes                                                                    int64
-	Put, Delivered, Acked, Nacked, Redelivered, DeadLettered, Discarded, Red uint64
-	Purged, LastLSN                                                          uint64
+	Ready, Delayed, Leased, Dead, Items                                  int
+	Bytes                                                                int64
+	Put, Delivered, Acked, Nacked, Expired, DeadLettered, Discarded, Red uint64
+	Purged, LastLSN                                                      uint64
 }
 
 func comparable(s walq.Stats) statsView {
 	return statsView{Ready: s.Ready + s.Delayed, Leased: s.Leased, Dead: s.Dead, Items: s.Items, Bytes: s.Bytes,
-		Put: s.Put, Delivered: s.Delivered, Acked: s.Acked, Nacked: s.Nacked, Redelivered: s.Redelivered,
+		Put: s.Put, Delivered: s.Delivered, Acked: s.Acked, Nacked: s.Nacked, Expired: s.Expired,
 		DeadLettered: s.DeadLettered, Discarded: s.Discarded, Red: s.Redriven, Purged: s.Purged, LastLSN: s.LastLSN}
 }
 

@@ -57,7 +57,7 @@ type State struct {
 	ndead     int
 
 	keys     map[string]*keyEntry
-	released []*keyEntry // keys released, in release order (times only grow)
+	released []*keyEntry // keys released, in release order (times only grow); pruned from the front
 
 	nextID   uint64 // ID of the next item put
 	lastLSN  uint64 // LSN of the last record applied (or covered by the snapshot)
@@ -290,7 +290,7 @@ func (s *State) KeyHolder(key string, now, window int64) (uint64, bool) {
 
 // PruneKeys forgets keys released at least window ago. It changes no
 // observable behaviour (KeyHolder applies the window itself); it only frees
-// memory.
+// memory. Its cost is that of the keys it forgets.
 func (s *State) PruneKeys(now, window int64) {
 	n := 0
 	for _, k := range s.released {
@@ -302,9 +302,26 @@ func (s *State) PruneKeys(now, window int64) {
 		}
 		n++
 	}
-	if n > 0 {
-		s.released = append(s.released[:0:0], s.released[n:]...)
+	if n == 0 {
+		return
 	}
+	clear(s.released[:n])
+	s.released = s.released[n:]
+	// Copy the rest down only when it is small next to what was dropped,
+	// so the backing array does not grow without bound and the copying
+	// costs O(1) per key.
+	if len(s.released) < n {
+		s.released = append([]*keyEntry(nil), s.released...)
+	}
+}
+
+// NextKeyRelease returns the release time of the oldest released key that
+// is not yet pruned: PruneKeys forgets it once the key window has passed.
+func (s *State) NextKeyRelease() (int64, bool) {
+	if len(s.released) == 0 {
+		return 0, false
+	}
+	return s.released[0].Released, true
 }
 
 // Gauges is a point-in-time view of the state.

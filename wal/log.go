@@ -106,9 +106,10 @@ type Log struct {
 	// mu, one more each time, so LSN order is Append order and the LSN is
 	// the tidwall index the record will be written at.
 	last    uint64
-	pending *batch // appended, not yet taken by the committer; never nil
-	scratch []byte // encoding buffer, reused by every Append
-	failure error  // sticky once set; wraps ErrFailed
+	pending *batch        // appended, not yet taken by the committer; never nil
+	scratch []byte        // encoding buffer, reused by every Append
+	failure error         // sticky once set; wraps ErrFailed
+	failed  chan struct{} // closed when failure is set
 	closed  bool
 
 	// durable is the last LSN that is durable under the sync policy: fsynced
@@ -365,6 +366,7 @@ func startLog(dir string, opts Options, wl *wal.Log, info OpenInfo, fresh bool) 
 		logger:  opts.Logger,
 		last:    last,
 		pending: &batch{},
+		failed:  make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 		reqs:    make(chan request),
 		stopped: make(chan struct{}),
@@ -457,6 +459,22 @@ func (l *Log) DurableLSN() uint64 { return l.durable.Load() }
 func (l *Log) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.failure
+}
+
+// Failed returns a channel that is closed at the Log's first failure (never
+// by Close): waiters select on it to learn of a failure nobody waits on,
+// such as an interval fsync.
+func (l *Log) Failed() <-chan struct{} { return l.failed }
+
+// Fail makes the Log failed with err (which should wrap ErrFailed), as a
+// failed write would: nothing appended and not yet written reaches the disk,
+// and every later call fails. The owner uses it when it finds a reason to
+// stop that the Log cannot see. It returns the sticky failure.
+func (l *Log) Fail(err error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.setFailureLocked(err)
 	return l.failure
 }
 
@@ -682,14 +700,24 @@ func (l *Log) fail(op string, cause error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.failure == nil {
-		l.failure = fmt.Errorf("%w: %s: %w", ErrFailed, op, cause)
 		l.logger.Error("walq: log failed; reopen the queue", "dir", l.dir, "op", op, "err", cause)
-		if p := l.pending; p.commit != nil {
-			p.commit.release(l.failure)
-			p.reset()
-		}
 	}
+	l.setFailureLocked(fmt.Errorf("%w: %s: %w", ErrFailed, op, cause))
 	return l.failure
+}
+
+// setFailureLocked records the first failure, wakes those who wait for one
+// and fails the batch waiting behind the one that failed.
+func (l *Log) setFailureLocked(err error) {
+	if l.failure != nil {
+		return
+	}
+	l.failure = err
+	close(l.failed)
+	if p := l.pending; p.commit != nil {
+		p.commit.release(l.failure)
+		p.reset()
+	}
 }
 
 // tailTracker mirrors the rule by which tidwall/wal's writeBatch (v1.2.1)

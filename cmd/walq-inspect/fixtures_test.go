@@ -190,7 +190,7 @@ func buildNormal(dir string) (time.Time, error) {
 	// Item 6's lease ends at +31s, item 4's deadline is +10s: one timer tick
 	// expires the one and discards the other.
 	clock.Advance(31 * time.Second)
-	s.waitFor("lease expiry and discard", func(st walq.Stats) bool { return st.Redelivered == 1 && st.Discarded == 1 })
+	s.waitFor("lease expiry and discard", func(st walq.Stats) bool { return st.Expired == 1 && st.Discarded == 1 })
 	s.do("redrive", q.Redrive(5))
 	m = s.get(7)
 	s.do("dead-letter", q.DeadLetter(m.Receipt, errors.New("unparseable")))

@@ -1,0 +1,60 @@
+package walq
+
+import "time"
+
+// queueTime is the queue's one time, in nanoseconds since the Unix epoch:
+// the wall time read at Open, raised to the newest time in the log when the
+// wall clock is behind it, plus the monotonic time elapsed since. Leases,
+// fencing, timers, delays, deadlines, key windows, Work's heartbeats and
+// Stats all read it, and nothing else in the queue reads the clock.
+//
+// So a wall clock stepped back or forward while the queue runs changes
+// nothing (a lease lasts its visibility, a delay its delay); one stepped
+// back across a restart does not stretch delays or key windows (queue time
+// goes on from the log's newest time); and every time written to the log is
+// at or after the one before it.
+//
+// Absolute times at the API are wall-clock times, translated by the offset
+// between queue time and the wall clock at the moment of the call: a
+// deadline given as "wall time t" means the same span from now in queue
+// time, and a lease end reported in wall time is the span it has left
+// counted from the wall clock's now. A clock once set far ahead and then
+// corrected leaves an offset, not wrong deadlines.
+type queueTime struct {
+	clock Clock
+	start int64         // queue time at open
+	mono0 time.Duration // the clock's monotonic reading at open
+}
+
+func newQueueTime(c Clock, logTime int64) queueTime {
+	mono := c.Monotonic()
+	start := max(c.Now().UnixNano(), logTime)
+	return queueTime{clock: c, start: start, mono0: mono}
+}
+
+// now returns the current queue time.
+func (t queueTime) now() int64 {
+	return t.start + int64(t.clock.Monotonic()-t.mono0)
+}
+
+// maxOffset bounds a translated span so that queue time plus it cannot
+// overflow: twice the longest duration the queue adds to a time.
+const maxOffset = 2 * MaxDuration
+
+// fromWall translates a wall-clock time to queue time.
+func (t queueTime) fromWall(w time.Time) int64 {
+	now := t.now()
+	d := w.Sub(t.clock.Now())
+	return now + int64(min(max(d, -maxOffset), maxOffset))
+}
+
+// toWall translates a queue time to wall-clock time.
+func (t queueTime) toWall(at int64) time.Time {
+	now := t.now()
+	return t.clock.Now().Add(time.Duration(at - now))
+}
+
+// until returns how long it is from now until the queue time at.
+func (t queueTime) until(at int64) time.Duration {
+	return time.Duration(at - t.now())
+}

@@ -1,0 +1,107 @@
+package walq
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/walq/walq/state"
+	"github.com/walq/walq/wal"
+)
+
+// The sequencer is q.mu: a call is checked against the state, its record
+// gets the next LSN and joins the log's pending batch, and the state applies
+// it, all under q.mu, so LSN order is the order of application. Callers wait
+// for durability after releasing q.mu.
+
+// usableLocked returns why the queue takes no calls, or nil.
+func (q *Queue) usableLocked() error {
+	if q.closed {
+		return ErrClosed
+	}
+	if err := q.failure(); err != nil {
+		return err
+	}
+	if err := q.log.Err(); err != nil {
+		return q.fail(err)
+	}
+	return nil
+}
+
+// fail puts the queue in its failed state for good and returns the error
+// every call returns from now on. The first failure wins. Closing q.failed
+// wakes every blocked Get and Work and stops the background loops; only a
+// new Open brings the queue back, from what is on disk.
+func (q *Queue) fail(err error) error {
+	q.failOnce.Do(func() {
+		if !errors.Is(err, ErrFailed) {
+			err = fmt.Errorf("%w: %w", ErrFailed, err)
+		}
+		q.failErr = err
+		close(q.failed)
+		// The log must write nothing more: a record the state refused, or
+		// one appended after a failed write, must never reach the disk.
+		q.log.Fail(err)
+		q.opts.Logger.Error("walq: queue failed; close it and open it again to recover from disk", "dir", q.dir, "err", err)
+	})
+	return q.failErr
+}
+
+// failure returns the error the queue failed with, or nil.
+func (q *Queue) failure() error {
+	select {
+	case <-q.failed:
+		return q.failErr
+	default:
+		return nil
+	}
+}
+
+// wait waits until the record behind c is durable under the sync policy,
+// and fails the queue if its batch failed (a failed write or fsync: nothing
+// after it can be trusted).
+func (q *Queue) wait(c *wal.Commit) error {
+	err := waitDurable(c)
+	if err != nil && errors.Is(err, ErrFailed) {
+		return q.fail(err)
+	}
+	return err
+}
+
+// appendLocked gives rec the next LSN, adds it to the log's pending batch
+// and applies it to the state. The caller waits on the commit after
+// releasing mu.
+func (q *Queue) appendLocked(rec state.Record) (uint64, *wal.Commit, error) {
+	var err error
+	q.encBuf, err = state.Encode(q.encBuf[:0], rec)
+	if err != nil {
+		return 0, nil, err
+	}
+	lsn, commit := q.log.Append(rec.Type(), q.encBuf)
+	if lsn == 0 {
+		return 0, nil, q.fail(commit.Wait())
+	}
+	if err := q.st.Apply(lsn, rec); err != nil {
+		// The log holds a record the state refused. Nothing may be built on
+		// that: fail like a failed write, and recover from disk on reopen.
+		return 0, nil, q.fail(fmt.Errorf("record %d (%s) refused by the state: %v", lsn, state.TypeName(rec.Type()), err))
+	}
+	// Any record can bring the next lease end, deadline or due time closer
+	// (a new lease, a put with a deadline or delay, an Extend that shortens
+	// a lease, a Nack or Redrive that puts an item back to waiting): this is
+	// the one place that tells the timer loop, so it never sleeps past it.
+	q.kickLocked(q.nextWakeLocked())
+	q.logBytes += int64(len(q.encBuf) + wal.HeaderSize + 3)
+	if !q.opts.DisableAutoCompact && q.logBytes >= q.opts.CompactMinBytes && q.logBytes >= q.compactAfter &&
+		float64(q.logBytes) > q.opts.CompactRatio*float64(q.liveBytesLocked()) {
+		select {
+		case q.compactSignal <- struct{}{}:
+		default:
+		}
+	}
+	return lsn, commit, nil
+}
+
+// liveBytesLocked estimates what a snapshot of the state would take.
+func (q *Queue) liveBytesLocked() int64 {
+	return q.st.Bytes() + int64(q.st.Len())*64
+}
