@@ -1,0 +1,325 @@
+package walq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/walq/walq/state"
+	"github.com/walq/walq/wal"
+)
+
+// The tests in this file each reproduce a bug found by trying the queue as
+// a hostile user would (clock steps, failures while callers wait, keys
+// never forgotten), so that the class of bug stays caught.
+
+// reopenBehind writes one queue with its clock at epoch, closes it and opens
+// it again with a clock an hour behind: the log's newest time is then ahead
+// of the wall clock for the life of the second queue.
+func reopenBehind(t *testing.T, opts Options, fill func(q *Queue)) (*Queue, *ManualClock) {
+	t.Helper()
+	dir := t.TempDir()
+	opts.Clock = NewManualClock(epoch)
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fill != nil {
+		fill(q)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	back := NewManualClock(epoch.Add(-time.Hour))
+	opts.Clock = back
+	q, err = Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q, back
+}
+
+// TestWorkHeartbeatAfterClockSteppedBack: with the clock stepped back across
+// a restart, Work's first heartbeat must still come HeartbeatEvery after the
+// lease began. (It came an hour late: the lease ran out under a live handler
+// and a second worker ran the item.)
+func TestWorkHeartbeatAfterClockSteppedBack(t *testing.T) {
+	opts := Options{Visibility: 30 * time.Second}
+	q, clock := reopenBehind(t, opts, func(q *Queue) { mustPut(t, q, "slow") })
+	started := make(chan Receipt, 2)
+	release := make(chan struct{})
+	startWork(t, q, 2, func(ctx context.Context, m Message) error {
+		started <- m.Receipt
+		<-release
+		return nil
+	}, WorkOptions{HeartbeatEvery: 10 * time.Second, Timeout: -1})
+	t.Cleanup(func() { close(release) })
+
+	r := recv(t, "the handler to start", started)
+	for i := range 9 { // three visibilities
+		before, ok := leaseEnd(q, r)
+		if !ok {
+			t.Fatalf("beat %d: the lease of a live, heartbeating handler ended", i)
+		}
+		clock.Advance(10 * time.Second)
+		waitFor(t, "the heartbeat", func() bool {
+			end, ok := leaseEnd(q, r)
+			return !ok || end.After(before)
+		})
+	}
+	select {
+	case r2 := <-started:
+		t.Fatalf("the item was delivered again (receipt %d) while its first handler ran", r2)
+	default:
+	}
+	if st := q.Stats(); st.Expired != 0 || st.Delivered != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestDeadlineAfterClockSteppedBack: a deadline is a span from now in queue
+// time, whatever the offset between queue time and the wall clock: it is
+// neither rejected (it was, for deadlines within the step) nor early.
+func TestDeadlineAfterClockSteppedBack(t *testing.T) {
+	q, clock := reopenBehind(t, Options{}, func(q *Queue) { mustPut(t, q, "old") })
+	m := mustTryGet(t, q)
+	if want := clock.Now().Add(defaultVisibility); !m.LeaseEnd.Equal(want) {
+		t.Fatalf("LeaseEnd %v, want %v (wall time, one visibility from now)", m.LeaseEnd, want)
+	}
+	deadline := clock.Now().Add(30 * time.Minute)
+	id := mustPut(t, q, "expiring", WithDeadline(deadline))
+	advance(t, q, clock, 30*time.Minute-time.Nanosecond)
+	if it := stored(q, id); it == nil {
+		t.Fatalf("item discarded before its deadline")
+	}
+	advance(t, q, clock, time.Nanosecond)
+	if it := stored(q, id); it != nil {
+		t.Fatalf("item still stored at its deadline: %+v", it)
+	}
+}
+
+// TestWallStepsChangeNothing: the wall clock stepped forward or back while
+// the queue runs changes no lease, delay or deadline: they all run on queue
+// time.
+func TestWallStepsChangeNothing(t *testing.T) {
+	for _, step := range []time.Duration{time.Hour, -time.Hour, 365 * 24 * time.Hour, -365 * 24 * time.Hour} {
+		t.Run(fmt.Sprint(step), func(t *testing.T) {
+			q, clock, _ := testQueue(t, Options{Visibility: 10 * time.Second})
+			mustPut(t, q, "leased")
+			delayed := mustPut(t, q, "delayed", WithDelay(5*time.Second))
+			expiring := mustPut(t, q, "expiring", WithDeadline(clock.Now().Add(20*time.Second)), WithDelay(15*time.Second))
+			m := mustTryGet(t, q)
+
+			clock.StepWall(step)
+			// A deadline given after the step means the span from the
+			// stepped wall clock.
+			late := mustPut(t, q, "late", WithDeadline(clock.Now().Add(8*time.Second)), WithDelay(7*time.Second))
+			if got := m.LeaseEnd.Sub(clock.Now()); got != 10*time.Second-step {
+				t.Fatalf("the old LeaseEnd is %v from the stepped clock, want %v", got, 10*time.Second-step)
+			}
+			advance(t, q, clock, 4*time.Second)
+			if stored(q, late) == nil {
+				t.Fatalf("item discarded before its deadline")
+			}
+			if err := q.Extend(m.Receipt, 10*time.Second); err != nil {
+				t.Fatalf("Extend after a wall step of %v: %v", step, err)
+			}
+			advance(t, q, clock, time.Second) // 5s: the delayed item is due
+			if got := mustTryGet(t, q); got.ID != delayed {
+				t.Fatalf("got item %d, want the delayed item %d", got.ID, delayed)
+			}
+			advance(t, q, clock, 4*time.Second) // 9s
+			if err := q.Ack(m.Receipt); err != nil {
+				t.Fatalf("Ack after a wall step of %v: %v", step, err)
+			}
+			advance(t, q, clock, 6*time.Second) // 15s: the expiring item is due, late passed its deadline at 8s
+			if stored(q, late) != nil {
+				t.Fatalf("item kept past its deadline")
+			}
+			if got := mustTryGet(t, q); got.ID != expiring {
+				t.Fatalf("got item %d, want %d", got.ID, expiring)
+			}
+		})
+	}
+}
+
+// steppingClock is the system clock with a wall offset a test steps while
+// the queue runs; its monotonic reading is the system's.
+type steppingClock struct {
+	systemClock
+	offset atomic.Int64
+}
+
+func (c *steppingClock) Now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// TestWorkUnderWallSteps runs Work on slow handlers (each longer than the
+// visibility, so only the heartbeat keeps its lease) while the wall clock is
+// stepped back and forth by up to a day: no item runs on two workers at
+// once, no lease is lost, no ack is late.
+func TestWorkUnderWallSteps(t *testing.T) {
+	clock := &steppingClock{}
+	q, err := Open(t.TempDir(), Options{Clock: clock, Visibility: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	const items = 12
+	for i := range items {
+		if _, err := q.Put(context.Background(), fmt.Appendf(nil, "item %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	running := map[uint64]bool{}
+	var twice, done atomic.Int64
+	allDone := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	workErr := make(chan error, 1)
+	go func() {
+		workErr <- q.Work(ctx, 4, func(ctx context.Context, m Message) error {
+			mu.Lock()
+			if running[m.ID] {
+				twice.Add(1)
+			}
+			running[m.ID] = true
+			mu.Unlock()
+			time.Sleep(1500 * time.Millisecond) // the work: longer than the visibility
+			mu.Lock()
+			delete(running, m.ID)
+			mu.Unlock()
+			if done.Add(1) == items {
+				close(allDone)
+			}
+			return nil
+		}, WorkOptions{HeartbeatEvery: 100 * time.Millisecond})
+	}()
+	rng := rand.New(rand.NewPCG(1, 2))
+	stepper := time.NewTicker(20 * time.Millisecond)
+	defer stepper.Stop()
+	for waiting := true; waiting; {
+		select {
+		case <-allDone:
+			waiting = false
+		case <-stepper.C:
+			clock.offset.Store(int64(time.Duration(rng.Int64N(int64(48*time.Hour))) - 24*time.Hour))
+		case <-time.After(30 * time.Second):
+			t.Fatalf("only %d of %d items done", done.Load(), items)
+		}
+	}
+	waitFor(t, "the acks", func() bool { return q.Stats().Acked == items })
+	cancel()
+	if err := <-workErr; err != nil {
+		t.Fatal(err)
+	}
+	if st := q.Stats(); twice.Load() != 0 || st.Expired != 0 || st.LateAcks != 0 || st.Delivered != items || st.Work.LeasesLost != 0 {
+		t.Fatalf("ran twice: %d; stats %+v", twice.Load(), st)
+	}
+}
+
+// TestFailureWakesBlockedCalls: a failure nobody waits on (an interval
+// fsync) puts the queue in its failed state at once: a blocked Get and an
+// idle Work return ErrFailed, and every later call does too.
+func TestFailureWakesBlockedCalls(t *testing.T) {
+	ffs := wal.NewFaultFS(wal.OSFS(), 0)
+	clock := NewManualClock(epoch)
+	q, err := Open(t.TempDir(), withFS(Options{Clock: clock, Sync: SyncInterval(time.Millisecond)}, ffs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	getErr := make(chan error, 1)
+	go func() {
+		_, err := q.Get(context.Background())
+		getErr <- err
+	}()
+	workErr := make(chan error, 1)
+	go func() {
+		workErr <- q.Work(context.Background(), 2, func(context.Context, Message) error { return nil }, WorkOptions{})
+	}()
+	q.waitForWaiters(3)
+	ffs.FailNext("sync")
+	if _, err := q.Put(context.Background(), []byte("later"), WithDelay(time.Hour)); err != nil {
+		t.Fatalf("Put returns once written under SyncInterval: %v", err)
+	}
+	if err := recv(t, "the blocked Get", getErr); !errors.Is(err, ErrFailed) {
+		t.Fatalf("blocked Get returned %v, want ErrFailed", err)
+	}
+	if err := recv(t, "the idle Work", workErr); !errors.Is(err, ErrFailed) {
+		t.Fatalf("idle Work returned %v, want ErrFailed", err)
+	}
+	if _, err := q.Put(context.Background(), []byte("x")); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Put after the failure: %v, want ErrFailed", err)
+	}
+	if _, _, err := q.TryGet(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("TryGet after the failure: %v, want ErrFailed", err)
+	}
+}
+
+// TestFailedQueueIsIdle: once failed, the queue's background loops stop.
+// (The timer loop re-armed for a time already past, on and on: a core spun
+// until Close.)
+func TestFailedQueueIsIdle(t *testing.T) {
+	ffs := wal.NewFaultFS(wal.OSFS(), 0)
+	q, clock, _ := testQueue(t, withFS(Options{Visibility: time.Second}, ffs))
+	mustPut(t, q, "a")
+	mustTryGet(t, q)
+	ffs.FailNext("write")
+	if _, err := q.Put(context.Background(), []byte("b")); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Put with a failing write: %v, want ErrFailed", err)
+	}
+	clock.Advance(time.Hour) // the lease is now past its end: the timer has work it cannot do
+	before := cpuTime(t)
+	start := time.Now()
+	time.Sleep(300 * time.Millisecond) // what is measured: the process idle for this long
+	used := cpuTime(t) - before
+	if wall := time.Since(start); used > wall/4 {
+		t.Fatalf("a failed queue used %v of CPU in %v", used, wall)
+	}
+}
+
+func cpuTime(t *testing.T) time.Duration {
+	t.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestKeysPrunedInTheLiveState: a key released longer than KeyWindow ago is
+// forgotten by the running queue, not only by the next compaction's copy.
+func TestKeysPrunedInTheLiveState(t *testing.T) {
+	q, clock, _ := testQueue(t, Options{KeyWindow: time.Minute})
+	for i := range 100 {
+		mustPut(t, q, "x", WithKey(fmt.Sprint("key-", i)))
+		if err := q.Ack(mustTryGet(t, q).Receipt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := q.Stats().Keys; got != 100 {
+		t.Fatalf("Keys %d inside the window, want 100", got)
+	}
+	clock.Advance(time.Minute + time.Second) // the window, and the pruning granularity
+	waitFor(t, "the timer loop to prune", func() bool { return q.Stats().Keys == 0 })
+	q.mu.Lock()
+	n := len(q.st.DeadLetters(0))
+	q.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("dead letters %d", n)
+	}
+}
+
+// stored returns the item with id if the queue stores it.
+func stored(q *Queue, id uint64) *state.Item {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.st.Item(id)
+}
