@@ -233,9 +233,9 @@ func checkFiles(fsys wal.FS, dir string) (*layout.Listing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("walq: read %s: %w", dir, err)
 	}
-	for _, e := range l.Of(layout.Reserved) {
+	if newer := l.Of(layout.Reserved); len(newer) > 0 {
 		return nil, fmt.Errorf("%w: %s: the name is in walq's own scheme but unknown to this build; open the directory with the walq that wrote it",
-			ErrNewerFormat, filepath.Join(dir, e.Name))
+			ErrNewerFormat, filepath.Join(dir, newer[0].Name))
 	}
 	var foreign []string
 	looksLikeLog := false
