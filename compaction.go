@@ -3,9 +3,9 @@ package walq
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"time"
 
+	"github.com/walq/walq/internal/rebuild"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
@@ -122,38 +122,16 @@ func (q *Queue) compact() (err error) {
 // stateAt rebuilds the state at LSN to from the snapshot at from (0: none)
 // and the log, without touching the queue's own state.
 func (q *Queue) stateAt(from, to uint64) (*state.State, error) {
-	st := state.New()
-	if from > 0 {
-		path := filepath.Join(q.dir, wal.SnapshotName(from))
-		lsn, body, err := wal.ReadSnapshot(path)
-		if err != nil {
-			return nil, fmt.Errorf("walq: compaction: read snapshot: %w", err)
-		}
-		if st, err = state.UnmarshalSnapshot(body); err != nil || st.LastLSN() != lsn {
-			return nil, &CorruptionError{Dir: q.dir, File: filepath.Base(path), Err: fmt.Errorf("snapshot does not decode: %v", err)}
-		}
-	}
-	logDir := filepath.Join(q.dir, logDirName)
-	_, err := wal.Scan(logDir, from+1, to, func(pos wal.Position, rec wal.Record) error {
+	st, err := rebuild.StateAt(q.dir, from, to, func(uint64) error {
 		select {
 		case <-q.done:
 			return errCompactionStopped
 		default:
+			return nil
 		}
-		r, err := state.Decode(rec.Type, rec.Body)
-		if err == nil {
-			err = st.Apply(rec.LSN, r)
-		}
-		if err != nil {
-			return &CorruptionError{Dir: logDir, File: pos.File, Index: pos.Index, Offset: pos.Offset, Err: err}
-		}
-		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("walq: compaction: replay log: %w", err)
-	}
-	if st.LastLSN() != to {
-		return nil, fmt.Errorf("walq: compaction: replay reached LSN %d, wanted %d", st.LastLSN(), to)
+		return nil, fmt.Errorf("walq: compaction: %w", err)
 	}
 	return st, nil
 }

@@ -49,6 +49,20 @@ var (
 	// another, holds the directory.
 	ErrLocked = errors.New("walq: directory locked by another queue")
 
+	// ErrNewerFormat is returned by Open, wrapped with the file's path, when
+	// the directory holds a name in walq's own naming scheme that this build
+	// does not know: a file of a newer walq, which this build must neither
+	// ignore nor remove. Nothing is changed on disk; open the directory with
+	// the walq that wrote it.
+	ErrNewerFormat = errors.New("walq: directory holds a file of a newer walq")
+
+	// ErrNotQueue is returned by Open for a directory that is not empty and
+	// holds no walq file (lost+found and dotfiles aside): walq creates a
+	// queue only in an empty directory, so that a wrong path never mixes a
+	// queue into other data. The error lists what was found. Nothing is
+	// created.
+	ErrNotQueue = errors.New("walq: not a queue directory, and not empty")
+
 	// ErrCorrupt is returned by Open, wrapped in a *CorruptionError, when the
 	// directory holds data that does not verify and cannot be a torn tail.
 	// Nothing is changed on disk; see walq-inspect verify.

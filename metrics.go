@@ -82,6 +82,11 @@ type RecoveryStats struct {
 	TailCutBytes  int64  // bytes cut from a torn tail (kept in a .broken file)
 	BrokenFile    string
 	LeasesExpired int // leases open at the crash, ended as expired
+	// ForeignEntries are the entries of the queue directory and its log
+	// directory that are not walq's ("notes.txt", "log/README"), found
+	// at Open. walq leaves them alone; lost+found and dotfiles are not
+	// listed.
+	ForeignEntries []string
 }
 
 // Stats is a point-in-time view of the queue. Gauges are as of the call;

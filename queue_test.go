@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -449,23 +447,6 @@ func TestReopenKeepsEverything(t *testing.T) {
 	}
 	if _, err := q.Put(ctx, nil, WithKey("k0")); !errors.Is(err, ErrDuplicate) {
 		t.Fatalf("key window across restart: %v", err)
-	}
-}
-
-func TestForeignFileRefused(t *testing.T) {
-	dir := t.TempDir()
-	q, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.Close()
-	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("hi"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, err = Open(dir, Options{})
-	var ce *CorruptionError
-	if !errors.As(err, &ce) || ce.File != "notes.txt" {
-		t.Fatalf("Open with a foreign file = %v", err)
 	}
 }
 

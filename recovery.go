@@ -3,35 +3,29 @@ package walq
 import (
 	"errors"
 	"fmt"
-	"log/slog"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
-	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/walq/walq/internal/layout"
+	"github.com/walq/walq/internal/rebuild"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
 
-// Files of a queue directory. Anything else in it refuses the open: walq
-// never deletes a file it does not own, and a stray file is more likely a
-// sign of the wrong directory than something to ignore.
-const (
-	lockName    = "LOCK"
-	reserveName = "RESERVE" // released by recovery so it can write on a full disk
-	logDirName  = "log"     // the segments
-	reserveSize = 1 << 20
-)
-
-var brokenName = regexp.MustCompile(`^\d{20}\.broken(\.\d+)?$`)
+// reserveSize is the size of the reserve file (layout.ReserveName).
+const reserveSize = 1 << 20
 
 // Open opens the queue in dir, creating it if needed, and recovers it:
 //
-//  1. lock the directory (ErrLocked if another queue holds it);
-//  2. refuse unknown files, release the reserve file, remove leftover
-//     snapshot temp files;
+//  1. create the directory if it is missing, or check what it holds (see
+//     checkFiles), before writing anything to it;
+//  2. lock the directory (ErrLocked if another queue holds it), check it
+//     again, release the reserve file, remove leftover snapshot temp files;
 //  3. load the newest snapshot that verifies;
 //  4. open the log: finish an interrupted truncation, cut a torn tail (kept
 //     in a .broken file) or refuse corruption with a *CorruptionError, and
@@ -49,11 +43,18 @@ func Open(dir string, opts Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	fsys := o.fs
-	if err := fsys.MkdirAll(dir, o.DirMode); err != nil {
-		return nil, fmt.Errorf("walq: open %s: %w", dir, err)
+	created, err := createDir(o.fs, dir, o.DirMode)
+	if err != nil {
+		return nil, err
 	}
-	lock, err := lockDir(filepath.Join(dir, lockName), o.FileMode)
+	if !created {
+		// Refuse before the lock file is created: a refused open leaves
+		// the directory as it found it. The check is repeated under the lock.
+		if _, err := checkFiles(o.fs, dir); err != nil {
+			return nil, err
+		}
+	}
+	lock, err := lockDir(filepath.Join(dir, layout.LockName), o.FileMode)
 	if err != nil {
 		return nil, err
 	}
@@ -67,18 +68,28 @@ func Open(dir string, opts Options) (*Queue, error) {
 
 func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue, error) {
 	fsys := o.fs
-	logDir := filepath.Join(dir, logDirName)
-	if err := checkFiles(fsys, dir, logDir); err != nil {
-		return nil, err
-	}
-	st, snap, badNewest, err := loadSnapshot(dir, o.Logger)
+	logDir := filepath.Join(dir, layout.LogDirName)
+	files, err := checkFiles(fsys, dir)
 	if err != nil {
 		return nil, err
 	}
+	foreign := entryNames(files.Of(layout.Foreign))
+	if len(foreign) > 0 {
+		o.Logger.Warn("walq: the queue directory holds entries that are not walq's; walq leaves them alone",
+			"dir", dir, "entries", foreign)
+	}
+	base, err := rebuild.Newest(dir)
+	if err != nil {
+		return nil, fmt.Errorf("walq: list snapshots: %w", err)
+	}
+	for _, s := range base.Newer {
+		o.Logger.Warn("walq: snapshot does not verify; trying an older one", "file", s.File.Name, "err", s.Err)
+	}
+	st, snap := base.State, base.LSN
 	// From here on recovery may write (a .broken copy of a torn tail, the
 	// endings of open leases): free the reserve so that it can on a full
 	// disk. If the open fails after all, put the reserve back.
-	if err := fsys.Remove(filepath.Join(dir, reserveName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := fsys.Remove(filepath.Join(dir, layout.ReserveName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("walq: release reserve: %w", err)
 	}
 	opened := false
@@ -87,7 +98,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 			writeReserve(fsys, dir, o.FileMode)
 		}
 	}()
-	if err := removeSnapshotTemps(fsys, dir); err != nil {
+	if err := removeSnapshotTemps(fsys, dir, files); err != nil {
 		return nil, err
 	}
 
@@ -117,32 +128,26 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		OnBatch:     func(records, _ int) { q.metrics.batch.observe(float64(records)) },
 	}
 	log, info, err := wal.Open(logDir, walOpts, snap+1, func(rec wal.Record) error {
-		r, err := state.Decode(rec.Type, rec.Body)
-		if err == nil {
-			err = st.Apply(rec.LSN, r)
-		}
-		if err != nil {
-			return &CorruptionError{Dir: logDir, Index: rec.LSN, Err: fmt.Errorf("replay: %w", err)}
-		}
-		return nil
+		return rebuild.Apply(st, logDir, wal.Position{Index: rec.LSN}, rec)
 	})
 	if err != nil {
-		if badNewest != nil {
-			return nil, fmt.Errorf("walq: the newest snapshot is bad (%v) and the log cannot replace it: %w", badNewest, err)
+		if len(base.Newer) > 0 {
+			return nil, fmt.Errorf("walq: the newest snapshot is bad (%v) and the log cannot replace it: %w", base.Newer[0].Err, err)
 		}
 		return nil, err
 	}
 	if st.LastLSN() != info.Last {
 		log.Close()
-		return nil, &CorruptionError{Dir: dir, File: wal.SnapshotName(snap),
+		return nil, &CorruptionError{Dir: dir, File: base.File,
 			Err: fmt.Errorf("snapshot covers LSN %d but the log ends at %d", snap, info.Last)}
 	}
 	q.log = log
 	q.recovery = RecoveryStats{
-		SnapshotLSN:  snap,
-		Replayed:     info.Replayed,
-		TailCutBytes: info.CutBytes,
-		BrokenFile:   info.BrokenFile,
+		SnapshotLSN:    snap,
+		Replayed:       info.Replayed,
+		TailCutBytes:   info.CutBytes,
+		BrokenFile:     info.BrokenFile,
+		ForeignEntries: foreign,
 	}
 	for _, s := range log.Segments() {
 		q.logBytes += s.Size
@@ -189,67 +194,106 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	return q, nil
 }
 
-// checkFiles refuses a directory with files walq does not know.
-func checkFiles(fsys wal.FS, dir, logDir string) error {
-	entries, err := fsys.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("walq: read %s: %w", dir, err)
+// createDir creates dir when it is missing, with any missing parents, and
+// fsyncs the parent of each directory it created: the new entries must be
+// durable before the queue reports anything written inside them. It
+// reports whether it created dir.
+func createDir(fsys wal.FS, dir string, perm os.FileMode) (bool, error) {
+	var missing []string // dir first, then its missing parents
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		_, err := fsys.Stat(p)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("walq: open %s: %w", dir, err)
+		}
+		missing = append(missing, p)
+		if filepath.Dir(p) == p {
+			break
+		}
 	}
-	for _, e := range entries {
-		name := e.Name()
+	if len(missing) == 0 {
+		return false, nil
+	}
+	if err := fsys.MkdirAll(dir, perm); err != nil {
+		return false, fmt.Errorf("walq: create %s: %w", dir, err)
+	}
+	for _, p := range missing {
+		if err := fsys.SyncDir(filepath.Dir(p)); err != nil {
+			return false, fmt.Errorf("walq: create %s: sync %s: %w", dir, filepath.Dir(p), err)
+		}
+	}
+	return true, nil
+}
+
+// checkFiles lists dir and refuses it, changing nothing, when it holds a
+// file of a newer walq (ErrNewerFormat), one of walq's names with the wrong
+// type (a *CorruptionError), or no walq file but other entries
+// (ErrNotQueue: walq makes a new queue only in an empty directory).
+// lost+found and dotfiles do not count; foreign entries beside walq's own
+// are listed, for a warning, and left alone.
+func checkFiles(fsys wal.FS, dir string) (*layout.Listing, error) {
+	l, err := layout.List(fsys, dir)
+	if err != nil {
+		return nil, fmt.Errorf("walq: read %s: %w", dir, err)
+	}
+	if newer := l.Of(layout.Reserved); len(newer) > 0 {
+		return nil, fmt.Errorf("%w: %s: the name is in walq's own scheme but unknown to this build; open the directory with the walq that wrote it",
+			ErrNewerFormat, filepath.Join(dir, newer[0].Name))
+	}
+	var foreign []string
+	looksLikeLog := false
+	for _, e := range l.Entries {
 		switch {
-		case name == lockName || name == reserveName:
-		case name == logDirName && e.IsDir():
-		case isSnapshotName(name):
-		default:
-			return foreign(dir, name)
+		case e.WrongType():
+			return nil, wrongType(dir, e)
+		case e.Kind == layout.Foreign:
+			foreign = append(foreign, strconv.Quote(e.Name))
+			looksLikeLog = looksLikeLog || layout.ClassifyLog(e.Name) == layout.Segment
 		}
 	}
-	entries, err = fsys.ReadDir(logDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("walq: read %s: %w", logDir, err)
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !isLogName(name) {
-			return foreign(logDir, name)
+	if !l.Queue() && len(foreign) > 0 {
+		found := strings.Join(foreign[:min(len(foreign), 5)], ", ")
+		if len(foreign) > 5 {
+			found += fmt.Sprintf(" (and %d more)", len(foreign)-5)
 		}
+		hint := "walq creates a queue only in an empty directory (lost+found and dotfiles aside)"
+		if looksLikeLog {
+			hint = "it looks like the log directory of a queue: open its parent"
+		}
+		return nil, fmt.Errorf("%w: %s holds no walq file but holds %s; %s", ErrNotQueue, dir, found, hint)
 	}
-	return nil
+	return l, nil
 }
 
-func foreign(dir, name string) error {
-	return &CorruptionError{Dir: dir, File: name,
-		Err: errors.New("not a file of a walq queue; move it out of the directory (walq never deletes files it does not own)")}
+func entryNames(entries []layout.Entry) []string {
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name)
+	}
+	return names
 }
 
-var (
-	snapshotFile = regexp.MustCompile(`^snapshot-\d{20}\.(snap|tmp)$`)
-	logFile      = regexp.MustCompile(`^\d{20}(\.START|\.END|\.START\.TEMP|\.END\.TEMP)?$`)
-)
-
-func isSnapshotName(name string) bool { return snapshotFile.MatchString(name) }
-
-func isLogName(name string) bool { return logFile.MatchString(name) || brokenName.MatchString(name) }
-
-func removeSnapshotTemps(fsys wal.FS, dir string) error {
-	entries, err := fsys.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("walq: read %s: %w", dir, err)
+func wrongType(dir string, e layout.Entry) error {
+	is, want := "a directory", "file"
+	if !e.IsDir {
+		is, want = "not a directory", "directory"
 	}
-	removed := false
-	for _, e := range entries {
-		if isSnapshotName(e.Name()) && strings.HasSuffix(e.Name(), ".tmp") {
-			if err := fsys.Remove(filepath.Join(dir, e.Name())); err != nil {
-				return fmt.Errorf("walq: remove leftover %s: %w", e.Name(), err)
-			}
-			removed = true
+	return &CorruptionError{Dir: filepath.Join(dir, filepath.Dir(e.Name)), File: filepath.Base(e.Name),
+		Err: fmt.Errorf("%s is %s, but walq keeps a %s (%s) by that name", e.Name, is, want, e.Kind)}
+}
+
+// removeSnapshotTemps removes the temp files of snapshots that a crash
+// interrupted.
+func removeSnapshotTemps(fsys wal.FS, dir string, files *layout.Listing) error {
+	temps := files.Of(layout.SnapshotTemp)
+	for _, e := range temps {
+		if err := fsys.Remove(filepath.Join(dir, e.Name)); err != nil {
+			return fmt.Errorf("walq: remove leftover %s: %w", e.Name, err)
 		}
 	}
-	if removed {
+	if len(temps) > 0 {
 		if err := fsys.SyncDir(dir); err != nil {
 			return fmt.Errorf("walq: sync %s: %w", dir, err)
 		}
@@ -257,42 +301,10 @@ func removeSnapshotTemps(fsys wal.FS, dir string) error {
 	return nil
 }
 
-// loadSnapshot returns the state of the newest snapshot that verifies and
-// the LSN it covers (a new state and 0 when there is none). badNewest is why
-// a newer snapshot was passed over: the log must then still reach back to
-// the one taken, or the open fails (never silently lose what lay between).
-func loadSnapshot(dir string, logger *slog.Logger) (st *state.State, lsn uint64, badNewest error, err error) {
-	snaps, err := wal.ListSnapshots(dir)
-	if err != nil {
-		return nil, 0, nil, fmt.Errorf("walq: list snapshots: %w", err)
-	}
-	for _, s := range snaps {
-		lsn, body, err := wal.ReadSnapshot(s.Path)
-		if err == nil {
-			st, err = state.UnmarshalSnapshot(body)
-			if err == nil && st.LastLSN() != lsn {
-				err = fmt.Errorf("body covers LSN %d, header says %d", st.LastLSN(), lsn)
-			}
-			if err != nil {
-				err = &CorruptionError{Dir: dir, File: s.Name, Err: err}
-			}
-		}
-		if err != nil {
-			logger.Warn("walq: snapshot does not verify; trying an older one", "file", s.Name, "err", err)
-			if badNewest == nil {
-				badNewest = err
-			}
-			continue
-		}
-		return st, lsn, badNewest, nil
-	}
-	return state.New(), 0, badNewest, nil
-}
-
 // writeReserve puts back the file that the next recovery releases to have
 // room for its records on a full disk.
 func writeReserve(fsys wal.FS, dir string, perm os.FileMode) error {
-	path := filepath.Join(dir, reserveName)
+	path := filepath.Join(dir, layout.ReserveName)
 	f, err := fsys.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm)
 	if err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walq/walq/internal/layout"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
@@ -135,7 +136,7 @@ func withRecoveryRecords(t *testing.T, dir string, stateBytes []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = wal.Scan(filepath.Join(dir, logDirName), st.LastLSN()+1, 0, func(_ wal.Position, rec wal.Record) error {
+	_, err = wal.Scan(filepath.Join(dir, layout.LogDirName), st.LastLSN()+1, 0, func(_ wal.Position, rec wal.Record) error {
 		if rec.Type != state.TypeExpire {
 			return fmt.Errorf("recovery wrote a %s record", state.TypeName(rec.Type))
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/walq/walq/internal/layout"
+	"github.com/walq/walq/internal/rebuild"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
@@ -46,23 +48,16 @@ func verifyDir(dir string, at uint64) (*dirState, error) {
 	}
 	ds := &dirState{st: state.New()}
 	for i, s := range snaps {
-		lsn, body, err := wal.ReadSnapshot(s.Path)
+		st, err := rebuild.ReadSnapshot(dir, s)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot %s: %w", s.Name, err)
-		}
-		st, err := state.UnmarshalSnapshot(body)
-		if err != nil {
-			return nil, fmt.Errorf("snapshot %s: %w", s.Name, err)
-		}
-		if lsn != s.LSN || st.LastLSN() != lsn {
-			return nil, fmt.Errorf("snapshot %s: header covers %d, body %d", s.Name, lsn, st.LastLSN())
 		}
 		if i == 0 {
-			ds.st, ds.snapshotLSN = st, lsn
-			ds.capture(lsn, at)
+			ds.st, ds.snapshotLSN = st, s.LSN
+			ds.capture(s.LSN, at)
 		}
 	}
-	logDir := filepath.Join(dir, "log")
+	logDir := filepath.Join(dir, layout.LogDirName)
 	segs, others, err := wal.ListSegments(logDir)
 	if err != nil {
 		return nil, err
@@ -73,7 +68,7 @@ func verifyDir(dir string, at uint64) (*dirState, error) {
 		}
 	}
 	for _, name := range others {
-		if !brokenFile(name) {
+		if layout.ClassifyLog(name) != layout.Broken {
 			return nil, fmt.Errorf("unexpected file %s in the log directory", name)
 		}
 	}
@@ -90,15 +85,8 @@ func verifyDir(dir string, at uint64) (*dirState, error) {
 	if len(segs) > 0 && (ds.snapshotLSN+1 < whole.First || ds.snapshotLSN > whole.Last) {
 		return nil, fmt.Errorf("verify log: snapshot covers %d, log holds %d..%d", ds.snapshotLSN, whole.First, whole.Last)
 	}
-	_, err = wal.Scan(logDir, ds.snapshotLSN+1, 0, func(pos wal.Position, rec wal.Record) error {
-		r, err := state.Decode(rec.Type, rec.Body)
-		if err == nil {
-			err = ds.st.Apply(rec.LSN, r)
-		}
-		if err != nil {
-			return fmt.Errorf("replay %s index %d: %w", pos.File, pos.Index, err)
-		}
-		ds.capture(rec.LSN, at)
+	_, err = rebuild.Replay(ds.st, logDir, 0, func(lsn uint64) error {
+		ds.capture(lsn, at)
 		return nil
 	})
 	if err != nil {
@@ -108,11 +96,6 @@ func verifyDir(dir string, at uint64) (*dirState, error) {
 		return nil, fmt.Errorf("replay ended at %d, log at %d", ds.st.LastLSN(), whole.Last)
 	}
 	return ds, checkState(ds.st)
-}
-
-func brokenFile(name string) bool {
-	matched, _ := filepath.Match("[0-9]*.broken*", name)
-	return matched
 }
 
 // checkState checks what must hold of any state: each stored item in

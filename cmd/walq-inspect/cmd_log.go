@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/walq/walq/internal/layout"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
@@ -148,7 +149,7 @@ func runLog(c *cmdEnv) int {
 			return exitFailed // the reader went away
 		}
 		time.Sleep(o.interval)
-		now, err := segmentsSignature(filepath.Join(c.dir, logDirName))
+		now, err := segmentsSignature(filepath.Join(c.dir, layout.LogDirName))
 		if err != nil {
 			return c.errorf("%v", err)
 		}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"text/tabwriter"
+
+	"github.com/walq/walq/internal/layout"
 )
 
 // The queue's compaction thresholds when Options leave them zero
@@ -61,20 +63,21 @@ func runSpace(c *cmdEnv) int {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	var total int64
 	for _, k := range []struct {
-		kind  fileKind
+		kind  layout.Kind
 		label string
 	}{
-		{kindSegment, "log segments"},
-		{kindSnapshot, "snapshots"},
-		{kindSnapshotTemp, "snapshot temp files"},
-		{kindTruncation, "truncation leftovers"},
-		{kindBroken, "broken tails"},
-		{kindReserve, "reserve"},
-		{kindLock, "lock"},
-		{kindForeign, "foreign files"},
+		{layout.Segment, "log segments"},
+		{layout.Snapshot, "snapshots"},
+		{layout.SnapshotTemp, "snapshot temp files"},
+		{layout.Truncation, "truncation leftovers"},
+		{layout.Broken, "broken tails"},
+		{layout.Reserve, "reserve"},
+		{layout.Lock, "lock"},
+		{layout.Foreign, "foreign files"},
+		{layout.Reserved, "files of a newer walq"},
 	} {
 		files := qf.of(k.kind)
-		if len(files) == 0 && k.kind != kindSegment && k.kind != kindSnapshot {
+		if len(files) == 0 && k.kind != layout.Segment && k.kind != layout.Snapshot {
 			continue
 		}
 		n := qf.bytes(k.kind)
@@ -88,12 +91,12 @@ func runSpace(c *cmdEnv) int {
 	if err != nil {
 		return c.errorf("%v", err)
 	}
-	logBytes := qf.bytes(kindSegment)
+	logBytes := qf.bytes(layout.Segment)
 	live := liveBytes(st)
 	fmt.Fprintf(w, "\nlive data   ~%s: %s of bodies in %s, plus 64 B per item\n",
 		fmtBytes(live), fmtBytes(st.Bytes()), plural(st.Len(), "item", "items"))
-	if len(qf.of(kindSnapshot)) > 0 {
-		fmt.Fprintf(w, "snapshot    %s as last written\n", fmtBytes(qf.of(kindSnapshot)[len(qf.of(kindSnapshot))-1].Size))
+	if len(qf.of(layout.Snapshot)) > 0 {
+		fmt.Fprintf(w, "snapshot    %s as last written\n", fmtBytes(qf.of(layout.Snapshot)[len(qf.of(layout.Snapshot))-1].Size))
 	}
 	fmt.Fprintf(w, "compaction  runs when the log is at least %s and more than %g x the live data\n",
 		fmtBytes(o.minBytes), o.ratio)

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/walq/walq/internal/layout"
 	"github.com/walq/walq/state"
 )
 
@@ -56,8 +57,8 @@ func runSummary(c *cmdEnv) int {
 		fmt.Fprintf(w, "%-9s %s\n", label, clean(fmt.Sprintf(format, args...)))
 	}
 	line("queue", "%s", c.dir)
-	segs := qf.of(kindSegment)
-	segments := fmt.Sprintf("%s, %s", plural(len(segs), "segment", "segments"), fmtSize(qf.bytes(kindSegment)))
+	segs := qf.of(layout.Segment)
+	segments := fmt.Sprintf("%s, %s", plural(len(segs), "segment", "segments"), fmtSize(qf.bytes(layout.Segment)))
 	switch first, last := r.logFirst, r.scan.Last; {
 	case !qf.HasLog:
 		line("log", "none yet")
@@ -83,9 +84,13 @@ func runSummary(c *cmdEnv) int {
 	}
 	for _, f := range qf.Files {
 		switch f.Kind {
-		case kindSnapshotTemp, kindTruncation, kindForeign:
+		case layout.SnapshotTemp, layout.Truncation:
 			line("leftover", "%s (%s): %s", fileName(f.Name), fmtSize(f.Size), leftoverNote(f.Kind))
-		case kindBroken:
+		case layout.Foreign:
+			line("foreign", "%s (%s): %s", fileName(f.Name), fmtSize(f.Size), leftoverNote(f.Kind))
+		case layout.Reserved:
+			line("newer", "%s (%s): %s", fileName(f.Name), fmtSize(f.Size), leftoverNote(f.Kind))
+		case layout.Broken:
 			line("recovery", "%s (%s): %s", fileName(f.Name), fmtSize(f.Size), leftoverNote(f.Kind))
 		}
 	}
@@ -105,7 +110,7 @@ func runSummary(c *cmdEnv) int {
 	}
 	summarizeState(line, st, now)
 	line("space", "log %s, live data ~%s (\"walq-inspect space\" for more)",
-		fmtSize(qf.bytes(kindSegment)), fmtSize(liveBytes(st)))
+		fmtSize(qf.bytes(layout.Segment)), fmtSize(liveBytes(st)))
 	return exitOK
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 
+	"github.com/walq/walq/internal/layout"
 	"github.com/walq/walq/wal"
 )
 
@@ -15,7 +16,10 @@ var verifyCmd = &command{
 	long: `
 Checks, without changing anything:
 
-  files     nothing in the directory that walq.Open would refuse
+  files     nothing in the directory that walq.Open would refuse: a file
+            of a newer walq, or one of walq's names of the wrong type
+            (entries that are not walq's are warnings: walq leaves them
+            alone; lost+found and dotfiles are not listed)
   log       the framing and CRC of every record in every segment, that each
             record's LSN is its index, and that segments follow each other
             without gap or overlap
@@ -60,16 +64,26 @@ func runVerify(c *cmdEnv) int {
 	}
 
 	// Files.
-	foreign := qf.of(kindForeign)
-	for _, f := range foreign {
-		problem("files", fmt.Errorf("%s: %s", fileName(f.Name), leftoverNote(kindForeign)))
+	newer := 0
+	for _, f := range qf.Files {
+		switch {
+		case f.Kind == layout.Reserved:
+			newer++
+			problem("files", fmt.Errorf("%s: %s", fileName(f.Name), leftoverNote(f.Kind)))
+		case f.WrongType:
+			problem("files", fmt.Errorf("%s: %s, but walq keeps a %s by that name: walq.Open refuses the directory",
+				fileName(f.Name), typeOf(f), f.Kind))
+		}
 	}
-	if len(foreign) == 0 {
+	if problems == 0 {
 		line("files", "ok: nothing that walq.Open would refuse")
 	}
 	for _, f := range qf.Files {
 		switch f.Kind {
-		case kindSnapshotTemp, kindTruncation, kindBroken:
+		case layout.Foreign:
+			warnings++
+			line("foreign", "warning: %s: %s; not corruption", fileName(f.Name), leftoverNote(f.Kind))
+		case layout.SnapshotTemp, layout.Truncation, layout.Broken:
 			line("leftover", "%s (%s): %s; harmless", fileName(f.Name), fmtSize(f.Size), leftoverNote(f.Kind))
 		}
 	}
@@ -133,6 +147,10 @@ func runVerify(c *cmdEnv) int {
 	}
 
 	switch {
+	case newer > 0:
+		line("verdict", "not verified: the directory holds %s of a newer walq; use the walq-inspect of the walq that wrote it",
+			plural(newer, "file", "files"))
+		return exitFailed
 	case problems > 0:
 		line("verdict", "corruption: %s found", plural(problems, "problem", "problems"))
 		return exitFailed
@@ -142,6 +160,13 @@ func runVerify(c *cmdEnv) int {
 		line("verdict", "ok: no corruption found")
 	}
 	return exitOK
+}
+
+func typeOf(f dirFile) string {
+	if f.Kind.IsDir() {
+		return "not a directory"
+	}
+	return "a directory"
 }
 
 func baseLSN(r *replayer) uint64 {

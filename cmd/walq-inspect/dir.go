@@ -6,56 +6,20 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
-	"sort"
+	"strings"
+
+	"github.com/walq/walq/internal/layout"
+	"github.com/walq/walq/wal"
 )
 
-// The layout of a queue directory, as recovery.go in the root package lays
-// it out (its names are unexported there, so they are restated here):
-//
-//	DIR/LOCK                           flock of the running queue
-//	DIR/RESERVE                        1 MiB released by recovery on a full disk
-//	DIR/snapshot-<20 digits>.snap      snapshot covering that index
-//	DIR/snapshot-<20 digits>.tmp       a snapshot being written, or left by a crash
-//	DIR/log/<20 digits>                segment whose first record has that index
-//	DIR/log/<20 digits>.START|.END     an interrupted TruncateFront/TruncateBack
-//	DIR/log/<...>.START.TEMP|.END.TEMP their temporary copies
-//	DIR/log/<20 digits>.broken[.N]     bytes an open cut from a torn tail
-//
-// walq.Open refuses a directory holding anything else.
-const (
-	lockName    = "LOCK"
-	reserveName = "RESERVE"
-	logDirName  = "log"
-)
-
-var (
-	snapshotRE  = regexp.MustCompile(`^snapshot-\d{20}\.snap$`)
-	snapTempRE  = regexp.MustCompile(`^snapshot-\d{20}\.tmp$`)
-	segmentRE   = regexp.MustCompile(`^\d{20}$`)
-	truncLeftRE = regexp.MustCompile(`^\d{20}\.(START|END)$`)
-	truncTempRE = regexp.MustCompile(`^\d{20}\.(START|END)\.TEMP$`)
-	brokenRE    = regexp.MustCompile(`^\d{20}\.broken(\.\d+)?$`)
-)
-
-type fileKind int
-
-const (
-	kindSegment      fileKind = iota // log segment
-	kindSnapshot                     // snapshot-N.snap
-	kindSnapshotTemp                 // snapshot-N.tmp: a compaction in progress or interrupted
-	kindTruncation                   // .START/.END and their .TEMP: a truncation in progress or interrupted
-	kindBroken                       // .broken: bytes cut from a torn tail
-	kindReserve
-	kindLock
-	kindForeign // walq.Open refuses the directory while it is there
-)
+// The names of a queue directory and what they mean are internal/layout's.
 
 // dirFile is one entry of a queue directory or of its log directory.
 type dirFile struct {
-	Name string // relative to the queue directory: "log/00000000000000000001"
-	Kind fileKind
-	Size int64
+	Name      string // relative to the queue directory: "log/00000000000000000001"
+	Kind      layout.Kind
+	WrongType bool // a directory where walq keeps a file, or the reverse
+	Size      int64
 }
 
 // queueFiles is a listing of a queue directory at one moment. A file that
@@ -67,35 +31,23 @@ type queueFiles struct {
 	Files       []dirFile
 }
 
-// listQueue lists dir and dir/log. It fails when dir is not a directory, or
-// is neither a queue directory nor empty enough to be a new one.
+// listQueue lists dir and dir/log, lost+found and dotfiles left out. It
+// fails when dir is not a directory, or is neither a queue directory nor
+// empty enough to be a new one.
 func listQueue(dir string) (*queueFiles, error) {
-	qf := &queueFiles{Dir: dir, LogDir: filepath.Join(dir, logDirName)}
-	entries, err := os.ReadDir(dir)
+	qf := &queueFiles{Dir: dir, LogDir: filepath.Join(dir, layout.LogDirName)}
+	l, err := layout.List(wal.OSFS(), dir)
 	if err != nil {
 		return nil, err
 	}
+	qf.HasLog = l.HasLog
 	segmentNamed := false
-	for _, e := range entries {
-		name := e.Name()
-		kind := kindForeign
-		switch {
-		case name == logDirName && e.IsDir():
-			qf.HasLog = true
+	for _, e := range l.Entries {
+		if e.Kind == layout.LogDir && !e.WrongType() {
 			continue
-		case e.IsDir():
-		case name == lockName:
-			kind = kindLock
-		case name == reserveName:
-			kind = kindReserve
-		case snapshotRE.MatchString(name):
-			kind = kindSnapshot
-		case snapTempRE.MatchString(name):
-			kind = kindSnapshotTemp
-		case segmentRE.MatchString(name):
-			segmentNamed = true
 		}
-		if err := qf.add(dir, name, name, kind); err != nil {
+		segmentNamed = segmentNamed || !strings.Contains(e.Name, "/") && layout.ClassifyLog(e.Name) == layout.Segment
+		if err := qf.add(e); err != nil {
 			return nil, err
 		}
 	}
@@ -103,43 +55,17 @@ func listQueue(dir string) (*queueFiles, error) {
 		if segmentNamed {
 			return nil, fmt.Errorf("%s holds segment files but no log directory: it looks like the log directory itself; pass the queue directory, its parent", dir)
 		}
-		if !qf.has(kindLock) && !qf.has(kindSnapshot) {
+		if !qf.has(layout.Lock) && !qf.has(layout.Snapshot) && !qf.has(layout.Reserved) {
 			return nil, fmt.Errorf("%s is not a walq queue directory: it has neither a log directory nor a LOCK file", dir)
 		}
-		return qf, nil
 	}
-	entries, err = os.ReadDir(qf.LogDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		qf.HasLog = false // removed since the first listing
-		return qf, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range entries {
-		name := e.Name()
-		kind := kindForeign
-		switch {
-		case e.IsDir():
-		case segmentRE.MatchString(name):
-			kind = kindSegment
-		case truncLeftRE.MatchString(name) || truncTempRE.MatchString(name):
-			kind = kindTruncation
-		case brokenRE.MatchString(name):
-			kind = kindBroken
-		}
-		if err := qf.add(qf.LogDir, name, logDirName+"/"+name, kind); err != nil {
-			return nil, err
-		}
-	}
-	sort.SliceStable(qf.Files, func(i, j int) bool { return qf.Files[i].Name < qf.Files[j].Name })
 	return qf, nil
 }
 
-func (qf *queueFiles) add(dir, name, rel string, kind fileKind) error {
-	info, err := os.Lstat(filepath.Join(dir, name))
+func (qf *queueFiles) add(e layout.Entry) error {
+	info, err := os.Lstat(filepath.Join(qf.Dir, filepath.FromSlash(e.Name)))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil // removed by a compaction since the listing
 	}
 	if err != nil {
 		return err
@@ -148,11 +74,11 @@ func (qf *queueFiles) add(dir, name, rel string, kind fileKind) error {
 	if info.IsDir() {
 		size = 0
 	}
-	qf.Files = append(qf.Files, dirFile{Name: rel, Kind: kind, Size: size})
+	qf.Files = append(qf.Files, dirFile{Name: e.Name, Kind: e.Kind, WrongType: e.WrongType(), Size: size})
 	return nil
 }
 
-func (qf *queueFiles) has(kind fileKind) bool {
+func (qf *queueFiles) has(kind layout.Kind) bool {
 	for _, f := range qf.Files {
 		if f.Kind == kind {
 			return true
@@ -161,11 +87,11 @@ func (qf *queueFiles) has(kind fileKind) bool {
 	return false
 }
 
-// of returns the files of a kind.
-func (qf *queueFiles) of(kind fileKind) []dirFile {
+// of returns the files of a kind, leaving out those of the wrong type.
+func (qf *queueFiles) of(kind layout.Kind) []dirFile {
 	var out []dirFile
 	for _, f := range qf.Files {
-		if f.Kind == kind {
+		if f.Kind == kind && !f.WrongType {
 			out = append(out, f)
 		}
 	}
@@ -173,7 +99,7 @@ func (qf *queueFiles) of(kind fileKind) []dirFile {
 }
 
 // bytes sums the sizes of the files of a kind.
-func (qf *queueFiles) bytes(kind fileKind) int64 {
+func (qf *queueFiles) bytes(kind layout.Kind) int64 {
 	var n int64
 	for _, f := range qf.of(kind) {
 		n += f.Size
@@ -182,16 +108,18 @@ func (qf *queueFiles) bytes(kind fileKind) int64 {
 }
 
 // leftoverNote says what a leftover file is and what becomes of it.
-func leftoverNote(k fileKind) string {
+func leftoverNote(k layout.Kind) string {
 	switch k {
-	case kindSnapshotTemp:
+	case layout.SnapshotTemp:
 		return "a snapshot being written by a compaction, or left by one that was interrupted; the next open removes it"
-	case kindTruncation:
+	case layout.Truncation:
 		return "a log truncation in progress, or left by one that was interrupted; the next open finishes it"
-	case kindBroken:
+	case layout.Broken:
 		return "bytes that an open cut from a torn tail, kept as evidence; nothing reads them"
-	case kindForeign:
-		return "not a file of a walq queue: walq.Open refuses the directory until it is moved out"
+	case layout.Foreign:
+		return "not a file of a walq queue: walq leaves it alone (walq.Open warns about it)"
+	case layout.Reserved:
+		return "a name in walq's own scheme that this build does not know: a file of a newer walq; walq.Open refuses the directory, and this walq-inspect cannot vouch for it"
 	}
 	return ""
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/walq/walq"
+	"github.com/walq/walq/internal/layout"
 	"github.com/walq/walq/wal"
 )
 
@@ -234,7 +235,7 @@ func buildTorn(dir string) (time.Time, error) {
 
 // cutLastSegment drops the last n bytes of the newest segment.
 func cutLastSegment(dir string, n int64) error {
-	segs, _, err := wal.ListSegments(filepath.Join(dir, logDirName))
+	segs, _, err := wal.ListSegments(filepath.Join(dir, layout.LogDirName))
 	if err != nil {
 		return err
 	}
@@ -287,7 +288,7 @@ func flipRecordByte(dir string, pos map[uint64]wal.Position, index uint64, mask 
 	if !ok || next.File != pos[index].File {
 		return fmt.Errorf("record %d is the last of its segment", index)
 	}
-	path := filepath.Join(dir, logDirName, next.File)
+	path := filepath.Join(dir, layout.LogDirName, next.File)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -299,7 +300,7 @@ func flipRecordByte(dir string, pos map[uint64]wal.Position, index uint64, mask 
 // recordPositions returns where each record of a sound log is.
 func recordPositions(dir string) (map[uint64]wal.Position, error) {
 	pos := make(map[uint64]wal.Position)
-	_, err := wal.Scan(filepath.Join(dir, logDirName), 0, 0, func(p wal.Position, _ wal.Record) error {
+	_, err := wal.Scan(filepath.Join(dir, layout.LogDirName), 0, 0, func(p wal.Position, _ wal.Record) error {
 		pos[p.Index] = p
 		return nil
 	})

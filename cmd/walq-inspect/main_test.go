@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/walq/walq/internal/layout"
 )
 
 func TestExitCodes(t *testing.T) {
@@ -39,7 +41,7 @@ func TestExitCodes(t *testing.T) {
 		{"flags after the directory", []string{"log", normal, "--type", "ack", "--json"}, exitOK, `"type":"ack"`, ""},
 		{"missing directory", []string{"summary", filepath.Join(notQueue, "missing")}, exitFailed, "", "no such file"},
 		{"not a queue", []string{"verify", notQueue}, exitFailed, "", "is not a walq queue directory"},
-		{"the log directory itself", []string{"summary", filepath.Join(normal, logDirName)}, exitFailed, "",
+		{"the log directory itself", []string{"summary", filepath.Join(normal, layout.LogDirName)}, exitFailed, "",
 			"looks like the log directory itself"},
 		{"state past the end", []string{"state", "--at", "999", normal}, exitFailed, "", "past the end of the log"},
 	}

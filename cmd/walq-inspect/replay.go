@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/walq/walq/internal/layout"
+	"github.com/walq/walq/internal/rebuild"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
@@ -29,9 +31,12 @@ import (
 //     the replay start over from the newest snapshot (see replayer.run).
 //   - Segments roll: a new, empty last segment appears.
 //
-// What a replay rebuilds mirrors recovery in the root package: the newest
-// snapshot that verifies, then every record after it, each applied with
-// state.Apply, which refuses a record that does not fit (that is corruption).
+// What a replay rebuilds is what recovery in the root package rebuilds: a
+// snapshot read and verified by rebuild.ReadSnapshot, then every record
+// after it, each applied by rebuild.ApplyDecoded, which reports a record
+// the state refuses as corruption. The replayer keeps its own scan loop
+// because it must start over when a running queue compacts under it, and
+// annotates each record for the commands that print them.
 
 // maxRestarts bounds how often a replay starts over because a compaction
 // moved the log under it.
@@ -54,35 +59,15 @@ func readSnapshots(dir string) ([]snapshot, error) {
 	}
 	var out []snapshot
 	for _, f := range files {
-		lsn, body, err := wal.ReadSnapshot(f.Path)
+		st, err := rebuild.ReadSnapshot(dir, f)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		s := snapshot{File: f}
-		if err == nil {
-			var st *state.State
-			st, err = state.UnmarshalSnapshot(body)
-			switch {
-			case err != nil:
-			case lsn != f.LSN:
-				err = fmt.Errorf("header covers index %d, the file name says %d", lsn, f.LSN)
-			case st.LastLSN() != lsn:
-				err = fmt.Errorf("body covers index %d, the header says %d", st.LastLSN(), lsn)
-			default:
-				s.St = st
-			}
-			if err != nil {
-				err = &wal.CorruptionError{Dir: dir, File: f.Name, Err: err}
-			}
+		var ce *wal.CorruptionError
+		if err != nil && !errors.As(err, &ce) {
+			return nil, err // an I/O error, not a verdict on the file
 		}
-		if s.St == nil {
-			var ce *wal.CorruptionError
-			if !errors.As(err, &ce) {
-				return nil, err // an I/O error, not a verdict on the file
-			}
-			s.Err = err
-		}
-		out = append(out, s)
+		out = append(out, snapshot{File: f, St: st, Err: err})
 	}
 	return out, nil
 }
@@ -172,7 +157,7 @@ type replayer struct {
 }
 
 func newReplayer(dir string, from, to uint64, visit func(*event) error) *replayer {
-	return &replayer{dir: dir, logDir: filepath.Join(dir, logDirName), from: from, to: to, visit: visit}
+	return &replayer{dir: dir, logDir: filepath.Join(dir, layout.LogDirName), from: from, to: to, visit: visit}
 }
 
 // errLogMoved means the log no longer starts where the replay needs it:
@@ -488,13 +473,8 @@ func (r *replayer) apply(ev *event) {
 	if r.st == nil {
 		return
 	}
-	err := ev.Err
-	if err == nil {
-		err = r.st.Apply(ev.Pos.Index, ev.Rec)
-	}
-	if err != nil {
-		r.stErr = &wal.CorruptionError{Dir: r.logDir, File: ev.Pos.File, Index: ev.Pos.Index,
-			Offset: ev.Pos.Offset, Err: fmt.Errorf("replay %s record: %w", state.TypeName(ev.Type), err)}
+	if err := rebuild.ApplyDecoded(r.st, r.logDir, ev.Pos, ev.Type, ev.Rec, ev.Err); err != nil {
+		r.stErr = err
 		r.st, r.nextID = nil, 0
 		return
 	}

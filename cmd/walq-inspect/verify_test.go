@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/walq/walq/internal/layout"
 	"github.com/walq/walq/wal"
 )
 
@@ -52,10 +53,23 @@ func TestVerifyCorruptionTable(t *testing.T) {
 			want: []string{"lsn gap: want 20, got 21"}},
 		{name: "missing_middle_segment", fixture: "segments", corrupt: true, mutate: removeSegment(1),
 			want: []string{"lsn gap: segment starts at"}},
-		{name: "foreign_file", fixture: "segments", corrupt: true, mutate: writeFile("notes.txt", "hello"),
-			want: []string{"notes.txt: not a file of a walq queue"}},
-		{name: "foreign_file_in_log", fixture: "segments", corrupt: true, mutate: writeFile("log/\x1b[2Jx", "hello"),
-			want: []string{`"log/\x1b[2Jx": not a file of a walq queue`}},
+		{name: "foreign_file", fixture: "segments", mutate: writeFile("notes.txt", "hello"),
+			want: []string{"foreign   warning: notes.txt: not a file of a walq queue", "verdict   ok: no corruption found (1 warning)"}},
+		{name: "foreign_file_in_log", fixture: "segments", mutate: writeFile("log/\x1b[2Jx", "hello"),
+			want: []string{`"log/\x1b[2Jx": not a file of a walq queue`, "verdict   ok: no corruption found (1 warning)"}},
+		{name: "lost_found_and_dotfiles", fixture: "segments",
+			mutate: func(t *testing.T, dir string) {
+				mkdirIn("lost+found")(t, dir)
+				writeFile(".DS_Store", "x")(t, dir)
+				writeFile("log/.nfs01", "x")(t, dir)
+			},
+			want: []string{"files     ok: nothing that walq.Open would refuse", "verdict   ok: no corruption found\n"}},
+		{name: "file_of_a_newer_walq", fixture: "segments", corrupt: true, mutate: writeFile("FORMAT", "2"),
+			want: []string{"FORMAT: a name in walq's own scheme that this build does not know", "verdict   not verified"}},
+		{name: "newer_name_in_log", fixture: "segments", corrupt: true, mutate: writeFile("log/00000000000000000001.index", "x"),
+			want: []string{"log/00000000000000000001.index: a name in walq's own scheme"}},
+		{name: "directory_named_like_a_segment", fixture: "segments", corrupt: true, mutate: mkdirIn("log/00000000000000000999"),
+			want: []string{"log/00000000000000000999: a directory, but walq keeps a segment by that name", "corruption: 1 problem found"}},
 		{name: "both_start_and_end_leftovers", fixture: "segments", corrupt: true,
 			mutate: func(t *testing.T, dir string) {
 				copyFirstSegmentAs(".START")(t, dir)
@@ -89,7 +103,7 @@ func TestVerifyTornLastRecordAtEveryByte(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := pos[uint64(len(pos))]
-	segs, _, err := wal.ListSegments(filepath.Join(base, logDirName))
+	segs, _, err := wal.ListSegments(filepath.Join(base, layout.LogDirName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +112,7 @@ func TestVerifyTornLastRecordAtEveryByte(t *testing.T) {
 		t.Fatalf("the last record is not in the last segment")
 	}
 	dir := copyDir(t, base)
-	path := filepath.Join(dir, logDirName, tail.Name)
+	path := filepath.Join(dir, layout.LogDirName, tail.Name)
 	for size := last.Offset + 1; size < tail.Size; size++ {
 		if err := os.Truncate(path, size); err != nil {
 			t.Fatal(err)
@@ -161,7 +175,7 @@ func damage(t *testing.T, dir string, indexes ...uint64) {
 
 func segmentPaths(t *testing.T, dir string) []wal.Segment {
 	t.Helper()
-	segs, _, err := wal.ListSegments(filepath.Join(dir, logDirName))
+	segs, _, err := wal.ListSegments(filepath.Join(dir, layout.LogDirName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +219,7 @@ func flipLastByte(t *testing.T, dir string) {
 }
 
 func addEmptySegment(t *testing.T, dir string) {
-	path := filepath.Join(dir, logDirName, wal.SegmentName(lastIndex(t, dir)+1))
+	path := filepath.Join(dir, layout.LogDirName, wal.SegmentName(lastIndex(t, dir)+1))
 	if err := os.WriteFile(path, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +250,7 @@ func dropRecord(index uint64) func(t *testing.T, dir string) {
 		if at.File != next.File {
 			t.Fatalf("record %d is the last of its segment", index)
 		}
-		path := filepath.Join(dir, logDirName, at.File)
+		path := filepath.Join(dir, layout.LogDirName, at.File)
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -251,6 +265,14 @@ func dropRecord(index uint64) func(t *testing.T, dir string) {
 func removeSegment(i int) func(t *testing.T, dir string) {
 	return func(t *testing.T, dir string) {
 		if err := os.Remove(segmentPaths(t, dir)[i].Path); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func mkdirIn(name string) func(t *testing.T, dir string) {
+	return func(t *testing.T, dir string) {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -311,7 +333,7 @@ func cutLogBefore(index uint64) func(t *testing.T, dir string) {
 				}
 			}
 		}
-		if err := os.Truncate(filepath.Join(dir, logDirName, at.File), at.Offset); err != nil {
+		if err := os.Truncate(filepath.Join(dir, layout.LogDirName, at.File), at.Offset); err != nil {
 			t.Fatal(err)
 		}
 	}

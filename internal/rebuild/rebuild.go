@@ -1,0 +1,159 @@
+// Package rebuild builds a queue's state from its directory: a snapshot that
+// verifies, then the log records after it, each decoded and applied to a
+// state.State. Recovery, compaction, the crash tests and walq-inspect all
+// build states this way, so they agree on what a directory holds and on
+// what counts as corruption.
+//
+// It reads files and never writes them; the state package stays pure.
+package rebuild
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+
+	"github.com/walq/walq/internal/layout"
+	"github.com/walq/walq/state"
+	"github.com/walq/walq/wal"
+)
+
+// ReadSnapshot reads a snapshot file and decodes its state. The file must
+// verify (header, CRC, length), its body must decode, and the LSN in its
+// name, in its header and of its body must agree. Every defect is a
+// *wal.CorruptionError naming the file; an error reading it is returned as
+// is (it wraps fs.ErrNotExist when a compaction removed the file).
+func ReadSnapshot(dir string, f wal.SnapshotFile) (*state.State, error) {
+	lsn, body, err := wal.ReadSnapshot(f.Path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := state.UnmarshalSnapshot(body)
+	switch {
+	case err != nil:
+	case lsn != f.LSN:
+		err = fmt.Errorf("header covers index %d, the file name says %d", lsn, f.LSN)
+	case st.LastLSN() != lsn:
+		err = fmt.Errorf("body covers index %d, the header says %d", st.LastLSN(), lsn)
+	default:
+		return st, nil
+	}
+	return nil, &wal.CorruptionError{Dir: dir, File: f.Name, Err: err}
+}
+
+// Skipped is a snapshot that Newest passed over, and why.
+type Skipped struct {
+	File wal.SnapshotFile
+	Err  error
+}
+
+// Base is what a replay starts from: the newest snapshot that verifies, or
+// an empty state when there is none.
+type Base struct {
+	State *state.State
+	LSN   uint64 // the LSN the snapshot covers; 0 when there is none
+	File  string // the snapshot's name; "" when there is none
+	// Newer are the snapshots newer than the one taken that did not
+	// verify, newest first. When there are any, the log must still reach
+	// back to LSN+1: a newer snapshot that is bad is never a reason to lose
+	// what lay between it and the older one.
+	Newer []Skipped
+}
+
+// Newest loads the newest snapshot in dir that verifies (see ReadSnapshot).
+// It reads the files newest first and stops at the first that verifies. A
+// snapshot that cannot be read is passed over like one that does not
+// verify, and one that vanished (a running compaction removed it) is left
+// out.
+func Newest(dir string) (Base, error) {
+	snaps, err := wal.ListSnapshots(dir)
+	if err != nil {
+		return Base{}, err
+	}
+	var b Base
+	for _, f := range snaps {
+		st, err := ReadSnapshot(dir, f)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			b.Newer = append(b.Newer, Skipped{File: f, Err: err})
+			continue
+		}
+		b.State, b.LSN, b.File = st, f.LSN, f.Name
+		return b, nil
+	}
+	b.State = state.New()
+	return b, nil
+}
+
+// Apply decodes a log record and applies it to st. A record that does not
+// decode, or that the state refuses, is a *wal.CorruptionError at pos in
+// logDir.
+func Apply(st *state.State, logDir string, pos wal.Position, rec wal.Record) error {
+	r, err := state.Decode(rec.Type, rec.Body)
+	return ApplyDecoded(st, logDir, pos, rec.Type, r, err)
+}
+
+// ApplyDecoded is Apply for a record already decoded: r and decodeErr are
+// what state.Decode returned for it.
+func ApplyDecoded(st *state.State, logDir string, pos wal.Position, typ byte, r state.Record, decodeErr error) error {
+	err := decodeErr
+	if err == nil {
+		err = st.Apply(pos.Index, r)
+	}
+	if err != nil {
+		return &wal.CorruptionError{Dir: logDir, File: pos.File, Index: pos.Index, Offset: pos.Offset,
+			Err: fmt.Errorf("replay %s record: %w", state.TypeName(typ), err)}
+	}
+	return nil
+}
+
+// Replay applies to st the records of the log in logDir that follow it, up
+// to LSN to (0: to the end of the log), and returns what wal.Scan found.
+// The log must hold every record from st.LastLSN()+1 on (a log that starts
+// later lost them), and with to != 0 must reach to. after, when not nil, is
+// called after each record is applied; an error from it stops the replay
+// and is returned as is.
+func Replay(st *state.State, logDir string, to uint64, after func(lsn uint64) error) (wal.ScanResult, error) {
+	from := st.LastLSN() + 1
+	res, err := wal.Scan(logDir, from, to, func(pos wal.Position, rec wal.Record) error {
+		if pos.Index != st.LastLSN()+1 {
+			return &wal.CorruptionError{Dir: logDir, File: pos.File, Index: pos.Index,
+				Err: fmt.Errorf("replay needs index %d but the log starts at %d", st.LastLSN()+1, pos.Index)}
+		}
+		if err := Apply(st, logDir, pos, rec); err != nil {
+			return err
+		}
+		if after != nil {
+			return after(rec.LSN)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	if to != 0 && st.LastLSN() != to {
+		return res, fmt.Errorf("replay reached LSN %d, wanted %d", st.LastLSN(), to)
+	}
+	return res, nil
+}
+
+// StateAt rebuilds the state at LSN to from the snapshot covering from (0:
+// none, an empty queue) in the queue directory dir and the log records
+// after it. after is passed to Replay.
+func StateAt(dir string, from, to uint64, after func(lsn uint64) error) (*state.State, error) {
+	st := state.New()
+	if from > 0 {
+		name := wal.SnapshotName(from)
+		var err error
+		st, err = ReadSnapshot(dir, wal.SnapshotFile{Name: name, Path: filepath.Join(dir, name), LSN: from})
+		if err != nil {
+			return nil, fmt.Errorf("read snapshot: %w", err)
+		}
+	}
+	if _, err := Replay(st, filepath.Join(dir, layout.LogDirName), to, after); err != nil {
+		return nil, fmt.Errorf("replay log: %w", err)
+	}
+	return st, nil
+}
