@@ -57,6 +57,8 @@ func (q *Queue) compactLoop() {
 			}
 		case <-q.done:
 			return
+		case <-q.failed:
+			return
 		}
 	}
 }

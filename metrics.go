@@ -167,7 +167,7 @@ func (q *Queue) Stats() Stats {
 		Compactions:       q.metrics.compactions.Load(),
 		CompactionsFailed: q.metrics.compactFailed.Load(),
 		LastCompactIn:     time.Duration(q.metrics.lastCompactDur.Load()),
-		Recovery:          q.recovery,
+		Recovery:          q.recovery.clone(),
 		Work: WorkStats{
 			HandlerErrors:    q.work.handlerErrors.Load(),
 			Panics:           q.work.panics.Load(),
@@ -187,4 +187,9 @@ func (q *Queue) Stats() Stats {
 		st.LastCompacted = time.Unix(0, t)
 	}
 	return st
+}
+
+func (r RecoveryStats) clone() RecoveryStats {
+	r.ForeignEntries = append([]string(nil), r.ForeignEntries...)
+	return r
 }
