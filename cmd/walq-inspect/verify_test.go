@@ -64,8 +64,8 @@ func TestVerifyCorruptionTable(t *testing.T) {
 				writeFile("log/.nfs01", "x")(t, dir)
 			},
 			want: []string{"files     ok: nothing that walq.Open would refuse", "verdict   ok: no corruption found\n"}},
-		{name: "file_of_a_newer_walq", fixture: "segments", corrupt: true, mutate: writeFile("FORMAT", "2"),
-			want: []string{"FORMAT: a name in walq's own scheme that this build does not know", "verdict   not verified"}},
+		{name: "file_of_a_newer_walq", fixture: "segments", corrupt: true, mutate: writeFile("WALQ-FORMAT", "2"),
+			want: []string{"WALQ-FORMAT: a name in walq's own scheme that this build does not know", "verdict   not verified"}},
 		{name: "newer_name_in_log", fixture: "segments", corrupt: true, mutate: writeFile("log/00000000000000000001.index", "x"),
 			want: []string{"log/00000000000000000001.index: a name in walq's own scheme"}},
 		{name: "directory_named_like_a_segment", fixture: "segments", corrupt: true, mutate: mkdirIn("log/00000000000000000999"),

@@ -22,14 +22,14 @@
 //     the others files). An own name of the wrong type (a directory named
 //     LOCK) is damage, not a file to skip.
 //  2. Reserved: a name in walq's scheme that this build does not know. At
-//     the top level that is a name that begins with an upper-case ASCII
-//     letter and holds only upper-case ASCII letters, digits, '-' and '_'
-//     (LOCK and RESERVE are such names), or any name beginning with
-//     "snapshot-"; in log/ it is any name beginning with 20 decimal digits.
-//     A later walq adds files only under reserved names (a format marker
-//     would be named FORMAT, say), so meeting one means a newer walq wrote
-//     the directory: this build must refuse it, never skip, cut or remove
-//     the file.
+//     the top level that is any name beginning with "walq" or "WALQ" (in
+//     any mix of cases) or with "snapshot-"; in log/ it is any name
+//     beginning with 20 decimal digits. A later walq adds files only under
+//     reserved names (a format marker would be named WALQ-FORMAT, say), so
+//     meeting one means a newer walq wrote the directory: this build must
+//     refuse it, never skip, cut or remove the file. The prefix is narrow on
+//     purpose: a user's README or BACKUP in a queue directory is foreign (a
+//     warning), not a reason to refuse the queue.
 //  3. Ignored: "lost+found" (a queue directory is often a mount point) and
 //     every name beginning with '.'. walq never reads, reports or removes
 //     them.
@@ -129,7 +129,7 @@ func Classify(name string) Kind {
 		return LogDir
 	case strings.HasPrefix(name, snapshotPrefix):
 		return classifySnapshot(name)
-	case upperName(name):
+	case reservedName(name):
 		return Reserved
 	}
 	return Foreign
@@ -181,19 +181,12 @@ func classifySnapshot(name string) Kind {
 	return Reserved
 }
 
-// upperName reports whether name is in the reserved upper-case scheme.
-func upperName(name string) bool {
-	if name == "" || name[0] < 'A' || name[0] > 'Z' {
-		return false
-	}
-	for i := 1; i < len(name); i++ {
-		switch c := name[i]; {
-		case 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_':
-		default:
-			return false
-		}
-	}
-	return true
+// reservedPrefix begins every name a later walq may add at the top level.
+const reservedPrefix = "walq"
+
+// reservedName reports whether name is in the reserved "walq" scheme.
+func reservedName(name string) bool {
+	return len(name) >= len(reservedPrefix) && strings.EqualFold(name[:len(reservedPrefix)], reservedPrefix)
 }
 
 func allDigits(s string) bool {

@@ -23,9 +23,12 @@ func TestClassify(t *testing.T) {
 		{"lost+found", Ignored},
 		{".DS_Store", Ignored},
 		{".", Ignored},
-		{"FORMAT", Reserved},
-		{"QUEUE-2_B", Reserved},
-		{"README", Reserved},
+		{"WALQ-FORMAT", Reserved},
+		{"walq.id", Reserved},
+		{"WalqSomething", Reserved},
+		{"README", Foreign},
+		{"FORMAT", Foreign},
+		{"wal", Foreign},
 		{"snapshot-", Reserved},
 		{"snapshot-1.snap", Reserved},
 		{"snapshot-00000000000000000007.snap.gz", Reserved},
@@ -84,7 +87,7 @@ func TestList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{"LOCK", ".hidden", wal.SnapshotName(5), "log/" + wal.SegmentName(1), "log/.x", "log/README", "FORMAT"} {
+	for _, f := range []string{"LOCK", ".hidden", wal.SnapshotName(5), "log/" + wal.SegmentName(1), "log/.x", "log/README", "WALQ-FORMAT"} {
 		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -97,9 +100,9 @@ func TestList(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Entry{
-		{Name: "FORMAT", Kind: Reserved},
 		{Name: "LOCK", Kind: Lock},
 		{Name: "LOCK.d", Kind: Foreign, IsDir: true},
+		{Name: "WALQ-FORMAT", Kind: Reserved},
 		{Name: "linked", Kind: Foreign, IsDir: true},
 		{Name: "log", Kind: LogDir, IsDir: true},
 		{Name: "log/00000000000000000001", Kind: Segment},
