@@ -20,8 +20,13 @@ type FaultFS struct {
 	calls    int    // operations run so far
 	failAt   int    // the calls value that fails; <= 0 never
 	failNext string // the next operation with this name fails; "" none
+	failErr  error  // what the failNext operation returns; nil: ErrInjected
 	failed   bool
+	counts   map[string]int // operations run so far, by name
 }
+
+// FaultFS also counts the operations by name (OpCount), so a test can check
+// that an operation ran as often as it should.
 
 // NewFaultFS returns an FS that fails its failAt-th operation (counting
 // from 1). failAt <= 0 never fails.
@@ -37,7 +42,22 @@ func NewFaultFS(inner FS, failAt int) *FaultFS {
 func (f *FaultFS) FailNext(op string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.failNext = op
+	f.failNext, f.failErr = op, nil
+}
+
+// FailNextWith makes the next operation named op fail with err (for example
+// syscall.ENOSPC) instead of ErrInjected.
+func (f *FaultFS) FailNextWith(op string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failNext, f.failErr = op, err
+}
+
+// OpCount reports how many operations named op ran, failed ones included.
+func (f *FaultFS) OpCount(op string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.counts[op]
 }
 
 // Calls reports how many operations ran, the failed one included.
@@ -58,10 +78,18 @@ func (f *FaultFS) step(op string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
+	if f.counts == nil {
+		f.counts = map[string]int{}
+	}
+	f.counts[op]++
 	if f.calls == f.failAt || (f.failNext != "" && f.failNext == op) {
-		f.failNext = ""
+		err := ErrInjected
+		if f.failNext == op && f.failErr != nil {
+			err = f.failErr
+		}
+		f.failNext, f.failErr = "", nil
 		f.failed = true
-		return ErrInjected
+		return err
 	}
 	return nil
 }

@@ -82,10 +82,12 @@ func (o Options) withDefaults() Options {
 type OpenInfo struct {
 	// First and Last are the log's index range after recovery. An empty log
 	// has Last == First-1 (a fresh one First 1, Last 0).
-	First, Last      uint64
-	Replayed         int      // records passed to apply
-	CutBytes         int64    // torn-tail bytes cut from the last segment
-	BrokenFile       string   // where the cut bytes were saved, "" when none
+	First, Last uint64
+	Replayed    int   // records passed to apply
+	CutBytes    int64 // torn-tail bytes cut from the last segment
+	// BrokenFile holds the first 64 KiB of the cut bytes (all of them when
+	// fewer); "" when nothing was cut or the copy could not be written.
+	BrokenFile       string
 	LeftoversCleaned []string // leftover files of interrupted truncations removed or renamed
 	Segments         int      // segment files after recovery
 }
@@ -110,6 +112,9 @@ type Log struct {
 	scratch []byte // encoding buffer, reused by every Append
 	failure error  // sticky once set; wraps ErrFailed
 	closed  bool
+	// failed is closed by fail when it sets failure, so exactly once, and
+	// never by Close.
+	failed chan struct{}
 
 	// durable is the last LSN that is durable under the sync policy: fsynced
 	// for SyncAlways, written to the OS for the others. It only grows.
@@ -263,13 +268,18 @@ func Open(dir string, opts Options, from uint64, apply func(Record) error) (*Log
 			Err: reasonf("log ends at %d before %d", info.Last, from)})
 	}
 	if tail := verified.Tail; tail != nil {
-		broken, err := cutTornTail(fsys, dir, tail, opts.FilePerm)
+		broken, err := cutTornTail(fsys, dir, tail, opts.FilePerm, opts.Logger)
 		if err != nil {
 			return fail(err)
 		}
 		info.CutBytes, info.BrokenFile = tail.Bytes, broken
+		var keptBytes int64
+		if broken != "" {
+			keptBytes = min(tail.Bytes, brokenKeep)
+		}
 		opts.Logger.Warn("walq: cut torn tail of the log", "dir", dir, "segment", tail.File,
-			"offset", tail.Offset, "bytes", tail.Bytes, "reason", tail.Reason, "saved_as", broken)
+			"offset", tail.Offset, "bytes", tail.Bytes, "reason", tail.Reason, "saved_as", broken,
+			"saved_bytes", keptBytes)
 	}
 	if apply != nil && from <= info.Last {
 		replay := &scanner{fsys: fsys, dir: dir, from: from, fn: func(_ Position, rec Record) error {
@@ -365,6 +375,7 @@ func startLog(dir string, opts Options, wl *wal.Log, info OpenInfo, fresh bool) 
 		logger:  opts.Logger,
 		last:    last,
 		pending: &batch{},
+		failed:  make(chan struct{}),
 		kick:    make(chan struct{}, 1),
 		reqs:    make(chan request),
 		stopped: make(chan struct{}),
@@ -459,6 +470,12 @@ func (l *Log) Err() error {
 	defer l.mu.Unlock()
 	return l.failure
 }
+
+// Failed returns a channel that is closed when the Log fails (the first
+// write, fsync or truncation failure; Err then returns it). It is never
+// closed by Close, so waiters can select on it next to their own shutdown
+// signal.
+func (l *Log) Failed() <-chan struct{} { return l.failed }
 
 // Sync writes everything appended so far and fsyncs it whatever the policy,
 // and returns the LSN now durable on disk.
@@ -683,6 +700,7 @@ func (l *Log) fail(op string, cause error) error {
 	defer l.mu.Unlock()
 	if l.failure == nil {
 		l.failure = fmt.Errorf("%w: %s: %w", ErrFailed, op, cause)
+		close(l.failed)
 		l.logger.Error("walq: log failed; reopen the queue", "dir", l.dir, "op", op, "err", cause)
 		if p := l.pending; p.commit != nil {
 			p.commit.release(l.failure)

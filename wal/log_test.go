@@ -197,8 +197,18 @@ func TestFailureIsSticky(t *testing.T) {
 				}
 			}
 			acked := l.DurableLSN()
+			select {
+			case <-l.Failed():
+				t.Fatal("Failed closed before the failure")
+			default:
+			}
 			ffs.FailNext(tc.op)
 			err = tc.trigger(l)
+			select {
+			case <-l.Failed():
+			default:
+				t.Fatal("Failed not closed after the failure")
+			}
 			if !errors.Is(err, ErrFailed) || !errors.Is(err, ErrInjected) {
 				t.Fatalf("got %v, want ErrFailed wrapping the cause", err)
 			}
@@ -234,6 +244,66 @@ func TestFailureIsSticky(t *testing.T) {
 			checkRecords(t, recs, info.First, info.Last)
 		})
 	}
+}
+
+// TestFailedChannel checks that Failed is closed at the first failure only,
+// stays closed through later failures and Close, and is never closed by a
+// Close without a failure.
+func TestFailedChannel(t *testing.T) {
+	isClosed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	t.Run("close_without_failure", func(t *testing.T) {
+		l, _, err := Open(t.TempDir(), Options{}, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := appendAndWait(l); err != nil {
+			t.Fatal(err)
+		}
+		ch := l.Failed()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if isClosed(ch) || isClosed(l.Failed()) {
+			t.Fatal("Close closed Failed")
+		}
+	})
+	t.Run("closed_once_at_first_failure", func(t *testing.T) {
+		ffs := NewFaultFS(OSFS(), 0)
+		l, _, err := Open(t.TempDir(), Options{FS: ffs}, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := l.Failed()
+		waiter := make(chan struct{})
+		go func() { <-ch; close(waiter) }()
+		ffs.FailNext("sync")
+		if err := appendAndWait(l); !errors.Is(err, ErrFailed) {
+			t.Fatalf("append: %v", err)
+		}
+		select {
+		case <-waiter:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter on Failed was not woken")
+		}
+		first := l.Err()
+		// Later failures (the write Close attempts fails again) must not
+		// close the channel a second time, which would panic.
+		ffs.FailNext("write")
+		l.Append(1, []byte("after"))
+		if err := l.Close(); !errors.Is(err, ErrFailed) {
+			t.Fatalf("close: %v", err)
+		}
+		if l.Failed() != ch || !isClosed(ch) || l.Err() != first {
+			t.Fatal("Failed changed after the first failure")
+		}
+	})
 }
 
 func appendAndWait(l *Log) error {
