@@ -9,22 +9,47 @@ package wal
 // over:
 //
 //  1. Torn tail: the last segment ends in bytes that do not frame, decode or
-//     verify, and no framed entry with a good CRC starts at any byte offset
-//     after them. Open copies the first brokenKeep bytes of them (64 KiB) to
-//     "<segment>.broken" ("<segment>.broken.N" when that exists, so an
-//     earlier copy is never overwritten) and fsyncs the copy, truncates the
-//     segment to the end of its last whole record, fsyncs it and the
-//     directory, and logs the full length cut (OpenInfo.CutBytes has it too).
-//     No caller was told those records were durable: their batch never
-//     finished its fsync. The copy is bounded and best effort: when it cannot
-//     be written (a full disk is the likely reason after a torn write) the
-//     partial copy is removed, a warning logged, and the cut goes ahead, so a
-//     full disk never stops the open.
+//     verify, and no later record follows them (the rule below). Open copies
+//     the first brokenKeep bytes of them (64 KiB) to "<segment>.broken"
+//     ("<segment>.broken.N" when that exists, so an earlier copy is never
+//     overwritten) and fsyncs the copy, truncates the segment to the end of
+//     its last whole record, fsyncs it and the directory, and logs the full
+//     length cut (OpenInfo.CutBytes has it too). No caller was told those
+//     records were durable: their batch never finished its fsync. The copy is
+//     bounded and best effort: when it cannot be written (a full disk is the
+//     likely reason after a torn write) the partial copy is removed, a
+//     warning logged, and the cut goes ahead, so a full disk never stops the
+//     open.
 //  2. Corruption: a bad record in any older segment; a bad record in the last
-//     segment followed by one that verifies; a record that verifies but has
-//     the wrong LSN; a gap or overlap between segments. Open refuses with a
+//     segment followed by a later record; a record that verifies but has the
+//     wrong LSN; a gap or overlap between segments. Open refuses with a
 //     *CorruptionError and modifies nothing, because cutting there would drop
 //     records that callers were told are durable.
+//
+// "A later record follows" means: a framed entry whose CRC verifies and whose
+// LSN is greater than the LSN the damaged entry should have carried (a later
+// write has a later LSN), found by trying every byte offset from a start
+// chosen so that no body byte of the damaged entry is ever tried:
+//
+//   - When the damaged entry's length prefix decodes, the search starts at
+//     the end that prefix declares, and when that end lies past the end of
+//     the file nothing can follow: torn tail. Body bytes always lie inside
+//     the extent their own record's prefix declares, and a kill -9 leaves a
+//     prefix of what was written, so a torn write keeps the damaged entry's
+//     length prefix whenever any of its body is there. A body that embeds a
+//     copy of a real framed record (a queue carrying log segments, or a
+//     hostile producer) therefore lies wholly before the search starts and
+//     cannot turn its own torn write into "corruption".
+//   - Only when the prefix itself does not decode (too long or overflowing)
+//     does the search start at the next byte. A kill -9 cannot produce that;
+//     it takes damage after the write or pages of an unsynced range reaching
+//     the disk out of order (a power loss), which this format cannot tell
+//     apart from corruption: the next format records on disk which records
+//     were promised durable and frames that body bytes cannot forge.
+//
+// The price of the first rule in this format: a bit flip in the length
+// prefix of one of the last records that makes it declare an end past the
+// end of the file is taken for a torn tail, and the records after it are cut.
 //
 // The .broken copy keeps the evidence and is never read again; tidwall/wal
 // ignores it (its name is not a segment name).

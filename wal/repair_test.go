@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -140,5 +141,51 @@ func TestTornTailCopyNamesAreNotReused(t *testing.T) {
 	}
 	if _, err := os.Stat(ll.path(info.BrokenFile)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLaterRecordAfter checks where the search for a later record starts
+// and which records count as later. The damaged entry sits at offset 0 of
+// data and should have carried LSN 10.
+func TestLaterRecordAfter(t *testing.T) {
+	const want = 10
+	overflow := bytes.Repeat([]byte{0xff}, 11)
+	// damaged frames a body of n bytes whose CRC is wrong.
+	damaged := func(body []byte) []byte {
+		f := frame(1, want, body)
+		f[len(f)-1] ^= 1
+		return f
+	}
+	later := frame(1, want+1, testBody(want+1))
+	cases := []struct {
+		name string
+		data []byte
+		off  int // -1: nothing later follows
+	}{
+		{"declared_end_past_eof_hides_an_embedded_later_frame",
+			frame(1, want, slices.Concat([]byte("b"), later, make([]byte, 40)))[:2+HeaderSize+1+len(later)], -1},
+		{"embedded_later_frame_inside_a_whole_damaged_entry",
+			damaged(slices.Concat([]byte("b"), later)), -1},
+		{"later_frame_at_the_declared_end",
+			slices.Concat(damaged([]byte("body")), later), len(damaged([]byte("body")))},
+		{"later_frame_after_garbage_past_the_declared_end",
+			slices.Concat(damaged([]byte("body")), []byte{7, 7, 7}, later), len(damaged([]byte("body"))) + 3},
+		{"frame_with_the_damaged_entry_lsn_is_not_later",
+			slices.Concat(damaged([]byte("body")), frame(1, want, testBody(want))), -1},
+		{"frame_with_an_earlier_lsn_is_not_later",
+			slices.Concat(damaged([]byte("body")), frame(1, want-3, testBody(want-3))), -1},
+		{"prefix_overflows_later_frame_at_next_bytes",
+			slices.Concat(overflow, later), len(overflow)},
+		{"prefix_overflows_earlier_frame_ignored",
+			slices.Concat(overflow, frame(1, 1, testBody(1))), -1},
+		{"prefix_incomplete_at_eof", []byte{0x80, 0x80}, -1},
+		{"zeros", make([]byte, 100), -1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := laterRecordAfter(tc.data, 0, want); got != tc.off {
+				t.Fatalf("got %d, want %d", got, tc.off)
+			}
+		})
 	}
 }
