@@ -36,6 +36,7 @@ func NewFaultFS(inner FS, failAt int) *FaultFS {
 
 // FailNext makes the next operation named op fail. Names are "open",
 // "rename", "remove", "mkdirall", "readdir", "stat", "truncate", "syncdir",
+// "dropcache",
 // the Check operations ("write", "sync", "truncate-front"), and for files
 // "file.read", "file.readat", "file.write", "file.sync", "file.stat",
 // "file.truncate", "file.close".
@@ -159,6 +160,22 @@ func (f *FaultFS) Check(op string) error {
 		return err
 	}
 	return f.inner.Check(op)
+}
+
+// DropCache counts as the operation "dropcache" and passes f on to the
+// wrapped FS when it implements CacheDropper.
+func (f *FaultFS) DropCache(file File) error {
+	if err := f.step("dropcache"); err != nil {
+		return err
+	}
+	d, ok := f.inner.(CacheDropper)
+	if !ok {
+		return nil
+	}
+	if ff, ok := file.(*faultFile); ok {
+		file = ff.File
+	}
+	return d.DropCache(file)
 }
 
 type faultFile struct {

@@ -83,7 +83,14 @@ type OpenInfo struct {
 	// First and Last are the log's index range after recovery. An empty log
 	// has Last == First-1 (a fresh one First 1, Last 0).
 	First, Last uint64
-	Replayed    int   // records passed to apply
+	Replayed    int // records passed to apply
+	// Covered counts the segments that lie wholly before from: Open neither
+	// read nor verified them (bit rot there cannot refuse the open, and
+	// nothing there is needed). CoveredLast is the last index they hold, 0
+	// when Covered is 0; TruncateFront(CoveredLast) removes them all but for
+	// that one record, which it copies into a new first segment.
+	Covered     int
+	CoveredLast uint64
 	CutBytes    int64 // torn-tail bytes cut from the last segment
 	// BrokenFile holds the first 64 KiB of the cut bytes (all of them when
 	// fewer); "" when nothing was cut or the copy could not be written.
@@ -209,13 +216,17 @@ type result struct {
 //  1. finishes or removes the leftovers of an interrupted tidwall
 //     TruncateFront/TruncateBack, as tidwall/wal's Open would, then fsyncs
 //     the directory;
-//  2. verifies every segment read-only (envelope, CRC, LSN == index, no gap
-//     or overlap between segments); corruption is a *CorruptionError and
-//     nothing is modified;
-//  3. checks that the log covers from: from < First or from > Last+1 is
-//     a *CorruptionError (a fresh log has First 1 and Last 0), and nothing
-//     is modified;
-//  4. cuts a torn tail as described at the top of repair.go, and replays;
+//  2. refuses with a *CorruptionError when the log starts after from;
+//  3. reads the log once: segments wholly before from are neither read nor
+//     verified (OpenInfo.Covered); the segment holding from and every later
+//     one are made to read from the disk rather than the page cache
+//     (readFromDisk), verified (envelope, CRC, LSN == index, no gap or
+//     overlap between segments) and their records from from on passed to
+//     apply. Corruption is a *CorruptionError, and so is a log that ends
+//     before from-1 (a fresh log has First 1 and Last 0); either way nothing
+//     has been modified, though apply may have seen records;
+//  4. cuts a torn tail found at the end of that pass, as described at the
+//     top of repair.go;
 //  5. opens tidwall/wal, fsyncs the tail (a process killed under SyncNever
 //     may have left replayed records in the page cache only), and starts the
 //     committer.
@@ -242,32 +253,63 @@ func Open(dir string, opts Options, from uint64, apply func(Record) error) (*Log
 		opts.Logger.Info("walq: finished an interrupted truncation", "dir", dir, "files", cleaned)
 	}
 
-	verified, err := (&scanner{fsys: fsys, dir: dir}).run()
-	if err != nil {
-		return fail(err)
-	}
+	// cleanLeftovers resolved every .START and .END, so the listing holds
+	// plain segments with distinct names, and names sort in index order: the
+	// first indexes form a strictly increasing sequence, covered segments
+	// included.
 	segs, _, err := listSegments(fsys, dir)
 	if err != nil {
 		return fail(err)
 	}
 	fresh := len(segs) == 0
-	info.First, info.Last = verified.First, verified.Last
-	if fresh {
-		info.First, info.Last = 1, 0 // what tidwall/wal's AllowEmpty reports
+	info.First, info.Last = 1, 0 // what tidwall/wal's AllowEmpty reports for a fresh log
+	if !fresh {
+		info.First = segs[0].First
 	}
 	if from == 0 {
 		from = info.First
 	}
-	// Refuse before anything is cut: a refused open changes nothing.
-	switch {
-	case from < info.First:
+	if from < info.First {
 		return fail(&CorruptionError{Dir: dir, File: firstName(segs), Index: from,
 			Err: reasonf("log starts at %d but replay needs %d", info.First, from)})
-	case from > info.Last+1:
+	}
+	// Segments wholly before from are covered by the caller's snapshot:
+	// the pass below neither reads nor verifies them.
+	for info.Covered < len(segs)-1 && segs[info.Covered+1].First <= from {
+		info.Covered++
+	}
+	if info.Covered > 0 {
+		info.CoveredLast = segs[info.Covered].First - 1
+	}
+
+	// One pass verifies the segment holding from and every later one and
+	// passes each record from on to apply. Corruption anywhere in it is
+	// returned before anything is cut, so a refused open changes nothing.
+	pass := &scanner{fsys: fsys, dir: dir, from: from, fromDisk: true, logger: opts.Logger}
+	if apply != nil {
+		pass.fn = func(_ Position, rec Record) error {
+			if err := apply(rec); err != nil {
+				return fmt.Errorf("replay record %d: %w", rec.LSN, err)
+			}
+			return nil
+		}
+	}
+	err = pass.pass(segs)
+	info.Replayed = pass.res.Records
+	if errors.Is(err, errVanished) {
+		return fail(fmt.Errorf("a segment vanished during recovery: %w", err))
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if !fresh {
+		info.Last = pass.res.Last
+	}
+	if from > info.Last+1 {
 		return fail(&CorruptionError{Dir: dir, File: lastName(segs), Index: from,
 			Err: reasonf("log ends at %d before %d", info.Last, from)})
 	}
-	if tail := verified.Tail; tail != nil {
+	if tail := pass.res.Tail; tail != nil {
 		broken, err := cutTornTail(fsys, dir, tail, opts.FilePerm, opts.Logger)
 		if err != nil {
 			return fail(err)
@@ -280,23 +322,6 @@ func Open(dir string, opts Options, from uint64, apply func(Record) error) (*Log
 		opts.Logger.Warn("walq: cut torn tail of the log", "dir", dir, "segment", tail.File,
 			"offset", tail.Offset, "bytes", tail.Bytes, "reason", tail.Reason, "saved_as", broken,
 			"saved_bytes", keptBytes)
-	}
-	if apply != nil && from <= info.Last {
-		replay := &scanner{fsys: fsys, dir: dir, from: from, fn: func(_ Position, rec Record) error {
-			if err := apply(rec); err != nil {
-				return fmt.Errorf("replay record %d: %w", rec.LSN, err)
-			}
-			return nil
-		}}
-		replayed, err := replay.run()
-		info.Replayed = replayed.Records
-		if err != nil {
-			return fail(err)
-		}
-		if replayed.Last != info.Last || replayed.Tail != nil {
-			return fail(fmt.Errorf("log changed during recovery: verified up to %d, replayed up to %d",
-				info.Last, replayed.Last))
-		}
 	}
 
 	wl, err := wal.Open(dir, &wal.Options{

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -294,6 +295,10 @@ type scanner struct {
 	dir      string
 	from, to uint64
 	fn       func(Position, Record) error
+	// fromDisk makes each segment read see the disk, not the page cache
+	// (readFromDisk); recovery sets it, read-only Scans do not.
+	fromDisk bool
+	logger   *slog.Logger // for fromDisk's warnings
 
 	res  ScanResult
 	next uint64 // LSN of the next record fn must see; 0 before the first
@@ -339,7 +344,13 @@ func (s *scanner) pass(segs []Segment) error {
 		if !last && segs[i+1].First <= lower {
 			continue
 		}
-		data, err := readFile(s.fsys, seg.Path)
+		var data []byte
+		var err error
+		if s.fromDisk {
+			data, err = readFromDisk(s.fsys, seg.Path, s.logger)
+		} else {
+			data, err = readFile(s.fsys, seg.Path)
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return errVanished
 		}
