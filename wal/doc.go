@@ -28,6 +28,8 @@
 //     walq-inspect can use them while a queue runs.
 //
 // A Log fails for good on the first write, fsync or truncation error
-// (ErrFailed): a failed fsync cannot be retried safely, and the queue must be
-// reopened so that recovery starts again from what is on disk.
+// (ErrFailed; Failed's channel is closed then): a failed fsync cannot be
+// retried safely, and the queue must be reopened so that recovery starts
+// again from what is on disk. The one exception is a TruncateFront that
+// failed before it changed anything, which returns a plain error.
 package wal

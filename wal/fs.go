@@ -23,7 +23,9 @@ type FS interface {
 	SyncDir(dir string) error
 	// Check is called by Log right before each operation it delegates to
 	// tidwall/wal: "write" before WriteBatch, "sync" before a tail fsync,
-	// "truncate-front" before TruncateFront. The OS FS returns nil.
+	// "truncate-front" before TruncateFront (a failure there is one that
+	// changed nothing, like tidwall's own before it touches a file). The OS
+	// FS returns nil.
 	Check(op string) error
 }
 

@@ -512,7 +512,13 @@ func (l *Log) Sync() (uint64, error) {
 // TruncateFront removes the records before index, which becomes the first
 // one; index must be <= DurableLSN, and an index at or below the first is a
 // no-op. It runs in the committer, exclusive with writes, and fsyncs the
-// directory afterwards. A failure of the truncation itself fails the Log.
+// directory afterwards.
+//
+// A failure that provably changed nothing (tidwall/wal could not write its
+// temporary copy, on a full disk for example; see truncationChangedNothing)
+// returns an error that does not wrap ErrFailed, and the Log goes on: a
+// later TruncateFront may succeed. Any other failure of the truncation, or of
+// the directory fsync after it, fails the Log.
 //
 // tidwall/wal copies every record from index to the end of its segment into
 // a new file while it holds its lock, so pass the last index of a sealed
@@ -686,10 +692,20 @@ func (l *Log) truncateFront(index uint64) error {
 	if index <= first {
 		return nil
 	}
-	if err := l.fsys.Check("truncate-front"); err != nil {
-		return l.fail("truncate front", err)
+	before, _, err := listSegments(l.fsys, l.dir)
+	if err != nil {
+		return fmt.Errorf("truncate front at %d: nothing changed: %w", index, err)
 	}
-	if err := l.wl.TruncateFront(index); err != nil {
+	err = l.fsys.Check("truncate-front")
+	if err == nil {
+		err = l.wl.TruncateFront(index)
+	}
+	if err != nil {
+		if l.truncationChangedNothing(first, before) {
+			l.logger.Warn("walq: truncating the log failed before it changed anything; the log goes on",
+				"dir", l.dir, "index", index, "err", err)
+			return fmt.Errorf("truncate front at %d: nothing changed: %w", index, err)
+		}
 		return l.fail("truncate front", err)
 	}
 	// tidwall/wal renames and removes segment files without fsyncing the
@@ -706,6 +722,37 @@ func (l *Log) truncateFront(index uint64) error {
 		l.tail.first, l.tail.size = index, info.Size()
 	}
 	return nil
+}
+
+// truncationChangedNothing reports whether a failed tidwall TruncateFront
+// left its in-memory state and the segment files as they were, so that the
+// Log can go on. It relies on how tidwall/wal v1.2.1 truncates: it loads the
+// segment holding the new first index, writes the records from there on to
+// "<index>.START.TEMP", fsyncs it and renames it to "<index>.START"
+// (removing the temp file on failure); only then does it remove the old
+// segments and rename the .START file, and any failure from then on marks
+// the tidwall log corrupt, so that FirstIndex returns ErrCorrupt. Before the
+// rename it changes neither its state nor the directory. So nothing changed
+// when FirstIndex still answers the first index it answered before, and
+// the directory lists the same segment files with the same sizes as before
+// (no .START among them): the second check covers a rename that took
+// effect although it reported an error. A leftover temp file is harmless:
+// the next TruncateFront overwrites it and Open removes it. Whatever cannot
+// be checked counts as changed.
+func (l *Log) truncationChangedNothing(first uint64, before []Segment) bool {
+	if got, err := l.wl.FirstIndex(); err != nil || got != first {
+		return false
+	}
+	after, _, err := listSegments(l.fsys, l.dir)
+	if err != nil || len(after) != len(before) {
+		return false
+	}
+	for i := range after {
+		if after[i].Name != before[i].Name || after[i].Size != before[i].Size {
+			return false
+		}
+	}
+	return true
 }
 
 func (l *Log) close() error {
