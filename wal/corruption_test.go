@@ -86,6 +86,51 @@ func TestRecoveryCorruptionTable(t *testing.T) {
 			})
 		}
 	}
+	// A torn put whose body embeds complete, valid frames: real bytes of
+	// records of this log (the last record's own, whose LSN is the one
+	// recovery expects next, and the first record's), and frames this
+	// package seals with later LSNs. The bytes after the last embedded frame
+	// are cut off, anywhere up to the record's last byte. Nothing in a body
+	// may make recovery take the torn write for corruption.
+	embeds := []struct {
+		name  string
+		frame func(ll logLayout) []byte
+	}{
+		{"real_copy_of_the_torn_record", func(ll logLayout) []byte {
+			p := ll.recs[lastLSN]
+			return readFileT(t, ll.path(p.File))[p.Offset:p.End]
+		}},
+		{"real_copy_of_record_1", func(ll logLayout) []byte {
+			p := ll.recs[1]
+			return readFileT(t, ll.path(p.File))[p.Offset:p.End]
+		}},
+		{"sealed_lsn_next", func(logLayout) []byte { return frame(1, lastLSN+1, testBody(lastLSN+1)) }},
+		{"sealed_lsn_far_ahead", func(logLayout) []byte { return frame(3, lastLSN+1000, testBody(7)) }},
+		{"sealed_frames_back_to_back", func(logLayout) []byte {
+			return slices.Concat(frame(1, lastLSN, testBody(lastLSN)), frame(1, lastLSN+1, testBody(lastLSN+1)))
+		}},
+	}
+	for _, e := range embeds {
+		for _, keepAfter := range []int{0, 1, 17} {
+			cases = append(cases, corruptionCase{
+				name: fmt.Sprintf("torn_put_whose_body_embeds_a_frame/%s/cut_%d_after_it", e.name, keepAfter),
+				mutate: func(t *testing.T, ll logLayout) []byte {
+					p := ll.recs[lastLSN]
+					path := ll.path(p.File)
+					data := readFileT(t, path)
+					embedded := e.frame(ll)
+					body := slices.Concat([]byte("head"), embedded, bytes.Repeat([]byte{'t'}, 20))
+					rec := frame(1, lastLSN, body)
+					headLen := len(rec) - len(body)
+					cut := headLen + len("head") + len(embedded) + keepAfter
+					torn := rec[:cut]
+					writeFileT(t, path, slices.Concat(data[:p.Offset], torn))
+					return torn
+				},
+				first: 1, last: lastLSN - 1,
+			})
+		}
+	}
 	cases = append(cases, []corruptionCase{
 		{
 			name: "zero_filled_tail",
@@ -210,6 +255,26 @@ func TestRecoveryCorruptionTable(t *testing.T) {
 				return nil
 			},
 			want: func(ll logLayout) wantCorruption { w := at(tail.First + 1); w.reason = "crc mismatch"; return w },
+		},
+		{
+			// A prefix that does not decode says nothing about where the
+			// next write starts: the search for a later record starts at the
+			// next byte, and finds the genuine one after.
+			name: "length_prefix_overflows_mid_tail",
+			mutate: func(t *testing.T, ll logLayout) []byte {
+				p := ll.recs[tail.First+1]
+				data := readFileT(t, ll.path(p.File))
+				for i := range 11 {
+					data[p.Offset+int64(i)] = 0xff
+				}
+				writeFileT(t, ll.path(p.File), data)
+				return nil
+			},
+			want: func(ll logLayout) wantCorruption {
+				w := at(tail.First + 1)
+				w.reason = "entry length overflows; a valid record follows at offset " + fmt.Sprint(base.recs[tail.First+2].Offset)
+				return w
+			},
 		},
 		{
 			name: "zeroed_record_mid_tail",
@@ -412,8 +477,8 @@ func checkRepaired(t *testing.T, dir string, tc corruptionCase, cut []byte, befo
 		if info.BrokenFile != "" {
 			t.Fatalf("broken file %q for a clean tail", info.BrokenFile)
 		}
-	} else if got := readFileT(t, filepath.Join(dir, info.BrokenFile)); !bytes.Equal(got, cut) {
-		t.Fatalf("%s holds %d bytes, not the %d cut", info.BrokenFile, len(got), len(cut))
+	} else if got := readFileT(t, filepath.Join(dir, info.BrokenFile)); !bytes.Equal(got, cut[:min(len(cut), brokenKeep)]) {
+		t.Fatalf("%s holds %d bytes, not the first of the %d cut", info.BrokenFile, len(got), len(cut))
 	}
 	for _, name := range info.LeftoversCleaned {
 		if strings.HasSuffix(name, startSuffix) && fileExists(filepath.Join(dir, name)) {

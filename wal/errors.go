@@ -12,7 +12,8 @@ import (
 var ErrCorrupt = errors.New("walq: corrupt data")
 
 // ErrFailed is returned, wrapped together with its cause, by every Commit and
-// call after a write, an fsync, a directory fsync or a TruncateFront failed.
+// call after a write, an fsync, a directory fsync or a TruncateFront failed
+// (except a TruncateFront that failed before it changed anything).
 // The failure is sticky: a failed fsync cannot be retried safely, because the
 // kernel may have dropped the dirty pages it could not write, so the log
 // refuses further work and the queue must be reopened to recover from disk.

@@ -20,8 +20,13 @@ type FaultFS struct {
 	calls    int    // operations run so far
 	failAt   int    // the calls value that fails; <= 0 never
 	failNext string // the next operation with this name fails; "" none
+	failErr  error  // what the failNext operation returns; nil: ErrInjected
 	failed   bool
+	counts   map[string]int // operations run so far, by name
 }
+
+// FaultFS also counts the operations by name (OpCount), so a test can check
+// that an operation ran as often as it should.
 
 // NewFaultFS returns an FS that fails its failAt-th operation (counting
 // from 1). failAt <= 0 never fails.
@@ -31,13 +36,29 @@ func NewFaultFS(inner FS, failAt int) *FaultFS {
 
 // FailNext makes the next operation named op fail. Names are "open",
 // "rename", "remove", "mkdirall", "readdir", "stat", "truncate", "syncdir",
+// "dropcache",
 // the Check operations ("write", "sync", "truncate-front"), and for files
 // "file.read", "file.readat", "file.write", "file.sync", "file.stat",
 // "file.truncate", "file.close".
 func (f *FaultFS) FailNext(op string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.failNext = op
+	f.failNext, f.failErr = op, nil
+}
+
+// FailNextWith makes the next operation named op fail with err (for example
+// syscall.ENOSPC) instead of ErrInjected.
+func (f *FaultFS) FailNextWith(op string, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failNext, f.failErr = op, err
+}
+
+// OpCount reports how many operations named op ran, failed ones included.
+func (f *FaultFS) OpCount(op string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.counts[op]
 }
 
 // Calls reports how many operations ran, the failed one included.
@@ -58,10 +79,18 @@ func (f *FaultFS) step(op string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
+	if f.counts == nil {
+		f.counts = map[string]int{}
+	}
+	f.counts[op]++
 	if f.calls == f.failAt || (f.failNext != "" && f.failNext == op) {
-		f.failNext = ""
+		err := ErrInjected
+		if f.failNext == op && f.failErr != nil {
+			err = f.failErr
+		}
+		f.failNext, f.failErr = "", nil
 		f.failed = true
-		return ErrInjected
+		return err
 	}
 	return nil
 }
@@ -131,6 +160,22 @@ func (f *FaultFS) Check(op string) error {
 		return err
 	}
 	return f.inner.Check(op)
+}
+
+// DropCache counts as the operation "dropcache" and passes f on to the
+// wrapped FS when it implements CacheDropper.
+func (f *FaultFS) DropCache(file File) error {
+	if err := f.step("dropcache"); err != nil {
+		return err
+	}
+	d, ok := f.inner.(CacheDropper)
+	if !ok {
+		return nil
+	}
+	if ff, ok := file.(*faultFile); ok {
+		file = ff.File
+	}
+	return d.DropCache(file)
 }
 
 type faultFile struct {

@@ -104,8 +104,12 @@ func TestWriteFaultEveryStep(t *testing.T) {
 				if len(segs) < 2 {
 					t.Fatalf("op %d: no roll yet", n)
 				}
-				if err := l.TruncateFront(segs[1].First - 1); err != nil {
+				err := l.TruncateFront(segs[1].First - 1)
+				switch {
+				case errors.Is(err, ErrFailed):
 					failed = err
+				case err != nil && l.Err() != nil:
+					t.Fatalf("op %d: truncate front failed the log (%v) but said nothing changed: %v", n, l.Err(), err)
 				}
 			}
 		}

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"io"
+	"log/slog"
 	"os"
 )
 
@@ -22,7 +23,9 @@ type FS interface {
 	SyncDir(dir string) error
 	// Check is called by Log right before each operation it delegates to
 	// tidwall/wal: "write" before WriteBatch, "sync" before a tail fsync,
-	// "truncate-front" before TruncateFront. The OS FS returns nil.
+	// "truncate-front" before TruncateFront (a failure there is one that
+	// changed nothing, like tidwall's own before it touches a file). The OS
+	// FS returns nil.
 	Check(op string) error
 }
 
@@ -71,6 +74,15 @@ func (osFS) SyncDir(dir string) error {
 	return d.Close()
 }
 
+// CacheDropper is implemented by an FS that can drop the kernel's cached
+// pages of an open file, so that the next read of it comes from the disk.
+// OSFS implements it with posix_fadvise(POSIX_FADV_DONTNEED) on Linux and as
+// a no-op elsewhere; FaultFS passes it on (op "dropcache") when the FS it
+// wraps implements it. An FS without it is read through its cache.
+type CacheDropper interface {
+	DropCache(f File) error
+}
+
 // readFile reads a whole file through fsys.
 func readFile(fsys FS, name string) ([]byte, error) {
 	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
@@ -78,6 +90,47 @@ func readFile(fsys FS, name string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readAll(f)
+}
+
+// readFromDisk reads a whole segment for recovery, past whatever the page
+// cache holds. After a failed fsync (of a process that ran before, or of
+// this one before it was reopened) the cache can hold pages that the disk
+// lost, and Linux marks such pages clean, so a plain read would see records
+// that are not on the disk and recovery would judge the wrong bytes.
+//
+// It first fsyncs the file: pages a killed process wrote but never synced
+// are legitimately the file's contents (they survive a kill -9, and records
+// written but not synced are kept while undamaged), and dropping the cache
+// only drops clean pages, so they must be on the disk first. An error from
+// that fsync is logged, not returned: it reports a writeback failure of
+// earlier writes (the kernel reports it once, to the first fsync that asks),
+// which is exactly the case where the cache cannot be trusted. Failing the
+// open would not bring the lost pages back, and the next open would not see
+// the error again; dropping the cache and reading what the disk holds lets
+// the torn-tail rules judge the real bytes, and a read error there still
+// fails the open. For the same reason a failure to drop the cache is logged
+// and the read goes ahead: it can be no worse than a read without the drop.
+func readFromDisk(fsys FS, name string, logger *slog.Logger) ([]byte, error) {
+	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		logger.Warn("walq: fsync before recovery read failed; the disk may have lost unsynced writes",
+			"file", name, "err", err)
+	}
+	if d, ok := fsys.(CacheDropper); ok {
+		if err := d.DropCache(f); err != nil {
+			logger.Warn("walq: could not drop cached pages before the recovery read", "file", name, "err", err)
+		}
+	}
+	return readAll(f)
+}
+
+// readAll reads f from its current offset to its end.
+func readAll(f File) ([]byte, error) {
 	// Size the buffer from the file, so a segment of megabytes is read in
 	// one allocation rather than grown by doubling (a file still being
 	// appended to is read to its end all the same).

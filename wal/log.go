@@ -82,10 +82,19 @@ func (o Options) withDefaults() Options {
 type OpenInfo struct {
 	// First and Last are the log's index range after recovery. An empty log
 	// has Last == First-1 (a fresh one First 1, Last 0).
-	First, Last      uint64
-	Replayed         int      // records passed to apply
-	CutBytes         int64    // torn-tail bytes cut from the last segment
-	BrokenFile       string   // where the cut bytes were saved, "" when none
+	First, Last uint64
+	Replayed    int // records passed to apply
+	// Covered counts the segments that lie wholly before from: Open neither
+	// read nor verified them (bit rot there cannot refuse the open, and
+	// nothing there is needed). CoveredLast is the last index they hold, 0
+	// when Covered is 0; TruncateFront(CoveredLast) removes them all but for
+	// that one record, which it copies into a new first segment.
+	Covered     int
+	CoveredLast uint64
+	CutBytes    int64 // torn-tail bytes cut from the last segment
+	// BrokenFile holds the first 64 KiB of the cut bytes (all of them when
+	// fewer); "" when nothing was cut or the copy could not be written.
+	BrokenFile       string
 	LeftoversCleaned []string // leftover files of interrupted truncations removed or renamed
 	Segments         int      // segment files after recovery
 }
@@ -106,11 +115,13 @@ type Log struct {
 	// mu, one more each time, so LSN order is Append order and the LSN is
 	// the tidwall index the record will be written at.
 	last    uint64
-	pending *batch        // appended, not yet taken by the committer; never nil
-	scratch []byte        // encoding buffer, reused by every Append
-	failure error         // sticky once set; wraps ErrFailed
-	failed  chan struct{} // closed when failure is set
+	pending *batch // appended, not yet taken by the committer; never nil
+	scratch []byte // encoding buffer, reused by every Append
+	failure error  // sticky once set; wraps ErrFailed
 	closed  bool
+	// failed is closed when failure is set (setFailureLocked), so exactly
+	// once, and never by Close.
+	failed chan struct{}
 
 	// durable is the last LSN that is durable under the sync policy: fsynced
 	// for SyncAlways, written to the OS for the others. It only grows.
@@ -205,13 +216,17 @@ type result struct {
 //  1. finishes or removes the leftovers of an interrupted tidwall
 //     TruncateFront/TruncateBack, as tidwall/wal's Open would, then fsyncs
 //     the directory;
-//  2. verifies every segment read-only (envelope, CRC, LSN == index, no gap
-//     or overlap between segments); corruption is a *CorruptionError and
-//     nothing is modified;
-//  3. checks that the log covers from: from < First or from > Last+1 is
-//     a *CorruptionError (a fresh log has First 1 and Last 0), and nothing
-//     is modified;
-//  4. cuts a torn tail as described at the top of repair.go, and replays;
+//  2. refuses with a *CorruptionError when the log starts after from;
+//  3. reads the log once: segments wholly before from are neither read nor
+//     verified (OpenInfo.Covered); the segment holding from and every later
+//     one are made to read from the disk rather than the page cache
+//     (readFromDisk), verified (envelope, CRC, LSN == index, no gap or
+//     overlap between segments) and their records from from on passed to
+//     apply. Corruption is a *CorruptionError, and so is a log that ends
+//     before from-1 (a fresh log has First 1 and Last 0); either way nothing
+//     has been modified, though apply may have seen records;
+//  4. cuts a torn tail found at the end of that pass, as described at the
+//     top of repair.go;
 //  5. opens tidwall/wal, fsyncs the tail (a process killed under SyncNever
 //     may have left replayed records in the page cache only), and starts the
 //     committer.
@@ -238,56 +253,75 @@ func Open(dir string, opts Options, from uint64, apply func(Record) error) (*Log
 		opts.Logger.Info("walq: finished an interrupted truncation", "dir", dir, "files", cleaned)
 	}
 
-	verified, err := (&scanner{fsys: fsys, dir: dir}).run()
-	if err != nil {
-		return fail(err)
-	}
+	// cleanLeftovers resolved every .START and .END, so the listing holds
+	// plain segments with distinct names, and names sort in index order: the
+	// first indexes form a strictly increasing sequence, covered segments
+	// included.
 	segs, _, err := listSegments(fsys, dir)
 	if err != nil {
 		return fail(err)
 	}
 	fresh := len(segs) == 0
-	info.First, info.Last = verified.First, verified.Last
-	if fresh {
-		info.First, info.Last = 1, 0 // what tidwall/wal's AllowEmpty reports
+	info.First, info.Last = 1, 0 // what tidwall/wal's AllowEmpty reports for a fresh log
+	if !fresh {
+		info.First = segs[0].First
 	}
 	if from == 0 {
 		from = info.First
 	}
-	// Refuse before anything is cut: a refused open changes nothing.
-	switch {
-	case from < info.First:
+	if from < info.First {
 		return fail(&CorruptionError{Dir: dir, File: firstName(segs), Index: from,
 			Err: reasonf("log starts at %d but replay needs %d", info.First, from)})
-	case from > info.Last+1:
-		return fail(&CorruptionError{Dir: dir, File: lastName(segs), Index: from,
-			Err: reasonf("log ends at %d before %d", info.Last, from)})
 	}
-	if tail := verified.Tail; tail != nil {
-		broken, err := cutTornTail(fsys, dir, tail, opts.FilePerm)
-		if err != nil {
-			return fail(err)
-		}
-		info.CutBytes, info.BrokenFile = tail.Bytes, broken
-		opts.Logger.Warn("walq: cut torn tail of the log", "dir", dir, "segment", tail.File,
-			"offset", tail.Offset, "bytes", tail.Bytes, "reason", tail.Reason, "saved_as", broken)
+	// Segments wholly before from are covered by the caller's snapshot:
+	// the pass below neither reads nor verifies them.
+	for info.Covered < len(segs)-1 && segs[info.Covered+1].First <= from {
+		info.Covered++
 	}
-	if apply != nil && from <= info.Last {
-		replay := &scanner{fsys: fsys, dir: dir, from: from, fn: func(_ Position, rec Record) error {
+	if info.Covered > 0 {
+		info.CoveredLast = segs[info.Covered].First - 1
+	}
+
+	// One pass verifies the segment holding from and every later one and
+	// passes each record from on to apply. Corruption anywhere in it is
+	// returned before anything is cut, so a refused open changes nothing.
+	pass := &scanner{fsys: fsys, dir: dir, from: from, fromDisk: true, logger: opts.Logger}
+	if apply != nil {
+		pass.fn = func(_ Position, rec Record) error {
 			if err := apply(rec); err != nil {
 				return fmt.Errorf("replay record %d: %w", rec.LSN, err)
 			}
 			return nil
-		}}
-		replayed, err := replay.run()
-		info.Replayed = replayed.Records
+		}
+	}
+	err = pass.pass(segs)
+	info.Replayed = pass.res.Records
+	if errors.Is(err, errVanished) {
+		return fail(fmt.Errorf("a segment vanished during recovery: %w", err))
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if !fresh {
+		info.Last = pass.res.Last
+	}
+	if from > info.Last+1 {
+		return fail(&CorruptionError{Dir: dir, File: lastName(segs), Index: from,
+			Err: reasonf("log ends at %d before %d", info.Last, from)})
+	}
+	if tail := pass.res.Tail; tail != nil {
+		broken, err := cutTornTail(fsys, dir, tail, opts.FilePerm, opts.Logger)
 		if err != nil {
 			return fail(err)
 		}
-		if replayed.Last != info.Last || replayed.Tail != nil {
-			return fail(fmt.Errorf("log changed during recovery: verified up to %d, replayed up to %d",
-				info.Last, replayed.Last))
+		info.CutBytes, info.BrokenFile = tail.Bytes, broken
+		var keptBytes int64
+		if broken != "" {
+			keptBytes = min(tail.Bytes, brokenKeep)
 		}
+		opts.Logger.Warn("walq: cut torn tail of the log", "dir", dir, "segment", tail.File,
+			"offset", tail.Offset, "bytes", tail.Bytes, "reason", tail.Reason, "saved_as", broken,
+			"saved_bytes", keptBytes)
 	}
 
 	wl, err := wal.Open(dir, &wal.Options{
@@ -462,9 +496,10 @@ func (l *Log) Err() error {
 	return l.failure
 }
 
-// Failed returns a channel that is closed at the Log's first failure (never
-// by Close): waiters select on it to learn of a failure nobody waits on,
-// such as an interval fsync.
+// Failed returns a channel that is closed when the Log fails (the first
+// write, fsync or truncation failure; Err then returns it). It is never
+// closed by Close, so waiters can select on it next to their own shutdown
+// signal.
 func (l *Log) Failed() <-chan struct{} { return l.failed }
 
 // Fail makes the Log failed with err (which should wrap ErrFailed), as a
@@ -488,7 +523,13 @@ func (l *Log) Sync() (uint64, error) {
 // TruncateFront removes the records before index, which becomes the first
 // one; index must be <= DurableLSN, and an index at or below the first is a
 // no-op. It runs in the committer, exclusive with writes, and fsyncs the
-// directory afterwards. A failure of the truncation itself fails the Log.
+// directory afterwards.
+//
+// A failure that provably changed nothing (tidwall/wal could not write its
+// temporary copy, on a full disk for example; see truncationChangedNothing)
+// returns an error that does not wrap ErrFailed, and the Log goes on: a
+// later TruncateFront may succeed. Any other failure of the truncation, or of
+// the directory fsync after it, fails the Log.
 //
 // tidwall/wal copies every record from index to the end of its segment into
 // a new file while it holds its lock, so pass the last index of a sealed
@@ -662,10 +703,20 @@ func (l *Log) truncateFront(index uint64) error {
 	if index <= first {
 		return nil
 	}
-	if err := l.fsys.Check("truncate-front"); err != nil {
-		return l.fail("truncate front", err)
+	before, _, err := listSegments(l.fsys, l.dir)
+	if err != nil {
+		return fmt.Errorf("truncate front at %d: nothing changed: %w", index, err)
 	}
-	if err := l.wl.TruncateFront(index); err != nil {
+	err = l.fsys.Check("truncate-front")
+	if err == nil {
+		err = l.wl.TruncateFront(index)
+	}
+	if err != nil {
+		if l.truncationChangedNothing(first, before) {
+			l.logger.Warn("walq: truncating the log failed before it changed anything; the log goes on",
+				"dir", l.dir, "index", index, "err", err)
+			return fmt.Errorf("truncate front at %d: nothing changed: %w", index, err)
+		}
 		return l.fail("truncate front", err)
 	}
 	// tidwall/wal renames and removes segment files without fsyncing the
@@ -682,6 +733,37 @@ func (l *Log) truncateFront(index uint64) error {
 		l.tail.first, l.tail.size = index, info.Size()
 	}
 	return nil
+}
+
+// truncationChangedNothing reports whether a failed tidwall TruncateFront
+// left its in-memory state and the segment files as they were, so that the
+// Log can go on. It relies on how tidwall/wal v1.2.1 truncates: it loads the
+// segment holding the new first index, writes the records from there on to
+// "<index>.START.TEMP", fsyncs it and renames it to "<index>.START"
+// (removing the temp file on failure); only then does it remove the old
+// segments and rename the .START file, and any failure from then on marks
+// the tidwall log corrupt, so that FirstIndex returns ErrCorrupt. Before the
+// rename it changes neither its state nor the directory. So nothing changed
+// when FirstIndex still answers the first index it answered before, and
+// the directory lists the same segment files with the same sizes as before
+// (no .START among them): the second check covers a rename that took
+// effect although it reported an error. A leftover temp file is harmless:
+// the next TruncateFront overwrites it and Open removes it. Whatever cannot
+// be checked counts as changed.
+func (l *Log) truncationChangedNothing(first uint64, before []Segment) bool {
+	if got, err := l.wl.FirstIndex(); err != nil || got != first {
+		return false
+	}
+	after, _, err := listSegments(l.fsys, l.dir)
+	if err != nil || len(after) != len(before) {
+		return false
+	}
+	for i := range after {
+		if after[i].Name != before[i].Name || after[i].Size != before[i].Size {
+			return false
+		}
+	}
+	return true
 }
 
 func (l *Log) close() error {

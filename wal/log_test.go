@@ -175,7 +175,6 @@ func TestFailureIsSticky(t *testing.T) {
 			}
 			return nil
 		}},
-		{"truncate_front_fails", "truncate-front", 0, func(l *Log) error { return l.TruncateFront(2) }},
 		{"sync_call_fails", "sync", 0, func(l *Log) error {
 			l.Append(1, testBody(l.LastLSN()+1))
 			_, err := l.Sync()
@@ -197,8 +196,18 @@ func TestFailureIsSticky(t *testing.T) {
 				}
 			}
 			acked := l.DurableLSN()
+			select {
+			case <-l.Failed():
+				t.Fatal("Failed closed before the failure")
+			default:
+			}
 			ffs.FailNext(tc.op)
 			err = tc.trigger(l)
+			select {
+			case <-l.Failed():
+			default:
+				t.Fatal("Failed not closed after the failure")
+			}
 			if !errors.Is(err, ErrFailed) || !errors.Is(err, ErrInjected) {
 				t.Fatalf("got %v, want ErrFailed wrapping the cause", err)
 			}
@@ -234,6 +243,66 @@ func TestFailureIsSticky(t *testing.T) {
 			checkRecords(t, recs, info.First, info.Last)
 		})
 	}
+}
+
+// TestFailedChannel checks that Failed is closed at the first failure only,
+// stays closed through later failures and Close, and is never closed by a
+// Close without a failure.
+func TestFailedChannel(t *testing.T) {
+	isClosed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	t.Run("close_without_failure", func(t *testing.T) {
+		l, _, err := Open(t.TempDir(), Options{}, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := appendAndWait(l); err != nil {
+			t.Fatal(err)
+		}
+		ch := l.Failed()
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if isClosed(ch) || isClosed(l.Failed()) {
+			t.Fatal("Close closed Failed")
+		}
+	})
+	t.Run("closed_once_at_first_failure", func(t *testing.T) {
+		ffs := NewFaultFS(OSFS(), 0)
+		l, _, err := Open(t.TempDir(), Options{FS: ffs}, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch := l.Failed()
+		waiter := make(chan struct{})
+		go func() { <-ch; close(waiter) }()
+		ffs.FailNext("sync")
+		if err := appendAndWait(l); !errors.Is(err, ErrFailed) {
+			t.Fatalf("append: %v", err)
+		}
+		select {
+		case <-waiter:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a waiter on Failed was not woken")
+		}
+		first := l.Err()
+		// Later failures (the write Close attempts fails again) must not
+		// close the channel a second time, which would panic.
+		ffs.FailNext("write")
+		l.Append(1, []byte("after"))
+		if err := l.Close(); !errors.Is(err, ErrFailed) {
+			t.Fatalf("close: %v", err)
+		}
+		if l.Failed() != ch || !isClosed(ch) || l.Err() != first {
+			t.Fatal("Failed changed after the first failure")
+		}
+	})
 }
 
 func appendAndWait(l *Log) error {
@@ -630,5 +699,111 @@ func appendConcurrently(t *testing.T, l *Log, writers, perWriter int) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// TestTruncateFrontFailure fails TruncateFront in ways that change nothing
+// (the Log goes on and a later TruncateFront succeeds) and in a way that
+// leaves tidwall/wal half done (the Log fails).
+func TestTruncateFrontFailure(t *testing.T) {
+	const records = baseRecords
+	cases := []struct {
+		name      string
+		breakIt   func(t *testing.T, dir string, index uint64, segs []Segment) (undo func())
+		destroyed bool
+	}{
+		{"check_fails", func(t *testing.T, dir string, index uint64, segs []Segment) func() {
+			return nil // the FaultFS fails the "truncate-front" check
+		}, false},
+		{"start_temp_cannot_be_created", func(t *testing.T, dir string, index uint64, segs []Segment) func() {
+			// A directory where tidwall/wal creates its temp copy: the
+			// create fails, as on a full disk, before anything changed.
+			temp := filepath.Join(dir, SegmentName(index)+startSuffix+tempSuffix)
+			if err := os.MkdirAll(filepath.Join(temp, "x"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			return func() { os.RemoveAll(temp) }
+		}, false},
+		{"start_file_cannot_be_renamed", func(t *testing.T, dir string, index uint64, segs []Segment) func() {
+			start := filepath.Join(dir, SegmentName(index)+startSuffix)
+			if err := os.MkdirAll(filepath.Join(start, "x"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			return func() { os.RemoveAll(start) }
+		}, false},
+		{"old_segment_cannot_be_removed", func(t *testing.T, dir string, index uint64, segs []Segment) func() {
+			// The .START copy exists by the time the first segment fails
+			// to go: tidwall/wal is half done.
+			first := segs[0].Path
+			if err := os.Remove(first); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(first, "x"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			return nil
+		}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ffs := NewFaultFS(OSFS(), 0)
+			opts := Options{SegmentSize: baseSegmentSize, FS: ffs}
+			writeLog(t, dir, opts, records)
+			l, _, err := Open(dir, opts, 0, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			segs := l.Segments()
+			if len(segs) < 3 {
+				t.Fatalf("%d segments", len(segs))
+			}
+			// The last record of the second segment: the first segment,
+			// which the last case breaks, is not read, only removed.
+			index := segs[2].First - 1
+			if tc.name == "check_fails" {
+				ffs.FailNext("truncate-front")
+			}
+			undo := tc.breakIt(t, dir, index, segs)
+			err = l.TruncateFront(index)
+			if err == nil {
+				t.Fatal("truncate front succeeded")
+			}
+			if tc.destroyed {
+				if !errors.Is(err, ErrFailed) || !errors.Is(l.Err(), ErrFailed) {
+					t.Fatalf("got %v (Err %v), want the log failed", err, l.Err())
+				}
+				return
+			}
+			if errors.Is(err, ErrFailed) || l.Err() != nil {
+				t.Fatalf("got %v (Err %v), want a plain error and a working log", err, l.Err())
+			}
+			if undo != nil {
+				undo()
+			}
+			if got := l.Segments(); len(got) != len(segs) || got[0].Name != segs[0].Name {
+				t.Fatalf("segments changed: %v", got)
+			}
+			for range 3 {
+				if err := appendAndWait(l); err != nil {
+					t.Fatalf("append after a failure that changed nothing: %v", err)
+				}
+			}
+			if _, err := l.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.TruncateFront(index); err != nil {
+				t.Fatalf("second truncate front: %v", err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			recs, info := reopen(t, dir, opts)
+			if info.First != index {
+				t.Fatalf("reopened at %d, want %d", info.First, index)
+			}
+			checkRecords(t, recs, index, records+3)
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -200,13 +201,24 @@ func lsnMismatch(want, got uint64) error {
 	return reasonf("lsn out of order: want %d, got %d", want, got)
 }
 
-// validEntryAfter returns the first offset after bad at which a framed entry
-// decodes with a good CRC, or -1. It is what tells a torn tail (nothing
-// valid follows) from corruption (something does): a crash tears only the
-// end of the last write, so a good record after bad bytes means the bad
-// bytes were damaged after they were written.
-func validEntryAfter(data []byte, bad int) int {
-	for off := bad + 1; off < len(data); off++ {
+// laterRecordAfter returns the offset of the first framed entry with a good
+// CRC and an LSN above want that starts where the torn-tail rule of
+// repair.go lets a later write start, or -1 when there is none. bad is the
+// offset of the damaged entry and want the LSN it should have carried.
+//
+// When the damaged entry's length prefix decodes, the search starts at the
+// end that prefix declares, so that no byte of the entry's own body is ever
+// taken for a record; an end past the end of data means nothing can follow.
+// Only a prefix that does not decode makes the search start at bad+1.
+func laterRecordAfter(data []byte, bad int, want uint64) int {
+	start := bad + 1
+	if size, n := binary.Uvarint(data[bad:]); n > 0 {
+		if size > uint64(len(data)-bad-n) {
+			return -1
+		}
+		start = bad + n + int(size)
+	}
+	for off := start; off < len(data); off++ {
 		entry, _, err := nextEntry(data, off)
 		// Cheap tests before the CRC, so that megabytes of garbage do not
 		// cost a CRC at most offsets: the version, a type, and an LSN below
@@ -215,7 +227,7 @@ func validEntryAfter(data []byte, bad int) int {
 			entry[offLSN] != 0 || entry[offLSN+1] != 0 {
 			continue
 		}
-		if _, err := DecodeRecord(entry); err == nil {
+		if rec, err := DecodeRecord(entry); err == nil && rec.LSN > want {
 			return off
 		}
 	}
@@ -283,6 +295,10 @@ type scanner struct {
 	dir      string
 	from, to uint64
 	fn       func(Position, Record) error
+	// fromDisk makes each segment read see the disk, not the page cache
+	// (readFromDisk); recovery sets it, read-only Scans do not.
+	fromDisk bool
+	logger   *slog.Logger // for fromDisk's warnings
 
 	res  ScanResult
 	next uint64 // LSN of the next record fn must see; 0 before the first
@@ -328,7 +344,13 @@ func (s *scanner) pass(segs []Segment) error {
 		if !last && segs[i+1].First <= lower {
 			continue
 		}
-		data, err := readFile(s.fsys, seg.Path)
+		var data []byte
+		var err error
+		if s.fromDisk {
+			data, err = readFromDisk(s.fsys, seg.Path, s.logger)
+		} else {
+			data, err = readFile(s.fsys, seg.Path)
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			return errVanished
 		}
@@ -363,7 +385,7 @@ func (s *scanner) pass(segs []Segment) error {
 			return err
 		}
 		if w.bad != nil {
-			if last && !w.whole && validEntryAfter(data, w.end) < 0 {
+			if last && !w.whole && laterRecordAfter(data, w.end, seg.First+w.count) < 0 {
 				s.res.Tail = &TailInfo{File: seg.Name, Offset: int64(w.end),
 					Bytes: int64(len(data) - w.end), Reason: w.bad.Error()}
 				return nil
@@ -379,7 +401,7 @@ func (s *scanner) pass(segs []Segment) error {
 func (s *scanner) corruptAt(seg Segment, w segmentWalk, data []byte) error {
 	reason := w.bad
 	if !w.whole {
-		if off := validEntryAfter(data, w.end); off >= 0 {
+		if off := laterRecordAfter(data, w.end, seg.First+w.count); off >= 0 {
 			reason = reasonf("%v; a valid record follows at offset %d", w.bad, off)
 		}
 	}

@@ -9,17 +9,47 @@ package wal
 // over:
 //
 //  1. Torn tail: the last segment ends in bytes that do not frame, decode or
-//     verify, and no framed entry with a good CRC starts at any byte offset
-//     after them. Open copies those bytes to "<segment>.broken"
+//     verify, and no later record follows them (the rule below). Open copies
+//     the first brokenKeep bytes of them (64 KiB) to "<segment>.broken"
 //     ("<segment>.broken.N" when that exists, so an earlier copy is never
-//     overwritten), fsyncs the copy, truncates the segment to the end of its
-//     last whole record, fsyncs it and the directory. No caller was told those
-//     records were durable: their batch never finished its fsync.
+//     overwritten) and fsyncs the copy, truncates the segment to the end of
+//     its last whole record, fsyncs it and the directory, and logs the full
+//     length cut (OpenInfo.CutBytes has it too). No caller was told those
+//     records were durable: their batch never finished its fsync. The copy is
+//     bounded and best effort: when it cannot be written (a full disk is the
+//     likely reason after a torn write) the partial copy is removed, a
+//     warning logged, and the cut goes ahead, so a full disk never stops the
+//     open.
 //  2. Corruption: a bad record in any older segment; a bad record in the last
-//     segment followed by one that verifies; a record that verifies but has
-//     the wrong LSN; a gap or overlap between segments. Open refuses with a
+//     segment followed by a later record; a record that verifies but has the
+//     wrong LSN; a gap or overlap between segments. Open refuses with a
 //     *CorruptionError and modifies nothing, because cutting there would drop
 //     records that callers were told are durable.
+//
+// "A later record follows" means: a framed entry whose CRC verifies and whose
+// LSN is greater than the LSN the damaged entry should have carried (a later
+// write has a later LSN), found by trying every byte offset from a start
+// chosen so that no body byte of the damaged entry is ever tried:
+//
+//   - When the damaged entry's length prefix decodes, the search starts at
+//     the end that prefix declares, and when that end lies past the end of
+//     the file nothing can follow: torn tail. Body bytes always lie inside
+//     the extent their own record's prefix declares, and a kill -9 leaves a
+//     prefix of what was written, so a torn write keeps the damaged entry's
+//     length prefix whenever any of its body is there. A body that embeds a
+//     copy of a real framed record (a queue carrying log segments, or a
+//     hostile producer) therefore lies wholly before the search starts and
+//     cannot turn its own torn write into "corruption".
+//   - Only when the prefix itself does not decode (too long or overflowing)
+//     does the search start at the next byte. A kill -9 cannot produce that;
+//     it takes damage after the write or pages of an unsynced range reaching
+//     the disk out of order (a power loss), which this format cannot tell
+//     apart from corruption: the next format records on disk which records
+//     were promised durable and frames that body bytes cannot forge.
+//
+// The price of the first rule in this format: a bit flip in the length
+// prefix of one of the last records that makes it declare an end past the
+// end of the file is taken for a torn tail, and the records after it are cut.
 //
 // The .broken copy keeps the evidence and is never read again; tidwall/wal
 // ignores it (its name is not a segment name).
@@ -28,6 +58,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -103,21 +134,27 @@ func isLeftoverTemp(name string) bool {
 	return ok && suffix != ""
 }
 
+// brokenKeep bounds the .broken copy of a cut tail. A torn PutBatch can be
+// tens of megabytes, and a copy of all of it could fill the disk that the cut
+// is meant to bring back into service; the first bytes (the damaged entry's
+// length prefix, header and LSN, and what follows them) are the evidence
+// worth keeping.
+const brokenKeep = 64 << 10
+
 // cutTornTail applies rule 1 of the torn-tail policy to the tail Scan
-// reported and returns the name of the .broken copy.
-func cutTornTail(fsys FS, dir string, tail *TailInfo, perm os.FileMode) (string, error) {
+// reported and returns the name of the .broken copy ("" when none could be
+// written: the copy is evidence, never a reason to refuse the open).
+func cutTornTail(fsys FS, dir string, tail *TailInfo, perm os.FileMode, logger *slog.Logger) (string, error) {
 	segPath := filepath.Join(dir, tail.File)
-	data, err := readFile(fsys, segPath)
+	kept, err := readCutStart(fsys, segPath, tail.Offset)
 	if err != nil {
 		return "", fmt.Errorf("repair segment %s: %w", tail.File, err)
 	}
-	if int64(len(data)) < tail.Offset {
-		return "", fmt.Errorf("repair segment %s: shrank to %d bytes, below the cut at %d",
-			tail.File, len(data), tail.Offset)
-	}
-	broken, err := writeBroken(fsys, dir, tail.File, data[tail.Offset:], perm)
+	broken, err := writeBroken(fsys, dir, tail.File, kept, perm)
 	if err != nil {
-		return "", fmt.Errorf("repair segment %s: %w", tail.File, err)
+		logger.Warn("walq: could not keep a copy of the torn tail; cutting it all the same",
+			"dir", dir, "segment", tail.File, "offset", tail.Offset, "bytes", tail.Bytes, "err", err)
+		broken = ""
 	}
 	f, err := fsys.OpenFile(segPath, os.O_WRONLY, perm)
 	if err != nil {
@@ -139,27 +176,57 @@ func cutTornTail(fsys FS, dir string, tail *TailInfo, perm os.FileMode) (string,
 	return broken, nil
 }
 
-// writeBroken saves cut bytes durably under a name no earlier repair used.
-func writeBroken(fsys FS, dir, segment string, cut []byte, perm os.FileMode) (string, error) {
+// readCutStart reads the first brokenKeep bytes from offset on.
+func readCutStart(fsys FS, path string, offset int64) ([]byte, error) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if info.Size() < offset {
+		return nil, fmt.Errorf("shrank to %d bytes, below the cut at %d", info.Size(), offset)
+	}
+	kept := make([]byte, min(info.Size()-offset, brokenKeep))
+	if _, err := f.ReadAt(kept, offset); err != nil {
+		return nil, err
+	}
+	return kept, nil
+}
+
+// writeBroken saves kept durably under a name no earlier repair used. When
+// it fails it removes what it created, so a failed copy leaves nothing
+// behind (and a later repair does not number around it).
+func writeBroken(fsys FS, dir, segment string, kept []byte, perm os.FileMode) (string, error) {
 	for n := 0; ; n++ {
 		name := segment + ".broken"
 		if n > 0 {
 			name += "." + strconv.Itoa(n)
 		}
-		f, err := fsys.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, perm)
+		path := filepath.Join(dir, name)
+		f, err := fsys.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, perm)
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
 		if err != nil {
 			return "", err
 		}
-		_, err = f.Write(cut)
+		_, err = f.Write(kept)
 		if err == nil {
 			err = f.Sync()
 		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
-		return name, err
+		if err != nil {
+			if rerr := fsys.Remove(path); rerr != nil {
+				return "", fmt.Errorf("%w (and removing the partial copy %s: %v)", err, name, rerr)
+			}
+			return "", err
+		}
+		return name, nil
 	}
 }

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package wal
+
+// DropCache does nothing outside Linux: walq uses posix_fadvise only where
+// it is known to drop the pages a failed fsync left marked clean.
+func (osFS) DropCache(File) error { return nil }
