@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -322,4 +324,63 @@ func stored(q *Queue, id uint64) *state.Item {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.st.Item(id)
+}
+
+// TestOpenSkipsAndRemovesCoveredSegments: a crash between a compaction's
+// snapshot and its truncation leaves segments the snapshot covers wholly.
+// Open neither reads nor verifies them (bit rot there refuses nothing) and
+// finishes the truncation.
+func TestOpenSkipsAndRemovesCoveredSegments(t *testing.T) {
+	opts := Options{Clock: NewManualClock(epoch), SegmentSize: 4096, DisableAutoCompact: true}
+	dir := t.TempDir()
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		mustPut(t, q, fmt.Sprintf("item %03d with some padding to fill segments", i))
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	crashed := copyDir(t, dir) // the log as it was before the compaction
+	if q, err = Open(dir, opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	snap := wal.SnapshotName(q.Stats().SnapshotLSN)
+	q.Close()
+	// The compaction's snapshot reached the disk, its truncation did not.
+	data, err := os.ReadFile(filepath.Join(dir, snap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(crashed, snap), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	segs, _, err := wal.ListSegments(filepath.Join(crashed, "log"))
+	if err != nil || len(segs) < 3 {
+		t.Fatalf("segments %v, %v: want at least 3", segs, err)
+	}
+	// Bit rot in the first, covered segment.
+	first := segs[0].Path
+	b, _ := os.ReadFile(first)
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(first, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	q, err = Open(crashed, opts)
+	if err != nil {
+		t.Fatalf("Open with bit rot in a covered segment: %v", err)
+	}
+	defer q.Close()
+	if st := q.Stats(); st.Items != 200 || st.LogSegments >= len(segs) {
+		t.Fatalf("items %d, segments %d (before: %d): want 200 items and the covered segments gone", st.Items, st.LogSegments, len(segs))
+	}
+	if _, err := os.Stat(first); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("covered segment still there: %v", err)
+	}
 }

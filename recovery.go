@@ -153,14 +153,14 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		q.logBytes += s.Size
 	}
 
-	// Leases open at the crash end as expired: the attempt was counted when
-	// the lease began. Writing the endings keeps the history complete.
 	// Queue time starts here: the wall clock, or the newest time in the log
 	// if the clock is behind it (stepped back, perhaps across this restart).
 	q.qt = newQueueTime(o.Clock, st.LastTime())
 	q.mu.Lock()
 	now := q.qt.now()
 	st.PruneKeys(now, int64(o.KeyWindow))
+	// Leases open at the crash end as expired: the attempt was counted when
+	// the lease began. Writing the endings keeps the history complete.
 	var lastCommit *wal.Commit
 	for _, it := range st.OpenLeases() {
 		_, c, err := q.appendLocked(q.endRecordLocked(state.TypeExpire, it, now, "lease open at recovery"))
@@ -181,6 +181,24 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	}
 	if err := writeReserve(fsys, dir, o.FileMode); err != nil {
 		o.Logger.Warn("walq: no reserve file: a later recovery on a full disk may fail", "err", err)
+	}
+	// Segments the snapshot covers wholly were neither read nor verified:
+	// they are garbage that a crash kept from the last compaction's
+	// truncation. Finish it; if that fails harmlessly, the next compaction
+	// tries again.
+	if info.Covered > 0 {
+		if err := q.truncateLog(snap); err != nil {
+			if lerr := log.Err(); lerr != nil {
+				log.Close()
+				return nil, fmt.Errorf("walq: remove the segments the snapshot covers: %w", lerr)
+			}
+			o.Logger.Warn("walq: could not remove the segments the snapshot covers; the next compaction will", "err", err)
+		} else {
+			q.logBytes = 0
+			for _, s := range log.Segments() {
+				q.logBytes += s.Size
+			}
+		}
 	}
 	q.recovery.Duration = time.Since(start)
 	o.Logger.Info("walq: recovered", "dir", dir, "snapshot_lsn", snap, "replayed", info.Replayed,
