@@ -12,42 +12,25 @@ import (
 
 // SyncPolicy says when a call's record is durable enough for the call to
 // return. The zero value is SyncAlways.
-type SyncPolicy struct {
-	mode  wal.SyncMode
-	every time.Duration
-}
+type SyncPolicy = wal.SyncPolicy
 
 var (
 	// SyncAlways returns from a call only after its record is fsynced.
 	// Concurrent calls share one fsync (group commit). What a call reported
 	// done survives kill -9 and power loss.
-	SyncAlways = SyncPolicy{mode: wal.SyncAlways}
+	SyncAlways = wal.SyncAlways
 
 	// SyncNever returns once the record is written to the operating system:
 	// it survives kill -9 of the process but not a power loss or kernel
 	// crash, where everything since the last compaction or segment roll may
 	// be lost. The log stays consistent either way.
-	SyncNever = SyncPolicy{mode: wal.SyncNever}
+	SyncNever = wal.SyncNever
 )
 
 // SyncInterval returns once the record is written to the operating system
 // and fsyncs every d: like SyncNever, but a power loss loses at most the
 // last d of calls.
-func SyncInterval(d time.Duration) SyncPolicy {
-	return SyncPolicy{mode: wal.SyncInterval, every: d}
-}
-
-func (p SyncPolicy) String() string {
-	switch p.mode {
-	case wal.SyncAlways:
-		return "always"
-	case wal.SyncInterval:
-		return fmt.Sprintf("interval(%v)", p.every)
-	case wal.SyncNever:
-		return "never"
-	}
-	return "unknown"
-}
+func SyncInterval(d time.Duration) SyncPolicy { return wal.SyncInterval(d) }
 
 // Options configure a queue. The zero value is a sane production default;
 // each field's default is given in brackets.
@@ -150,10 +133,8 @@ func (o Options) withDefaults() (Options, error) {
 		return bad("CompactMinBytes", o.CompactMinBytes, "negative")
 	case o.CompactRatio < 0 || (o.CompactRatio > 0 && o.CompactRatio < 1.5):
 		return bad("CompactRatio", o.CompactRatio, "must be 0 or at least 1.5")
-	case o.Sync.mode == wal.SyncInterval && o.Sync.every <= 0:
-		return bad("Sync", o.Sync, "SyncInterval needs a positive interval")
-	case o.Sync.mode < wal.SyncAlways || o.Sync.mode > wal.SyncNever:
-		return bad("Sync", o.Sync, "unknown policy")
+	case o.Sync.Check() != nil:
+		return bad("Sync", o.Sync, o.Sync.Check().Error())
 	}
 	if o.Visibility == 0 {
 		o.Visibility = defaultVisibility

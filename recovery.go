@@ -118,8 +118,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	q.snapLSN.Store(snap)
 	walOpts := wal.Options{
 		SegmentSize: o.SegmentSize,
-		Sync:        o.Sync.mode,
-		SyncEvery:   o.Sync.every,
+		Sync:        o.Sync,
 		FS:          fsys,
 		FilePerm:    o.FileMode,
 		DirPerm:     o.DirMode,

@@ -15,22 +15,6 @@ import (
 	"github.com/tidwall/wal"
 )
 
-// SyncMode says when a Commit is released and when the tail is fsynced.
-type SyncMode int
-
-const (
-	// SyncAlways releases a Commit only after the fsync that covers it.
-	// Appends that arrive while one fsync runs share the next one.
-	SyncAlways SyncMode = iota
-	// SyncInterval releases a Commit once its batch is written (it then
-	// survives a crash of the process, not of the machine) and fsyncs every
-	// SyncEvery while there is unsynced data.
-	SyncInterval
-	// SyncNever releases a Commit once its batch is written and fsyncs only
-	// on Sync, Close and when a segment fills up.
-	SyncNever
-)
-
 // Defaults for zero Options fields.
 const (
 	DefaultSegmentSize int64         = 4 << 20
@@ -41,13 +25,12 @@ const (
 
 // Options configure a Log. The zero value is a sane production default.
 type Options struct {
-	SegmentSize int64         // target segment size; a segment is closed once it reaches it
-	Sync        SyncMode      // see SyncMode
-	SyncEvery   time.Duration // fsync period for SyncInterval
-	FS          FS            // walq's own file operations; default OSFS()
-	FilePerm    os.FileMode   // default 0600
-	DirPerm     os.FileMode   // default 0700
-	Logger      *slog.Logger  // may be nil
+	SegmentSize int64        // target segment size; a segment is closed once it reaches it
+	Sync        SyncPolicy   // see SyncPolicy
+	FS          FS           // walq's own file operations; default OSFS()
+	FilePerm    os.FileMode  // default 0600
+	DirPerm     os.FileMode  // default 0700
+	Logger      *slog.Logger // may be nil
 	// OnSync is called by the committer after each tail fsync with its
 	// latency; it must return quickly. May be nil.
 	OnSync func(d time.Duration)
@@ -60,8 +43,8 @@ func (o Options) withDefaults() Options {
 	if o.SegmentSize <= 0 {
 		o.SegmentSize = DefaultSegmentSize
 	}
-	if o.SyncEvery <= 0 {
-		o.SyncEvery = DefaultSyncEvery
+	if o.Sync.mode == syncInterval && o.Sync.every <= 0 {
+		o.Sync.every = DefaultSyncEvery
 	}
 	if o.FS == nil {
 		o.FS = OSFS()
@@ -650,7 +633,7 @@ func (l *Log) write(p *batch, force bool) error {
 	if l.opts.OnBatch != nil {
 		l.opts.OnBatch(len(p.sizes), p.bytes)
 	}
-	if l.opts.Sync == SyncAlways || force {
+	if l.opts.Sync.mode == syncAlways || force {
 		if err := l.syncTail(); err != nil {
 			return err
 		}
@@ -663,13 +646,13 @@ func (l *Log) write(p *batch, force bool) error {
 			return l.fail("sync dir", err)
 		}
 	}
-	if l.opts.Sync == SyncAlways {
+	if l.opts.Sync.mode == syncAlways {
 		l.durable.Store(l.synced)
 	} else {
 		l.durable.Store(l.written)
 	}
-	if l.opts.Sync == SyncInterval && !l.timerArmed && l.written > l.synced {
-		l.syncTimer.Reset(l.opts.SyncEvery)
+	if l.opts.Sync.mode == syncInterval && !l.timerArmed && l.written > l.synced {
+		l.syncTimer.Reset(l.opts.Sync.every)
 		l.timerArmed = true
 	}
 	return nil

@@ -556,7 +556,7 @@ func TestSyncPolicies(t *testing.T) {
 		name string
 		opts Options
 	}{
-		{"interval", Options{Sync: SyncInterval, SyncEvery: 5 * time.Millisecond}},
+		{"interval", Options{Sync: SyncInterval(5 * time.Millisecond)}},
 		{"never", Options{Sync: SyncNever}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -575,7 +575,7 @@ func TestSyncPolicies(t *testing.T) {
 			if l.DurableLSN() != 10 {
 				t.Fatalf("durable %d after written batches", l.DurableLSN())
 			}
-			if tc.opts.Sync == SyncInterval {
+			if tc.opts.Sync.mode == syncInterval {
 				deadline := time.Now().Add(5 * time.Second)
 				for syncs.Load() == 0 && time.Now().Before(deadline) {
 					time.Sleep(time.Millisecond)
