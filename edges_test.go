@@ -384,3 +384,35 @@ func TestOpenSkipsAndRemovesCoveredSegments(t *testing.T) {
 		t.Fatalf("covered segment still there: %v", err)
 	}
 }
+
+// TestFailedQueueIdleWithRunningHandler: a handler still running when the
+// queue fails (and slow to return) leaves the process idle while Work waits
+// for it.
+func TestFailedQueueIdleWithRunningHandler(t *testing.T) {
+	ffs := wal.NewFaultFS(wal.OSFS(), 0)
+	q, _, _ := testQueue(t, withFS(Options{}, ffs))
+	mustPut(t, q, "a")
+	started := make(chan struct{})
+	release := make(chan struct{})
+	_, done := startWork(t, q, 1, func(ctx context.Context, m Message) error {
+		close(started)
+		<-release // slow to see the cancellation
+		return ctx.Err()
+	}, WorkOptions{Grace: time.Hour})
+	recv(t, "the handler to start", started)
+	ffs.FailNext("write")
+	if _, err := q.Put(context.Background(), []byte("b")); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Put with a failing write: %v, want ErrFailed", err)
+	}
+	before := cpuTime(t)
+	start := time.Now()
+	time.Sleep(300 * time.Millisecond) // what is measured: the process idle for this long
+	used := cpuTime(t) - before
+	close(release)
+	if err := recv(t, "Work to return", done); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Work returned %v, want ErrFailed", err)
+	}
+	if wall := time.Since(start); used > wall/4 {
+		t.Fatalf("a failed queue with a running handler used %v of CPU in %v", used, wall)
+	}
+}

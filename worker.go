@@ -338,6 +338,7 @@ func (w *workRun) run(m Message) result {
 	b := w.newBeater(m)
 	heartbeat := b.timer.C()
 	stop := w.stop
+	failed := q.failed
 	var graceTimer Timer
 	var grace <-chan time.Time
 	defer func() {
@@ -395,8 +396,8 @@ func (w *workRun) run(m Message) result {
 			interrupt(&timeoutError{after: w.opts.Timeout})
 		case <-stop:
 			interrupt(w.stopCause)
-		case <-q.failed:
-			heartbeat = nil
+		case <-failed:
+			heartbeat, failed = nil, nil
 			w.fail(q.failErr)
 			interrupt(q.failErr)
 		case <-grace:
