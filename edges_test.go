@@ -416,3 +416,40 @@ func TestFailedQueueIdleWithRunningHandler(t *testing.T) {
 		t.Fatalf("a failed queue with a running handler used %v of CPU in %v", used, wall)
 	}
 }
+
+// TestBadSnapshotBeyondTheLogRefused: a snapshot that does not verify and
+// claims an LSN the log does not reach cannot be passed over: a genuine one
+// is written only after the log was synced that far, so either the log lost
+// synced records or the snapshot is not what it claims. The open is refused
+// and changes nothing. (Such a directory used to open as empty.)
+func TestBadSnapshotBeyondTheLogRefused(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Clock: NewManualClock(epoch)}
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, q, "x")
+	q.Close()
+	if err := os.WriteFile(filepath.Join(dir, wal.SnapshotName(9)), []byte("WALQSNAP torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := dirListing(t, dir)
+	if q, err := Open(dir, opts); !errors.Is(err, ErrCorrupt) {
+		if q != nil {
+			q.Close()
+		}
+		t.Fatalf("Open = %v, want ErrCorrupt", err)
+	}
+	if after := dirListing(t, dir); after != before {
+		t.Fatalf("the refused open changed the directory:\n%s\nwas\n%s", after, before)
+	}
+}
+
+// TestOpenEmptyPath: an empty directory name is a mistake, not the current
+// directory.
+func TestOpenEmptyPath(t *testing.T) {
+	if _, err := Open("", Options{}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Open(\"\") = %v, want ErrInvalid", err)
+	}
+}

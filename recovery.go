@@ -38,6 +38,9 @@ const reserveSize = 1 << 20
 // may have finished a truncation that a crash interrupted, which changes no
 // record).
 func Open(dir string, opts Options) (*Queue, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: Open with an empty directory name", ErrInvalid)
+	}
 	start := time.Now()
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -86,6 +89,14 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		o.Logger.Warn("walq: snapshot does not verify; trying an older one", "file", s.File.Name, "err", s.Err)
 	}
 	st, snap := base.State, base.LSN
+	// A snapshot is written only after the log was synced up to the LSN it
+	// covers, so a newer snapshot that does not verify still says the log
+	// reaches that far; one that does not is corruption, not a reason to
+	// fall back and lose what lay between.
+	var mustReach uint64
+	for _, s := range base.Newer {
+		mustReach = max(mustReach, s.File.LSN)
+	}
 	// From here on recovery may write (a .broken copy of a torn tail, the
 	// endings of open leases): free the reserve so that it can on a full
 	// disk. If the open fails after all, put the reserve back.
@@ -119,6 +130,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	walOpts := wal.Options{
 		SegmentSize: o.SegmentSize,
 		Sync:        o.Sync,
+		MustReach:   mustReach,
 		FS:          fsys,
 		FilePerm:    o.FileMode,
 		DirPerm:     o.DirMode,

@@ -25,12 +25,17 @@ const (
 
 // Options configure a Log. The zero value is a sane production default.
 type Options struct {
-	SegmentSize int64        // target segment size; a segment is closed once it reaches it
-	Sync        SyncPolicy   // see SyncPolicy
-	FS          FS           // walq's own file operations; default OSFS()
-	FilePerm    os.FileMode  // default 0600
-	DirPerm     os.FileMode  // default 0700
-	Logger      *slog.Logger // may be nil
+	SegmentSize int64      // target segment size; a segment is closed once it reaches it
+	Sync        SyncPolicy // see SyncPolicy
+	// MustReach makes Open refuse, before it changes anything, a log whose
+	// last verified record is before it (0: no such need). The owner knows
+	// of records that must be there, e.g. those a snapshot that does not
+	// verify claims to cover.
+	MustReach uint64
+	FS        FS           // walq's own file operations; default OSFS()
+	FilePerm  os.FileMode  // default 0600
+	DirPerm   os.FileMode  // default 0700
+	Logger    *slog.Logger // may be nil
 	// OnSync is called by the committer after each tail fsync with its
 	// latency; it must return quickly. May be nil.
 	OnSync func(d time.Duration)
@@ -291,6 +296,10 @@ func Open(dir string, opts Options, from uint64, apply func(Record) error) (*Log
 	if from > info.Last+1 {
 		return fail(&CorruptionError{Dir: dir, File: lastName(segs), Index: from,
 			Err: reasonf("log ends at %d before %d", info.Last, from)})
+	}
+	if opts.MustReach > info.Last {
+		return fail(&CorruptionError{Dir: dir, File: lastName(segs), Index: opts.MustReach,
+			Err: reasonf("log ends at %d before %d, which it must reach", info.Last, opts.MustReach)})
 	}
 	if tail := pass.res.Tail; tail != nil {
 		broken, err := cutTornTail(fsys, dir, tail, opts.FilePerm, opts.Logger)
