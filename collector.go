@@ -89,9 +89,9 @@ func NewCollector(q *Queue, name string) prometheus.Collector {
 		func(st *Stats) float64 { return float64(st.Work.Panics) })
 	counter("work_handler_timeouts_total", "Handler calls in Work cancelled at WorkOptions.Timeout.",
 		func(st *Stats) float64 { return float64(st.Work.Timeouts) })
-	counter("work_handlers_abandoned_total", "Handlers in Work that ignored their cancelled context past WorkOptions.Grace; their worker went on without them.",
+	counter("work_handlers_abandoned_total", "Handlers in Work that ignored their cancelled context past WorkOptions.Grace; their worker went on without them while their item stayed leased.",
 		func(st *Stats) float64 { return float64(st.Work.Abandoned) })
-	gauge("work_abandoned_handlers_running", "Abandoned handlers that have not returned yet: goroutines Go cannot stop.",
+	gauge("work_abandoned_handlers_running", "Abandoned handlers that have not returned yet: goroutines Go cannot stop, each holding its item's lease.",
 		func(st *Stats) float64 { return float64(st.Work.AbandonedRunning) })
 	counter("work_leases_lost_total", "Heartbeats in Work that found the lease lost; the handler was cancelled at once.",
 		func(st *Stats) float64 { return float64(st.Work.LeasesLost) })
