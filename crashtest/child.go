@@ -1,6 +1,7 @@
 package crashtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,6 +29,10 @@ type childConfig struct {
 	Sync        string
 	SegmentSize int64
 	Mix         Mix
+	// WallOffset is where the child's wall clock starts, from the true
+	// time; StepClock makes the child step it while it runs.
+	WallOffset time.Duration
+	StepClock  bool
 }
 
 // IsChild reports whether this process was started by the harness as its
@@ -47,12 +52,14 @@ func ChildMain() int {
 }
 
 type child struct {
-	cfg  childConfig
-	mix  Mix
-	q    *walq.Queue
-	rep  *reportWriter
-	seq  atomic.Uint64 // call numbers
-	toks atomic.Uint64 // item numbers within the cycle
+	cfg     childConfig
+	mix     Mix
+	q       *walq.Queue
+	clock   *steppedClock
+	rep     *reportWriter
+	seq     atomic.Uint64 // call numbers
+	toks    atomic.Uint64 // item numbers within the cycle
+	running runningSet    // items whose Work handler is running
 }
 
 func runChild(cfg childConfig) int {
@@ -66,13 +73,19 @@ func runChild(cfg childConfig) int {
 		rep.line("X %v", err)
 		return 2
 	}
-	q, err := walq.Open(cfg.Dir, queueOptions(sync, cfg.SegmentSize))
+	clock := newSteppedClock(cfg.WallOffset)
+	opts := queueOptions(sync, cfg.SegmentSize)
+	opts.Clock = clock
+	// Queue time starts at or after the wall clock read at Open: wall is a
+	// floor for the time of every record this child writes.
+	wall := clock.Now().UnixNano()
+	q, err := walq.Open(cfg.Dir, opts)
 	if err != nil {
 		rep.line("X open: %s", oneLine(err))
 		return 3
 	}
-	c := &child{cfg: cfg, mix: cfg.Mix, q: q, rep: rep}
-	rep.line("R %d %d", time.Now().UnixNano(), q.Stats().DurableLSN)
+	c := &child{cfg: cfg, mix: cfg.Mix, q: q, clock: clock, rep: rep, running: runningSet{m: make(map[string]walq.Receipt)}}
+	rep.line("R %d %d %d", time.Now().UnixNano(), q.Stats().DurableLSN, wall)
 	fmt.Println("ready") // the parent times some kills from here
 
 	worker := func(i uint64, fn func(*rand.Rand)) {
@@ -92,6 +105,12 @@ func runChild(cfg childConfig) int {
 	}
 	if c.mix.Redrive > 0 {
 		go worker(400, c.sweepDead)
+	}
+	if c.mix.Workers > 0 {
+		go c.work(rand.New(rand.NewPCG(cfg.Seed, 500)))
+	}
+	if cfg.StepClock {
+		go worker(600, c.stepClock)
 	}
 	select {} // until SIGKILL
 }
@@ -129,19 +148,31 @@ func (c *child) produce(rng *rand.Rand) {
 	if pct(rng, c.mix.Batch) {
 		n = 2 + rng.IntN(3)
 	}
-	now := time.Now()
+	// The deadline is a wall-clock time on the child's (stepped) clock; the
+	// queue takes it as the span from now. steps tells whether a clock step
+	// fell inside the call, start its true duration.
+	steps := c.clock.steps.Load()
+	start := time.Now()
+	now := c.clock.Now()
 	items := make([]walq.Item, n)
 	descs := make([]string, n)
 	for i := range items {
 		tok := fmt.Sprintf("c%d.%d", c.cfg.Cycle, c.toks.Add(1))
+		if pct(rng, c.mix.Hostile) {
+			kind := bodyRandom
+			if rng.IntN(2) == 0 {
+				kind = bodyFramed
+			}
+			tok = hostileToken(tok, kind, c.q.Stats().LastLSN+1)
+		}
 		it := walq.Item{Body: bodyOf(tok), Priority: rng.IntN(4)}
 		if pct(rng, c.mix.Delay) {
 			it.Delay = time.Duration(1+rng.Int64N(int64(maxDelay/time.Millisecond))) * time.Millisecond
 		}
-		deadline := int64(0)
+		span := time.Duration(0)
 		if pct(rng, c.mix.Deadline) {
-			it.Deadline = now.Add(it.Delay + 300*time.Millisecond + randDuration(rng, 1200*time.Millisecond))
-			deadline = it.Deadline.UnixNano()
+			span = it.Delay + 300*time.Millisecond + randDuration(rng, 1200*time.Millisecond)
+			it.Deadline = now.Add(span)
 		}
 		key := "-"
 		if pct(rng, c.mix.Key) {
@@ -149,7 +180,7 @@ func (c *child) produce(rng *rand.Rand) {
 			key = it.Key
 		}
 		items[i] = it
-		descs[i] = fmt.Sprintf("%s/%d/%d/%s", tok, deadline, it.Priority, key)
+		descs[i] = fmt.Sprintf("%s/%d/%d/%s", tok, span, it.Priority, key)
 	}
 	ctx := context.Background()
 	var ids []uint64
@@ -162,7 +193,7 @@ func (c *child) produce(rng *rand.Rand) {
 			walq.WithPriority(items[0].Priority), walq.WithKey(items[0].Key))
 		ids = []uint64{id}
 		if errors.Is(err, walq.ErrDuplicate) {
-			c.done(call, "d"+strconv.FormatUint(id, 10))
+			c.done(call, "d"+strconv.FormatUint(id, 10)+" "+c.putWindow(steps, start))
 			return
 		}
 	} else {
@@ -183,7 +214,19 @@ func (c *child) produce(rng *rand.Rand) {
 			results[i] = "d" + results[i]
 		}
 	}
-	c.done(call, strings.Join(results, ","))
+	c.done(call, strings.Join(results, ",")+" "+c.putWindow(steps, start))
+}
+
+// putWindow is the put's report of how its deadlines can be checked:
+// "w<ns>", the call's true duration, when no clock step fell inside it, or
+// "w?" when one did (a step between the child's reading of the wall clock
+// and the queue's moves the stored deadline by the step).
+func (c *child) putWindow(steps uint64, start time.Time) string {
+	d := time.Since(start)
+	if after := c.clock.steps.Load(); after != steps || steps%2 == 1 {
+		return "w?"
+	}
+	return "w" + strconv.FormatInt(int64(d), 10)
 }
 
 func (c *child) consume(rng *rand.Rand) {
@@ -198,10 +241,10 @@ func (c *child) consume(rng *rand.Rand) {
 	if err != nil {
 		c.fatal("get", err)
 	}
-	tok := tokenOf(m.Body)
-	c.done(call, fmt.Sprintf("%s %d %d %d", tok, m.Receipt, m.Attempt, m.Deliveries))
-	if tok == "" {
-		c.fatal("get", fmt.Errorf("item %d has a body the workload never put: %q", m.ID, m.Body))
+	tok := c.delivered(call, m)
+	if other, running := c.running.has(tok); running {
+		c.rep.line("V item %s (id %d) delivered to a consumer as receipt %d while its Work handler of receipt %d runs and heartbeats",
+			tok, m.ID, m.Receipt, other)
 	}
 	time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond) // the work
 	if pct(rng, c.mix.Extend) {
@@ -217,6 +260,16 @@ func (c *child) consume(rng *rand.Rand) {
 	default:
 		// abandoned: the lease expires and the item comes back
 	}
+}
+
+// delivered reports a delivery and checks its body byte for byte.
+func (c *child) delivered(call uint64, m walq.Message) string {
+	tok := tokenOf(m.Body)
+	c.done(call, fmt.Sprintf("%s %d %d %d", tok, m.Receipt, m.Attempt, m.Deliveries))
+	if tok == "" || !bytes.Equal(m.Body, bodyOf(tok)) {
+		c.fatal("get", fmt.Errorf("item %d has a body the workload never put: %q", m.ID, truncate(m.Body, 80)))
+	}
+	return tok
 }
 
 func (c *child) leaseCall(op, tok string, r walq.Receipt, fn func() error) {

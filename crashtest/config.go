@@ -15,7 +15,11 @@ type Config struct {
 	Seed      uint64 // 0: chosen from the clock (and printed)
 	Sync      string // "always", "interval:<duration>" or "never"
 	PowerLoss bool   // cut unsynced segment tails after each kill
-	Mix       Mix    // the child's workload
+	// StepClock steps each child's wall clock back and forward while it
+	// runs, and starts each child's clock at an offset from the true time,
+	// often behind the previous child's.
+	StepClock bool
+	Mix       Mix // the child's workload
 	// SegmentSize of the queue under test; small, so segments roll often.
 	SegmentSize int64
 	// MaxRun bounds how long a child runs before it is killed.
@@ -38,6 +42,9 @@ type Config struct {
 type Mix struct {
 	Producers int // goroutines putting items
 	Consumers int // goroutines getting, extending and ending leases
+	Workers   int // workers of a q.Work call with a heartbeat (0: none)
+	Slow      int // % of Work handlers that run longer than the visibility
+	Hostile   int // % of items with a hostile body: random bytes or framed log records
 
 	Batch    int // % of puts that are a PutBatch of 2-4 items
 	Delay    int // % of items with a delay (up to 200ms)
@@ -55,7 +62,7 @@ type Mix struct {
 
 // DefaultMix is the workload the tests and soak.sh run.
 var DefaultMix = Mix{
-	Producers: 2, Consumers: 3,
+	Producers: 2, Consumers: 2, Workers: 3, Slow: 10, Hostile: 10,
 	Batch: 20, Delay: 30, Deadline: 10, Key: 30,
 	Extend: 20, Ack: 70, Nack: 12, DeadLetter: 5,
 	Compact: 15 * time.Millisecond, Redrive: 40 * time.Millisecond, Purge: 25,
@@ -91,7 +98,8 @@ func ParseMix(base Mix, s string) (Mix, error) {
 			return m, fmt.Errorf("mix: %s=%q: want a count or percentage", name, value)
 		}
 		fields := map[string]*int{
-			"producers": &m.Producers, "consumers": &m.Consumers, "batch": &m.Batch, "delay": &m.Delay,
+			"producers": &m.Producers, "consumers": &m.Consumers, "workers": &m.Workers, "slow": &m.Slow,
+			"hostile": &m.Hostile, "batch": &m.Batch, "delay": &m.Delay,
 			"deadline": &m.Deadline, "key": &m.Key, "extend": &m.Extend, "ack": &m.Ack, "nack": &m.Nack,
 			"deadletter": &m.DeadLetter, "purge": &m.Purge,
 		}

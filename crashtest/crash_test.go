@@ -71,13 +71,15 @@ func TestCrash(t *testing.T) {
 		name      string
 		sync      string
 		powerLoss bool
+		stepClock bool
 	}{
-		{"kill/always", "always", false},
-		{"powerloss/always", "always", true},
-		{"powerloss/interval", "interval:20ms", true},
+		{"kill/always/stepclock", "always", false, true},
+		{"powerloss/always/stepclock", "always", true, true},
+		{"powerloss/interval", "interval:20ms", true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := envConfig(t, tc.sync, tc.powerLoss)
+			cfg.StepClock = tc.stepClock
 			cfg.Log = func(format string, args ...any) {
 				if !strings.Contains(format, "power loss keeping") || testing.Verbose() {
 					t.Logf(format, args...)
@@ -94,7 +96,7 @@ func TestCrash(t *testing.T) {
 					t.Error(v)
 				}
 			}
-			if sum.Kills < cfg.Cycles || sum.Ops == 0 || sum.Checks == 0 {
+			if sum.Kills < cfg.Cycles || sum.Ops == 0 || sum.Checks == 0 || (tc.stepClock && sum.ClockSteps == 0) {
 				t.Errorf("the run proved little: %s", sum)
 			}
 		})

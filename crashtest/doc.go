@@ -26,6 +26,18 @@
 //     redrive; a dead-lettered item stays dead until redriven; and the
 //     Put/Ack/Discard/Purge counters account for every item.
 //
+// With Config.StepClock the child's walq.Clock is the system clock plus a
+// wall offset that the child steps back and forward (1 s to 1 h) while it
+// runs, and each child starts at an offset of its own, most often behind
+// where the previous child's ended (clock.go). Stored deadlines are then
+// checked by spans of queue time, not against the wall clock (ledger.go).
+// Work runs alongside the plain consumers, with a heartbeat and handlers
+// that outlast the visibility; the child reports a second run of an item
+// while its first handler lives, and a lease lost under a live handler
+// (work.go). Some bodies are random bytes and some embed framed, CRC-valid
+// log records; all are regenerated from their token and checked byte for
+// byte (bodies.go).
+//
 // Some cycles skip the parent's check, so that the next child's own
 // recovery, with leases to expire and a tail to cut, can be killed too.
 // After the last cycle the parent drains the queue through the API and

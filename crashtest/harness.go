@@ -24,6 +24,7 @@ type Summary struct {
 	Seed              uint64
 	Sync              string
 	PowerLoss         bool
+	StepClock         bool
 	Cycles            int
 	Kills             int // children killed (the others failed on their own)
 	KillsInCompaction int // kills with a Compact call in flight
@@ -34,16 +35,22 @@ type Summary struct {
 	Ops               int // completed calls whose outcome was checked
 	ItemChecks        int // item-by-item comparisons of ledger and state
 	Drained           int // items the final drain delivered and acked
+	ClockSteps        int // wall-clock steps the children made (start offsets apart)
+	ClockBehind       int // children started with their wall clock behind the previous child's
+	DeadlinesChecked  int // stored deadlines checked exactly by span
+	WorkRuns          int // Work handler calls
 	Violations        []string
 	Dir               string // kept when there are violations
 	Elapsed           time.Duration
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("walq crashtest: seed=%d sync=%s powerloss=%v cycles=%d kills=%d in-compaction=%d in-recovery=%d "+
-		"tails-cut=%d segments-dropped=%d checks=%d ops-checked=%d item-checks=%d drained=%d violations=%d elapsed=%s",
-		s.Seed, s.Sync, s.PowerLoss, s.Cycles, s.Kills, s.KillsInCompaction, s.KillsInRecovery, s.TailsCut,
-		s.SegmentsDropped, s.Checks, s.Ops, s.ItemChecks, s.Drained, len(s.Violations), s.Elapsed.Round(time.Second))
+	return fmt.Sprintf("walq crashtest: seed=%d sync=%s powerloss=%v stepclock=%v cycles=%d kills=%d in-compaction=%d in-recovery=%d "+
+		"tails-cut=%d segments-dropped=%d checks=%d ops-checked=%d item-checks=%d deadlines-checked=%d clock-steps=%d clock-behind=%d "+
+		"work-runs=%d drained=%d violations=%d elapsed=%s",
+		s.Seed, s.Sync, s.PowerLoss, s.StepClock, s.Cycles, s.Kills, s.KillsInCompaction, s.KillsInRecovery, s.TailsCut,
+		s.SegmentsDropped, s.Checks, s.Ops, s.ItemChecks, s.DeadlinesChecked, s.ClockSteps, s.ClockBehind,
+		s.WorkRuns, s.Drained, len(s.Violations), s.Elapsed.Round(time.Second))
 }
 
 type harness struct {
@@ -60,7 +67,9 @@ type harness struct {
 	// of the log at the parent's last clean close, or the LSN of a snapshot
 	// on disk (compaction syncs the log before it writes one).
 	floor uint64
-	logf  func(format string, args ...any)
+	// offset is the last wall-clock offset of the previous child (StepClock).
+	offset time.Duration
+	logf   func(format string, args ...any)
 }
 
 // Run runs the harness: cycles of start child, kill -9 at a random moment,
@@ -97,7 +106,7 @@ func Run(cfg Config) (Summary, error) {
 	case interval > 0:
 		h.lag = interval + 20*time.Millisecond // the fsync itself and scheduling
 	}
-	h.sum = Summary{Seed: cfg.Seed, Sync: sync.String(), PowerLoss: cfg.PowerLoss}
+	h.sum = Summary{Seed: cfg.Seed, Sync: sync.String(), PowerLoss: cfg.PowerLoss, StepClock: cfg.StepClock}
 	h.root = cfg.Dir
 	if h.root == "" {
 		if h.root, err = os.MkdirTemp("", "walq-crashtest-"); err != nil {
@@ -131,9 +140,26 @@ func Run(cfg Config) (Summary, error) {
 	return sum, nil
 }
 
+// startOffset chooses where the next child's wall clock starts: most
+// often behind where the previous child's ended, by a second to an hour
+// (a clock stepped back across a restart), otherwise anywhere within
+// maxOffset of the true time.
+func (h *harness) startOffset() time.Duration {
+	if h.rng.IntN(3) > 0 {
+		back := randomStep(h.rng, h.offset)
+		if back > 0 {
+			back = -back
+		}
+		return max(h.offset+back, -maxOffset)
+	}
+	return randDuration(h.rng, 2*maxOffset) - maxOffset
+}
+
 func (h *harness) finish(start time.Time) Summary {
 	h.sum.Ops = h.led.opsChecked
 	h.sum.ItemChecks = h.led.itemsChecked
+	h.sum.DeadlinesChecked = h.led.deadlinesChecked
+	h.sum.WorkRuns = h.led.workRuns
 	h.sum.KillsInCompaction = h.led.compactionsCut
 	h.sum.Violations = h.led.violations
 	h.sum.Dir = h.root
@@ -146,6 +172,14 @@ func (h *harness) cycle(cycle int) error {
 	reportPath := filepath.Join(h.root, "reports", fmt.Sprintf("cycle-%05d.log", cycle))
 	ccfg := childConfig{Dir: h.queueDir, Report: reportPath, Seed: h.rng.Uint64(), Cycle: cycle,
 		Sync: h.cfg.Sync, SegmentSize: h.cfg.SegmentSize, Mix: h.cfg.Mix}
+	if h.cfg.StepClock {
+		ccfg.StepClock = true
+		ccfg.WallOffset = h.startOffset()
+		if ccfg.WallOffset < h.offset {
+			h.sum.ClockBehind++
+		}
+		h.offset = ccfg.WallOffset
+	}
 	env, err := json.Marshal(ccfg)
 	if err != nil {
 		return err
@@ -252,6 +286,10 @@ func (h *harness) cycle(cycle int) error {
 	if !rep.ready {
 		h.sum.KillsInRecovery++
 	}
+	h.sum.ClockSteps += rep.clockSteps
+	if rep.stepped {
+		h.offset = time.Duration(rep.offset)
+	}
 	if h.cfg.PowerLoss {
 		h.floor = durable
 		what, err := h.powerLoss(durable)
@@ -292,7 +330,6 @@ func (h *harness) check(where string) (int, error) {
 	if err := q.Close(); err != nil {
 		h.led.violate("%s: close after recovery: %v", where, err)
 	}
-	now := time.Now().UnixNano()
 	ds, err := verifyDir(h.queueDir, st.LastLSN)
 	if err != nil {
 		h.led.violate("%s: directory does not verify: %v", where, err)
@@ -317,7 +354,7 @@ func (h *harness) check(where string) (int, error) {
 	if len(dead) != ds.st.Gauges().Dead {
 		h.led.violate("%s: DeadLetters lists %d, the state has %d", where, len(dead), ds.st.Gauges().Dead)
 	}
-	h.led.check(ds.st, now, where)
+	h.led.check(ds.st, where)
 	return len(h.led.violations) - before, nil
 }
 

@@ -33,10 +33,20 @@ const (
 type entry struct {
 	tok      string
 	batch    int // the put call, for the all-or-none of a PutBatch
-	deadline int64
 	priority int64
 	key      string
 	put      putState
+
+	// The deadline, checked by spans: the child asked for span (0: none)
+	// from its wall clock read before the call, and the call took window
+	// of true time (-1: unknown, the put never returned or a clock step
+	// fell inside it). enqueueFloor is a time at or before the put's in
+	// queue time; deadlineAt the deadline in queue time once it was seen
+	// stored (0 until then).
+	span         int64
+	window       int64
+	enqueueFloor int64
+	deadlineAt   int64
 
 	seen    bool   // stored at some point: present at a check, or delivered (trusted)
 	counted bool   // counted in the Put counter checks
@@ -75,6 +85,14 @@ type ledger struct {
 	opsChecked     int // completed calls whose outcome was checked
 	itemsChecked   int
 	compactionsCut int // cycles killed with a Compact call in flight
+
+	// Queue time. checkTime is the newest time in the log at the last
+	// check: queue time never goes back, so every later record is at or
+	// after it. cycleFloor is the floor of the child being ingested: the
+	// larger of checkTime and its wall clock at Open.
+	checkTime, cycleFloor int64
+	deadlinesChecked      int // stored deadlines checked by span
+	workRuns              int // Work handler calls
 }
 
 func newLedger() *ledger {
@@ -87,8 +105,11 @@ func (l *ledger) violate(format string, args ...any) {
 
 // cycleReport is what the parent learned from one child.
 type cycleReport struct {
-	ready     bool // the queue opened before the kill
-	inCompact bool // a Compact call was in flight at the kill
+	ready      bool // the queue opened before the kill
+	inCompact  bool // a Compact call was in flight at the kill
+	clockSteps int  // wall-clock steps the child made
+	offset     int64
+	stepped    bool // offset holds the child's last reported wall-clock offset
 }
 
 // ingest takes one child's report. trusted says whether a completion counts
@@ -97,12 +118,19 @@ type cycleReport struct {
 func (l *ledger) ingest(events []event, trusted func(event) bool) cycleReport {
 	var rep cycleReport
 	intents := make(map[uint64]event)
+	l.cycleFloor = l.checkTime
 	for _, ev := range events {
 		switch ev.kind {
 		case 'R':
 			rep.ready = true
+			l.cycleFloor = max(l.checkTime, ev.wall)
+		case 'C':
+			rep.clockSteps++
+			rep.offset, rep.stepped = ev.wall, true
 		case 'X':
 			l.violate("child failed: %s", ev.args[0])
+		case 'V':
+			l.violate("child saw: %s", ev.args[0])
 		case 'I':
 			intents[ev.n] = ev
 			l.calls++
@@ -167,13 +195,14 @@ func (l *ledger) intent(ev event) {
 				l.violate("report: token %s put twice", f[0])
 				continue
 			}
-			deadline, _ := strconv.ParseInt(f[1], 10, 64)
+			span, _ := strconv.ParseInt(f[1], 10, 64)
 			prio, _ := strconv.ParseInt(f[2], 10, 64)
 			key := f[3]
 			if key == "-" {
 				key = ""
 			}
-			l.entries[f[0]] = &entry{tok: f[0], batch: l.batches, deadline: deadline, priority: prio, key: key, put: putMaybe}
+			l.entries[f[0]] = &entry{tok: f[0], batch: l.batches, span: span, window: -1, enqueueFloor: l.cycleFloor,
+				priority: prio, key: key, put: putMaybe}
 			l.putsIntended++
 		}
 	case "redrive":
@@ -190,16 +219,25 @@ func (l *ledger) done(in, ev event, trusted bool, started uint64) {
 	switch in.op {
 	case "put", "putb":
 		descs := strings.Split(in.args[0], ",")
-		results := strings.Split(strings.Join(ev.args, ""), ",")
+		if len(ev.args) != 2 || !strings.HasPrefix(ev.args[1], "w") {
+			l.violate("report: bad put result %q", ev.args)
+			return
+		}
+		results := strings.Split(ev.args[0], ",")
 		if len(results) != len(descs) {
 			l.violate("report: put of %d items returned %d results", len(descs), len(results))
 			return
+		}
+		window, err := strconv.ParseInt(ev.args[1][1:], 10, 64)
+		if err != nil {
+			window = -1 // "w?": a clock step fell inside the call
 		}
 		for i, res := range results {
 			e := l.entries[strings.SplitN(descs[i], "/", 2)[0]]
 			if e == nil {
 				continue
 			}
+			e.window = window
 			switch {
 			case strings.HasPrefix(res, "d"):
 				e.put = putDup // nothing was stored for it, durable or not
@@ -208,7 +246,10 @@ func (l *ledger) done(in, ev event, trusted bool, started uint64) {
 				e.put = putDone
 			}
 		}
-	case "get":
+	case "get", "work":
+		if in.op == "work" {
+			l.workRuns++
+		}
 		if len(ev.args) != 4 {
 			l.violate("report: bad get result %q", ev.args)
 			return
@@ -260,11 +301,15 @@ func (l *ledger) done(in, ev event, trusted bool, started uint64) {
 	}
 }
 
-// check compares the ledger with the state recovered from the directory at
-// wall-clock time now, resolves every "maybe", and returns how many
-// violations it added.
-func (l *ledger) check(st *state.State, now int64, where string) int {
+// check compares the ledger with the state recovered from the directory,
+// resolves every "maybe", and returns how many violations it added.
+func (l *ledger) check(st *state.State, where string) int {
 	before := len(l.violations)
+	// Every discard was written at or before the newest time in the log:
+	// an item may be gone for its deadline only if that deadline is at or
+	// before it (plus a backoff: a nack discards an item whose next due
+	// time would reach its deadline).
+	now := st.LastTime()
 	present := make(map[string]*state.Item)
 	st.Each(func(it *state.Item) {
 		tok := tokenOf(it.Body)
@@ -297,7 +342,7 @@ func (l *ledger) check(st *state.State, now int64, where string) int {
 					e.goneWhy = "acked"
 				case e.purgeDone || e.purgeMaybe:
 					e.goneWhy = "purged"
-				case e.deadline != 0 && e.deadline <= now+int64(maxBackoff):
+				case e.span != 0 && e.earliestDeadline() <= now+int64(maxBackoff):
 					e.goneWhy = "discarded at its deadline"
 				default:
 					e.goneWhy = "LOST"
@@ -332,7 +377,67 @@ func (l *ledger) check(st *state.State, now int64, where string) int {
 	}
 	l.lastCounters = c
 	l.putsIntended = 0
+	l.checkTime = max(l.checkTime, now)
 	return len(l.violations) - before
+}
+
+// deadlineTolerance is how far a stored deadline may lie outside the span
+// the ledger derives for it. The queue reads the wall clock once for the
+// translation and its monotonic clock for queue time; the child measured
+// the call's window with Go's monotonic clock. Wall and monotonic time
+// advance at rates that differ only while NTP slews the wall clock, by at
+// most 500 ppm, which over a call of even a second is half a millisecond;
+// the readings themselves are exact to the nanosecond. A millisecond covers
+// that, and is still far below any step the child makes (at least a
+// second) or any span it asks for (at least 300 ms).
+const deadlineTolerance = int64(time.Millisecond)
+
+// earliestDeadline is a queue time at or before the item's deadline: the
+// one seen stored, or else the floor of its put plus the span less the
+// call's window (the deadline is after the due time, so after the put, if
+// the window is unknown).
+func (e *entry) earliestDeadline() int64 {
+	switch {
+	case e.deadlineAt != 0:
+		return e.deadlineAt
+	case e.window >= 0:
+		return e.enqueueFloor + e.span - e.window - deadlineTolerance
+	}
+	return e.enqueueFloor
+}
+
+// checkDeadline checks a stored item's times against what its put asked
+// for. The child computed the deadline as its wall clock w0 (read before
+// the call) plus span; the queue stored it as queue time t1 plus that
+// wall time less its own wall reading w1 (read inside the call, after t1,
+// the time of the put record). So, with no clock step inside the call,
+// deadline - EnqueuedAt = span - (w1 - w0) + (t1' - t1), where t1' is the
+// queue time read for the translation, just before w1: it lies between
+// span - window and span. With a step inside the call only the sign is
+// known: the deadline is after the put.
+func (l *ledger) checkDeadline(e *entry, it *state.Item) string {
+	switch {
+	case it.EnqueuedAt < e.enqueueFloor:
+		return fmt.Sprintf("put at queue time %d, before %d: queue time went back (the log's newest time or the wall clock at Open)",
+			it.EnqueuedAt, e.enqueueFloor)
+	case (it.Deadline == 0) != (e.span == 0):
+		return fmt.Sprintf("deadline %d stored, put with a span of %v", it.Deadline, time.Duration(e.span))
+	case it.Deadline == 0:
+		return ""
+	case e.deadlineAt != 0 && it.Deadline != e.deadlineAt:
+		return fmt.Sprintf("deadline moved from %d to %d", e.deadlineAt, it.Deadline)
+	}
+	got := it.Deadline - it.EnqueuedAt
+	lo, hi := int64(1), e.span+deadlineTolerance
+	if e.window >= 0 {
+		lo = e.span - e.window - deadlineTolerance
+		l.deadlinesChecked++
+	}
+	if got < lo || got > hi {
+		return fmt.Sprintf("deadline %v after the put, put with a span of %v in a call of %v",
+			time.Duration(got), time.Duration(e.span), time.Duration(e.window))
+	}
+	return ""
 }
 
 func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
@@ -352,9 +457,13 @@ func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
 	if !bytes.Equal(it.Body, bodyOf(e.tok)) {
 		bad("body differs from what was put")
 	}
-	if it.Priority != e.priority || !deadlineMatches(it.Deadline, e.deadline) || it.Key != e.key {
-		bad("priority/deadline/key %d/%d/%q, put with %d/%d/%q", it.Priority, it.Deadline, it.Key, e.priority, e.deadline, e.key)
+	if it.Priority != e.priority || it.Key != e.key {
+		bad("priority/key %d/%q, put with %d/%q", it.Priority, it.Key, e.priority, e.key)
 	}
+	if why := l.checkDeadline(e, it); why != "" {
+		bad("%s", why)
+	}
+	e.deadlineAt = it.Deadline
 	if it.Deliveries < e.minDeliveries {
 		bad("deliveries went backwards: %d, %d known before", it.Deliveries, e.minDeliveries)
 	}
@@ -393,18 +502,4 @@ func truncate(b []byte, n int) []byte {
 		return b[:n]
 	}
 	return b
-}
-
-// deadlineTolerance is how far a stored deadline may lie from the wall time
-// it was put with: the queue translates a deadline into queue time by the
-// offset between the two clocks at the call, and that offset moves by the
-// drift between the wall and the monotonic clock.
-const deadlineTolerance = int64(50 * time.Millisecond)
-
-func deadlineMatches(stored, put int64) bool {
-	if stored == 0 || put == 0 {
-		return stored == put
-	}
-	d := stored - put
-	return -deadlineTolerance <= d && d <= deadlineTolerance
 }

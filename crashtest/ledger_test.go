@@ -1,6 +1,7 @@
 package crashtest
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"testing"
@@ -14,10 +15,11 @@ import (
 func TestLedger(t *testing.T) {
 	const (
 		put1   = "I 1 put c1.1/0/0/-\n"
-		done1  = "D 1 100 5 1\n"
+		done1  = "D 1 100 5 1 w1000\n"
 		get    = "I 2 get\nD 2 110 6 c1.1 2 1 1\n"
 		ack    = "I 3 ack c1.1 2\nD 3 120 7\n"
 		ackRun = "I 3 ack c1.1 2\n"
+		span1  = "I 1 put c1.1/500000000/0/-\n"
 	)
 	for _, tc := range []struct {
 		name   string
@@ -43,8 +45,26 @@ func TestLedger(t *testing.T) {
 		{"attempts reset without redrive", put1 + done1 + get, []stored{{tok: "c1.1", deliveries: 1}}, "attempts went from 1 to 0"},
 		{"batch half stored", "I 1 putb c1.1/0/0/-,c1.2/0/0/-\n", []stored{{tok: "c1.1"}}, "c1.2 lost"},
 		{"batch in flight, keyed item refused", "I 1 putb c1.1/0/0/-,c1.2/0/0/k1\n", []stored{{tok: "c1.1"}}, ""},
-		{"duplicate stored", "I 1 put c1.1/0/0/k1\nD 1 100 5 d7\n", []stored{{tok: "c1.1"}}, "refused as a duplicate"},
+		{"duplicate stored", "I 1 put c1.1/0/0/k1\nD 1 100 5 d7 w10\n", []stored{{tok: "c1.1"}}, "refused as a duplicate"},
 		{"deadline passed", "I 1 put c1.1/50/0/-\n" + done1, []stored{{tok: "c1.1", removed: true}}, ""},
+
+		// Deadlines are checked by spans of queue time: the stored deadline
+		// less the put's time lies in [span - window, span], within the
+		// tolerance; the wall clock the child read plays no part.
+		{"deadline at the span", span1 + done1, []stored{{tok: "c1.1", deadline: 500e6}}, ""},
+		{"deadline at the span less the window", span1 + done1, []stored{{tok: "c1.1", deadline: 500e6 - 1000}}, ""},
+		{"deadline past the span", span1 + done1, []stored{{tok: "c1.1", deadline: 500e6 + 2e6}}, "deadline 502ms after the put"},
+		{"deadline short of the span", span1 + done1, []stored{{tok: "c1.1", deadline: 500e6 - 3e6}}, "deadline 497ms after the put"},
+		{"deadline short, a clock step in the call", span1 + "D 1 100 5 1 w?\n", []stored{{tok: "c1.1", deadline: 400e6}}, ""},
+		{"deadline past the span, a clock step in the call", span1 + "D 1 100 5 1 w?\n",
+			[]stored{{tok: "c1.1", deadline: 600e6}}, "deadline 600ms after the put"},
+		{"deadline in flight, within the span", span1, []stored{{tok: "c1.1", deadline: 300e6}}, ""},
+		{"deadline dropped", span1 + done1, []stored{{tok: "c1.1", deadline: -1}}, "put with a span of 500ms"},
+		{"deadline added", put1 + done1, []stored{{tok: "c1.1", deadline: 500e6}}, "put with a span of 0s"},
+		{"discarded when its deadline had come", span1 + done1, []stored{{tok: "c1.1", removed: true, deadline: 500e6}}, ""},
+		{"gone long before its deadline", "R 0 0 1000\n" + span1 + done1, nil, "c1.1 lost"},
+		{"queue time behind the wall clock at open", "R 0 0 5000\n" + put1 + done1, []stored{{tok: "c1.1"}}, "queue time went back"},
+		{"a violation the child saw", "V item c1.1 ran twice\n", nil, "child saw: item c1.1 ran twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			events, err := parseReport([]byte(tc.report))
@@ -54,7 +74,7 @@ func TestLedger(t *testing.T) {
 			l := newLedger()
 			l.ingest(events, func(event) bool { return true })
 			st := stateWith(t, tc.state, l)
-			l.check(st, 1000, "check")
+			l.check(st, "check")
 			got := strings.Join(l.violations, "\n")
 			switch {
 			case tc.want == "" && got != "":
@@ -82,10 +102,14 @@ func stateWith(t *testing.T, items []stored, l *ledger) *state.State {
 		e := l.entries[s.tok]
 		var n state.NewItem
 		n.Body = bodyOf(s.tok)
+		const putTime = 1000
 		if e != nil {
-			n.Priority, n.Deadline, n.Key = e.priority, e.deadline, e.key
+			n.Priority, n.Key = e.priority, e.key
 		}
-		apply(&state.Put{Time: 1, Items: []state.NewItem{n}})
+		if s.deadline > 0 {
+			n.Deadline = putTime + s.deadline
+		}
+		apply(&state.Put{Time: putTime, Items: []state.NewItem{n}})
 		id := st.NextID() - 1
 		if s.removed {
 			if n.Deadline != 0 {
@@ -114,11 +138,12 @@ type stored struct {
 	tok                  string
 	attempts, deliveries int32
 	dead                 bool
-	removed              bool // put and then acked (or discarded, with a deadline): counted, not stored
+	removed              bool  // put and then acked (or discarded, with a deadline): counted, not stored
+	deadline             int64 // stored deadline after the put's time (0, -1: none)
 }
 
 func TestParseReportTornLine(t *testing.T) {
-	events, err := parseReport([]byte("R 1 0\nI 1 put c1.1/0/0/-\nD 1 2 3 4\nI 2 ac"))
+	events, err := parseReport([]byte("R 1 0 0\nI 1 put c1.1/0/0/-\nD 1 2 3 4\nI 2 ac"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,9 +157,12 @@ func TestParseReportTornLine(t *testing.T) {
 
 func TestBodyToken(t *testing.T) {
 	for i := range 100 {
-		tok := fmt.Sprintf("c%d.%d", i%7, i)
+		tok := hostileToken(fmt.Sprintf("c%d.%d", i%7, i), []string{bodyLetters, bodyRandom, bodyFramed}[i%3], uint64(i))
 		if got := tokenOf(bodyOf(tok)); got != tok {
 			t.Fatalf("tokenOf(bodyOf(%q)) = %q", tok, got)
+		}
+		if !bytes.Equal(bodyOf(tok), bodyOf(tok)) {
+			t.Fatalf("bodyOf(%q) is not reproducible", tok)
 		}
 	}
 	if tokenOf([]byte("something else")) != "" {

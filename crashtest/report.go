@@ -3,7 +3,6 @@ package crashtest
 import (
 	"bytes"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -21,20 +20,29 @@ import (
 // queue directory and power-loss simulation never touches it. The last line
 // may be torn by the kill; the parser drops a line without its newline.
 //
-//	R <ts> <dlsn>                     queue opened
-//	I <n> put|putb <tok>/<deadline>/<prio>/<key>,...
-//	I <n> get
+//	R <ts> <dlsn> <wall>              queue opened
+//	I <n> put|putb <tok>/<span>/<prio>/<key>,...
+//	I <n> get|work
 //	I <n> ack|nack|dead|extend <tok> <receipt>
 //	I <n> redrive|purge <tok>,...
 //	I <n> compact
 //	D <n> <ts> <dlsn> [result]         call n returned nil
 //	E <n> <reason>                     call n returned an expected error
 //	X <message>                        the child hit an unexpected error
+//	V <message>                        the child saw a violation (Work: an item ran twice)
+//	C <offset>                         the child stepped its wall clock to true time + offset (ns)
 //
-// ts is the wall clock in Unix nanoseconds when the call returned and dlsn
-// is Stats().DurableLSN read after it: every record of the call is at or
-// below dlsn. A put's result lists, per item, its ID or d<holder> for a
-// duplicate key; a get's is "<tok> <receipt> <attempt> <deliveries>".
+// ts is the true wall clock in Unix nanoseconds when the call returned and
+// dlsn is Stats().DurableLSN read after it: every record of the call is at
+// or below dlsn. wall is the child's (stepped) wall clock read just before
+// Open: the queue's time starts at or after it. span is the deadline asked
+// for, in nanoseconds from the child's wall clock read before the call (0:
+// none). A put's result lists, per item, its ID or d<holder> for a
+// duplicate key, then w<ns>, the call's true duration, or w? when a clock
+// step fell inside the call; a get's is "<tok> <receipt> <attempt>
+// <deliveries>". A Work handler reports its delivery as a work call, done
+// at once, with the result of a get, and what it returns as the intent of an ack, nack or dead that
+// has no completion: Work ends the lease after the handler returns.
 
 type reportWriter struct {
 	mu sync.Mutex
@@ -64,12 +72,13 @@ func (w *reportWriter) line(format string, args ...any) {
 
 // event is one parsed report line.
 type event struct {
-	kind byte // 'R', 'I', 'D', 'E', 'X'
+	kind byte // 'R', 'I', 'D', 'E', 'X', 'V', 'C'
 	n    uint64
 	op   string   // I: the call
-	args []string // I: its arguments; D: the result fields; E: the reason; X: the message
+	args []string // I: its arguments; D: the result fields; E: the reason; X, V: the message
 	ts   int64    // R, D
 	dlsn uint64   // R, D
+	wall int64    // R: the child's wall clock before Open; C: the new offset
 }
 
 func parseReport(data []byte) ([]event, error) {
@@ -102,53 +111,23 @@ func parseLine(line string) (event, error) {
 		return v
 	}
 	switch {
-	case ev.kind == 'R' && len(f) == 3:
+	case ev.kind == 'R' && len(f) == 4:
 		ev.ts, ev.dlsn = int64(num(f[1])), num(f[2])
+		ev.wall, err = strconv.ParseInt(f[3], 10, 64)
+	case ev.kind == 'C' && len(f) == 2:
+		ev.wall, err = strconv.ParseInt(f[1], 10, 64)
 	case ev.kind == 'I' && len(f) >= 3:
 		ev.n, ev.op, ev.args = num(f[1]), f[2], f[3:]
 	case ev.kind == 'D' && len(f) >= 4:
 		ev.n, ev.ts, ev.dlsn, ev.args = num(f[1]), int64(num(f[2])), num(f[3]), f[4:]
 	case ev.kind == 'E' && len(f) == 3:
 		ev.n, ev.args = num(f[1]), f[2:]
-	case ev.kind == 'X':
-		ev.args = []string{strings.TrimPrefix(line, "X ")}
+	case ev.kind == 'X' || ev.kind == 'V':
+		ev.args = []string{line[min(2, len(line)):]}
 	default:
 		return ev, fmt.Errorf("malformed")
 	}
 	return ev, err
-}
-
-// Bodies are "walq-crashtest <token> " and a filler whose length and bytes
-// follow from the token, so the parent can check every byte of every body
-// it finds without having been told it.
-const bodyPrefix = "walq-crashtest "
-
-func bodyOf(token string) []byte {
-	h := fnv.New64a()
-	h.Write([]byte(token))
-	seed := h.Sum64()
-	rng := rand.New(rand.NewPCG(seed, seed>>7))
-	b := make([]byte, 0, len(bodyPrefix)+len(token)+1+200)
-	b = append(b, bodyPrefix...)
-	b = append(b, token...)
-	b = append(b, ' ')
-	for n := rng.IntN(200); n > 0; n-- {
-		b = append(b, byte('a'+rng.IntN(26)))
-	}
-	return b
-}
-
-// tokenOf returns the token of a body, or "" when it is not a harness body.
-func tokenOf(body []byte) string {
-	rest, ok := bytes.CutPrefix(body, []byte(bodyPrefix))
-	if !ok {
-		return ""
-	}
-	tok, _, ok := bytes.Cut(rest, []byte(" "))
-	if !ok {
-		return ""
-	}
-	return string(tok)
 }
 
 // randDuration returns a duration in [0, d).

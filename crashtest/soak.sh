@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # soak.sh runs the kill -9 crash harness for thousands of cycles and prints
-# one summary line per mode: cycles, kills inside compaction, operations
-# checked, violations. It exits non-zero if any mode found a violation, or
-# if the deliberately broken build (walq_bug_early_ack) was NOT caught.
+# one summary line per mode, with its seed: cycles, kills inside
+# compaction, operations and deadlines checked, clock steps, Work handler
+# runs, violations. It exits non-zero if any mode found a violation, or if
+# the deliberately broken build (walq_bug_early_ack) was NOT caught.
 #
-#   crashtest/soak.sh                 # 1000 cycles of each mode, 200 of interval
+#   crashtest/soak.sh                 # 1000 cycles of kill and powerloss, 200 of interval
+#   crashtest/soak.sh 2000            # 2000 kill -9 and 2000 power-loss cycles
 #   crashtest/soak.sh 5000 powerloss  # one mode, more cycles
-#   SEED=42 crashtest/soak.sh 100     # reproduce a run
+#   SEED=42 crashtest/soak.sh 100     # reproduce a run (each mode is seeded with SEED)
+#
+# Every mode steps the children's wall clocks (back and forward, 1s to 1h,
+# within a run and across restarts, each child often starting behind the
+# previous one), runs Work with a heartbeat and handlers longer than the
+# visibility, and puts hostile bodies (random bytes, framed CRC-valid log
+# records) among the others (crashtest.DefaultMix).
 #
 # Modes: kill (kill -9, SyncAlways, compaction forced every few ms),
 # powerloss (the same, then the log cut back to what was fsynced),
@@ -39,7 +47,7 @@ for mode in "${modes[@]}"; do
 	esac
 	exe=$bin/walq-crashtest
 	[ "$mode" = early-ack ] && exe=$bin/walq-crashtest-early-ack
-	if ! "$exe" -seed "$seed" "${args[@]}" 2>"$bin/$mode.err" >"$bin/$mode.out"; then
+	if ! "$exe" -seed "$seed" -stepclock "${args[@]}" 2>"$bin/$mode.err" >"$bin/$mode.out"; then
 		status=1
 		sed -n 1,30p "$bin/$mode.err" >&2
 	fi

@@ -18,14 +18,26 @@ import (
 // the Stats after every operation, against a plain model of the semantics
 // in DESIGN.md: puts with delays, deadlines, priorities and keys; leases,
 // extensions, acks, nacks, dead-lettering, expiry, redrive and purge;
-// compaction; and close-and-reopen, after which every open lease has ended
-// as expired. At the end the queue is closed and reopened once more and
-// must come back as the model says.
+// compaction; close-and-reopen, after which every open lease has ended as
+// expired; and wall-clock steps, back and forward, apart from the passing
+// of time. At the end the queue is closed and reopened once more and must
+// come back as the model says.
+//
+// The model runs on queue time: the wall clock read at open (raised to the
+// newest time in the log when the wall clock is behind it) plus the time
+// advanced since. A wall step changes nothing observable but the offset by
+// which absolute times are translated at the API: a lease lasts its
+// visibility, a delay its delay, a deadline its span, however the wall
+// clock moves, within a run or across a reopen.
 func FuzzOps(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13})
 	f.Add([]byte{0, 0, 0, 0, 3, 3, 5, 0, 3, 6, 1, 3, 7, 0, 10, 0, 11, 0, 13, 3, 9, 40, 3})
 	f.Add([]byte{2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 3, 3, 9, 30, 9, 30, 3, 3, 13, 3, 7, 1, 10, 1, 0})
 	f.Add([]byte{0, 5, 4, 1, 2, 0, 3, 9, 8, 3, 9, 9, 3, 6, 0, 7, 0, 9, 25, 12, 11, 0, 13, 4, 5})
+	// Clock steps: back and forward around leases, delays and deadlines,
+	// and back across reopens.
+	f.Add([]byte{0, 0x28, 0, 9, 3, 14, 0x83, 3, 14, 0x05, 9, 19, 13, 14, 0x88, 0, 0x08, 0, 3, 13, 9, 21, 3, 5, 0})
+	f.Add([]byte{0, 0x08, 1, 5, 14, 0x8f, 13, 3, 14, 0x8f, 13, 9, 8, 3, 8, 0, 3, 14, 0x01, 9, 25, 3})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) > 400 {
 			data = data[:400] // keep one execution short
@@ -98,14 +110,18 @@ type model struct {
 }
 
 type opsHarness struct {
-	t        *testing.T
-	dir      string
-	clock    *walq.ManualClock
-	opts     walq.Options
-	q        *walq.Queue
-	m        model
-	receipts []walq.Receipt // every receipt handed out, stale ones too
-	bodies   int
+	t     *testing.T
+	dir   string
+	clock *walq.ManualClock
+	// qnow is the model's queue time; lastTime the newest time of a record
+	// the model says the queue wrote (where queue time resumes at a reopen
+	// with the wall clock behind it).
+	qnow, lastTime int64
+	opts           walq.Options
+	q              *walq.Queue
+	m              model
+	receipts       []walq.Receipt // every receipt handed out, stale ones too
+	bodies         int
 }
 
 func newOpsHarness(t *testing.T) *opsHarness {
@@ -115,11 +131,21 @@ func newOpsHarness(t *testing.T) *opsHarness {
 		MaxItems: opsMaxItems, SegmentSize: 4096, Sync: walq.SyncNever, DisableAutoCompact: true, Clock: h.clock,
 	}
 	h.m = model{items: make(map[uint64]*modelItem), keys: make(map[string]*modelKey), nextID: 1}
+	h.qnow = h.clock.Now().UnixNano()
 	var err error
 	if h.q, err = walq.Open(h.dir, h.opts); err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	return h
+}
+
+// wrote notes that the queue wrote a record at the current queue time.
+func (h *opsHarness) wrote() { h.lastTime = max(h.lastTime, h.qnow) }
+
+// toWall translates a queue time as the queue does at the API: by the
+// offset between the wall clock and queue time now.
+func (h *opsHarness) toWall(at int64) time.Time {
+	return time.Unix(0, at+h.clock.Now().UnixNano()-h.qnow)
 }
 
 func (h *opsHarness) close() {
@@ -128,7 +154,8 @@ func (h *opsHarness) close() {
 	}
 }
 
-func (h *opsHarness) now() int64 { return h.clock.Now().UnixNano() }
+// now is the model's queue time.
+func (h *opsHarness) now() int64 { return h.qnow }
 
 func (h *opsHarness) fatalf(format string, args ...any) {
 	h.t.Helper()
@@ -137,7 +164,7 @@ func (h *opsHarness) fatalf(format string, args ...any) {
 
 func (h *opsHarness) step(step int, in *input) {
 	h.t.Helper()
-	switch op := in.byte() % 14; op {
+	switch op := in.byte() % 15; op {
 	case 0, 1:
 		h.put(step, in, 1)
 	case 2:
@@ -164,6 +191,8 @@ func (h *opsHarness) step(step int, in *input) {
 		}
 	case 13:
 		h.reopen(fmt.Sprintf("step %d: reopen", step))
+	case 14:
+		h.stepWall(step, in.byte())
 	}
 }
 
@@ -200,7 +229,8 @@ func (h *opsHarness) put(step int, in *input, n int) {
 		}
 		if flags&0x20 != 0 {
 			// Sometimes at or before the due time: ErrInvalidDeadline.
-			it.Deadline = time.Unix(0, now).Add(it.Delay + time.Duration(int(in.byte()%16)-2)*time.Second)
+			// A wall-clock time: the queue takes it as that span from now.
+			it.Deadline = h.clock.Now().Add(it.Delay + time.Duration(int(in.byte()%16)-2)*time.Second)
 		}
 		items[i] = it
 	}
@@ -211,9 +241,10 @@ func (h *opsHarness) put(step int, in *input, n int) {
 	dup := make([]bool, n)
 	inBatch := make(map[string]int)
 	accepted := 0
+	deadlineOf := func(it walq.Item) int64 { return now + int64(it.Deadline.Sub(h.clock.Now())) }
 	for i, it := range items {
 		due := now + int64(it.Delay)
-		if !it.Deadline.IsZero() && it.Deadline.UnixNano() <= due {
+		if !it.Deadline.IsZero() && deadlineOf(it) <= due {
 			wantErr = walq.ErrInvalidDeadline
 			break
 		}
@@ -253,6 +284,7 @@ func (h *opsHarness) put(step int, in *input, n int) {
 	}
 	if accepted > 0 {
 		h.m.seq++
+		h.wrote()
 	}
 	next := h.m.nextID
 	for i, it := range items {
@@ -263,7 +295,7 @@ func (h *opsHarness) put(step int, in *input, n int) {
 		mi := &modelItem{id: next, body: it.Body, key: it.Key, priority: it.Priority, enqueued: now,
 			due: now + int64(it.Delay), seq: h.m.seq, status: "waiting"}
 		if !it.Deadline.IsZero() {
-			mi.deadline = it.Deadline.UnixNano()
+			mi.deadline = deadlineOf(it)
 		}
 		h.m.items[next] = mi
 		if it.Key != "" {
@@ -297,6 +329,7 @@ func (h *opsHarness) discardPassed(now int64) {
 		if it.status == "waiting" && it.deadline != 0 && it.deadline <= now {
 			h.removeItem(it, now)
 			h.m.counters.Discarded++
+			h.wrote()
 		}
 	}
 }
@@ -351,13 +384,14 @@ func (h *opsHarness) get(step int) {
 		h.fatalf("step %d: receipt %d is not above the last one %d", step, m.Receipt, h.receipts[len(h.receipts)-1])
 	}
 	h.receipts = append(h.receipts, m.Receipt)
+	h.wrote()
 	next.status, next.receipt, next.leaseEnd = "leased", m.Receipt, now+int64(opsVisibility)
 	next.attempts++
 	next.deliveries++
 	h.m.counters.Delivered++
 	want := walq.Message{ID: next.id, Receipt: m.Receipt, Body: next.body, Attempt: next.attempts,
 		Deliveries: next.deliveries, Priority: next.priority, Key: next.key,
-		EnqueuedAt: time.Unix(0, next.enqueued), LeaseEnd: time.Unix(0, next.leaseEnd)}
+		EnqueuedAt: h.toWall(next.enqueued), LeaseEnd: h.toWall(next.leaseEnd)}
 	if m.ID != want.ID || !bytes.Equal(m.Body, want.Body) || m.Attempt != want.Attempt || m.Deliveries != want.Deliveries ||
 		m.Priority != want.Priority || m.Key != want.Key || !m.EnqueuedAt.Equal(want.EnqueuedAt) || !m.LeaseEnd.Equal(want.LeaseEnd) {
 		h.fatalf("step %d: TryGet = %+v\n  want %+v", step, m, want)
@@ -397,6 +431,7 @@ func (h *opsHarness) endLease(step int, kind string, r walq.Receipt) {
 	if err != nil {
 		h.fatalf("step %d: %s of open lease %d (item %d): %v", step, kind, r, it.id, err)
 	}
+	h.wrote()
 	switch kind {
 	case "ack":
 		h.removeItem(it, now)
@@ -445,6 +480,7 @@ func (h *opsHarness) extend(step int, r walq.Receipt, d time.Duration) {
 	if err != nil {
 		h.fatalf("step %d: extend of open lease %d: %v", step, r, err)
 	}
+	h.wrote()
 	it.leaseEnd = now + int64(d)
 }
 
@@ -466,6 +502,7 @@ func (h *opsHarness) expire(now int64, all bool, cause string) {
 	for _, it := range ended {
 		h.m.counters.Expired++
 		h.endModel(it, now, false, cause)
+		h.wrote()
 	}
 }
 
@@ -484,9 +521,16 @@ func compareInt(a, b int64) int {
 func (h *opsHarness) advance(step int, d time.Duration) {
 	h.t.Helper()
 	h.clock.Advance(d)
+	h.qnow += int64(d)
 	now := h.now()
 	h.expire(now, false, "lease expired")
 	h.discardPassed(now)
+	h.waitTimer(fmt.Sprintf("step %d: after advancing the clock by %v", step, d))
+}
+
+// waitTimer waits for the queue's timer to do what the model says came due.
+func (h *opsHarness) waitTimer(where string) {
+	h.t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		st := h.q.Stats()
@@ -497,12 +541,35 @@ func (h *opsHarness) advance(step int, d time.Duration) {
 		if time.Now().After(deadline) {
 			buf := make([]byte, 1<<20)
 			buf = buf[:runtime.Stack(buf, true)]
-			h.fatalf("step %d: after advancing the clock by %v the timer has not caught up in 5s: "+
-				"redelivered %d discarded %d dead-lettered %d, want %d %d %d (timers armed: %d)\n%s", step, d,
+			h.fatalf("%s the timer has not caught up in 5s: "+
+				"redelivered %d discarded %d dead-lettered %d, want %d %d %d (timers armed: %d)\n%s", where,
 				st.Expired, st.Discarded, st.DeadLettered,
 				h.m.counters.Expired, h.m.counters.Discarded, h.m.counters.DeadLettered, h.clock.Timers(), buf)
 		}
 		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// stepWall steps the wall clock by 1 s to 64 h, back when the high bit of
+// b is set, without any time passing. The model does not change: queue
+// time does not move, and no lease, delay or deadline is any nearer. The
+// timer must not act on the step; Stats and every later result are held
+// against the model as always.
+func (h *opsHarness) stepWall(step int, b byte) {
+	h.t.Helper()
+	d := time.Duration(1+int(b&0x3f)) * time.Second
+	if b&0x40 != 0 {
+		d *= 3600
+	}
+	if b&0x80 != 0 {
+		d = -d
+	}
+	before := h.q.Stats()
+	h.clock.StepWall(d)
+	time.Sleep(50 * time.Microsecond) // a timer that wrongly woke on the step has a chance to act
+	if after := h.q.Stats(); after.Expired != before.Expired || after.Discarded != before.Discarded || after.Ready != before.Ready {
+		h.fatalf("step %d: stepping the wall clock by %v changed the queue: expired %d->%d, discarded %d->%d, ready %d->%d",
+			step, d, before.Expired, after.Expired, before.Discarded, after.Discarded, before.Ready, after.Ready)
 	}
 }
 
@@ -570,6 +637,7 @@ func (h *opsHarness) redriveOrPurge(step int, in *input, op string) {
 	}
 	if len(ids) > 0 {
 		h.m.seq++
+		h.wrote()
 	}
 	for _, id := range ids {
 		it := h.m.items[id]
@@ -581,6 +649,12 @@ func (h *opsHarness) redriveOrPurge(step int, in *input, op string) {
 			h.m.counters.Purged++
 		}
 	}
+	if op == "redrive" && len(ids) > 0 {
+		// A redriven item whose deadline has come is discarded by the timer,
+		// which the redrive woke.
+		h.discardPassed(now)
+		h.waitTimer(fmt.Sprintf("step %d: after redriving %v", step, ids))
+	}
 }
 
 func (h *opsHarness) reopen(where string) {
@@ -589,11 +663,18 @@ func (h *opsHarness) reopen(where string) {
 		h.fatalf("%s: Close: %v", where, err)
 	}
 	var err error
+	// Queue time starts again from the wall clock, or from the newest time
+	// in the log if the wall clock is behind it.
+	h.qnow = max(h.clock.Now().UnixNano(), h.lastTime)
 	if h.q, err = walq.Open(h.dir, h.opts); err != nil {
 		h.q = nil
 		h.fatalf("%s: Open: %v", where, err)
 	}
 	h.expire(h.now(), true, "lease open at recovery")
+	// A wall clock stepped forward across the reopen moves queue time on:
+	// what came due meanwhile, the timer now does.
+	h.discardPassed(h.now())
+	h.waitTimer(where + ":")
 	h.m.lateAcks = 0
 	h.compareStats(where)
 }
@@ -633,7 +714,7 @@ func (h *opsHarness) compareStats(where string) {
 	for i, d := range dl {
 		it := h.m.items[ids[i]]
 		if d.ID != it.id || !bytes.Equal(d.Body, it.body) || d.Attempts != it.attempts || d.Deliveries != it.deliveries ||
-			d.LastError != it.lastError || d.DeadAt.UnixNano() != it.deadAt || d.Key != it.key {
+			d.LastError != it.lastError || !d.DeadAt.Equal(h.toWall(it.deadAt)) || d.Key != it.key {
 			h.fatalf("%s: dead letter %d is %+v, the model has %+v", where, i, d, *it)
 		}
 	}

@@ -1,7 +1,7 @@
 // Command walq-crashtest runs the kill -9 crash harness of package
 // crashtest against a real directory and prints a one-line summary:
 //
-//	walq-crashtest -cycles 1000 -sync always -powerloss
+//	walq-crashtest -cycles 1000 -sync always -powerloss -stepclock
 //
 // The same binary is the child the harness starts and kills. It exits 1
 // when the run found violations (0 with -expect-violations), 2 on a usage
@@ -26,6 +26,7 @@ func main() {
 		seed      = flag.Uint64("seed", 0, "seed of the parent's choices (0: from the clock; printed)")
 		sync      = flag.String("sync", "always", "sync policy: always, never or interval:<duration>")
 		powerLoss = flag.Bool("powerloss", false, "after each kill, cut the log back to what was fsynced, as a power loss would")
+		stepClock = flag.Bool("stepclock", false, "step each child's wall clock back and forward while it runs, and start it behind the previous child's")
 		mix       = flag.String("mix", "", "workload overrides, e.g. producers=4,ack=50,compact=5ms (see crashtest.Mix)")
 		maxRun    = flag.Duration("maxrun", 400*time.Millisecond, "longest a child runs before its kill")
 		segment   = flag.Int64("segment", 8<<10, "segment size of the queue under test")
@@ -45,7 +46,7 @@ func main() {
 		os.Exit(2)
 	}
 	cfg := crashtest.Config{
-		Cycles: *cycles, Seed: *seed, Sync: *sync, PowerLoss: *powerLoss, Mix: m,
+		Cycles: *cycles, Seed: *seed, Sync: *sync, PowerLoss: *powerLoss, StepClock: *stepClock, Mix: m,
 		SegmentSize: *segment, MaxRun: *maxRun, Dir: *dir, Child: []string{self},
 		StopOnViolation: true,
 		Log: func(format string, args ...any) {
