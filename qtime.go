@@ -53,8 +53,3 @@ func (t queueTime) toWall(at int64) time.Time {
 	now := t.now()
 	return t.clock.Now().Add(time.Duration(at - now))
 }
-
-// until returns how long it is from now until the queue time at.
-func (t queueTime) until(at int64) time.Duration {
-	return time.Duration(at - t.now())
-}
