@@ -115,7 +115,7 @@ func (q *Queue) compact() (err error) {
 	q.compactAfter = 0
 	q.mu.Unlock()
 	q.metrics.compactions.Add(1)
-	q.metrics.lastCompaction.Store(time.Now().UnixNano())
+	q.metrics.lastCompaction.Store(q.qt.now())
 	q.metrics.lastCompactDur.Store(int64(time.Since(start)))
 	q.opts.Logger.Info("walq: compacted", "snapshot_lsn", covered, "log_bytes", logBytes, "duration", time.Since(start))
 	return nil

@@ -453,3 +453,25 @@ func TestOpenEmptyPath(t *testing.T) {
 		t.Fatalf("Open(\"\") = %v, want ErrInvalid", err)
 	}
 }
+
+// TestMessageTimesShareOneOffset: the wall-clock times of one Message are
+// translated by one offset, so they are exactly as far apart as in queue
+// time (translating each with its own reading of the two clocks put them
+// apart by the time between readings, and a consumer saw an item leased
+// "before" it was due).
+func TestMessageTimesShareOneOffset(t *testing.T) {
+	q, err := Open(t.TempDir(), Options{Clock: &steppingClock{}, Sync: SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for i := range 200 {
+		mustPut(t, q, "x")
+		m := mustTryGet(t, q)
+		it := stored(q, m.ID)
+		want := time.Duration(it.LeaseEnd - it.EnqueuedAt)
+		if got := m.LeaseEnd.Sub(m.EnqueuedAt); got != want {
+			t.Fatalf("message %d: LeaseEnd - EnqueuedAt = %v in wall time, %v in queue time", i, got, want)
+		}
+	}
+}

@@ -66,7 +66,7 @@ type metrics struct {
 	batch          *histogram
 	compactions    atomic.Uint64
 	compactFailed  atomic.Uint64
-	lastCompaction atomic.Int64 // Unix nanoseconds
+	lastCompaction atomic.Int64 // queue time of the last compaction; 0: none
 	lastCompactDur atomic.Int64
 }
 
@@ -184,7 +184,7 @@ func (q *Queue) Stats() Stats {
 		st.DelayedPastDue = time.Duration(now - g.DelayedHeadDue)
 	}
 	if t := q.metrics.lastCompaction.Load(); t != 0 {
-		st.LastCompacted = time.Unix(0, t)
+		st.LastCompacted = q.qt.toWall(t)
 	}
 	return st
 }

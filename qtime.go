@@ -41,15 +41,50 @@ func (t queueTime) now() int64 {
 // overflow: twice the longest duration the queue adds to a time.
 const maxOffset = 2 * MaxDuration
 
-// fromWall translates a wall-clock time to queue time.
-func (t queueTime) fromWall(w time.Time) int64 {
-	now := t.now()
-	d := w.Sub(t.clock.Now())
-	return now + int64(min(max(d, -maxOffset), maxOffset))
+// offset is the wall clock minus queue time at one moment, for translating
+// the times of one call consistently: the times of one Message translated by
+// one offset are as far apart in wall time as they are in queue time.
+type offset time.Duration
+
+// offset reads the two clocks together. The wall reading is bracketed by
+// two monotonic readings and taken to be at their midpoint; a wide bracket
+// (the goroutine was preempted between the reads) is read again, so the
+// error is at most half the tightest bracket of a few tries.
+func (t queueTime) offset() offset {
+	var best offset
+	width := time.Duration(-1)
+	for range 3 {
+		m1 := t.clock.Monotonic()
+		wall := t.clock.Now().UnixNano()
+		m2 := t.clock.Monotonic()
+		if w := m2 - m1; width < 0 || w < width {
+			width = w
+			mid := m1 + w/2
+			best = offset(wall - (t.start + int64(mid-t.mono0)))
+		}
+		if width < time.Microsecond {
+			break
+		}
+	}
+	return best
 }
 
 // toWall translates a queue time to wall-clock time.
-func (t queueTime) toWall(at int64) time.Time {
+func (o offset) toWall(at int64) time.Time {
+	return time.Unix(0, at+int64(o))
+}
+
+// fromWall translates a wall-clock time to queue time: the same span from
+// now, bounded so that it cannot overflow.
+func (t queueTime) fromWall(w time.Time) int64 {
+	o := t.offset()
 	now := t.now()
-	return t.clock.Now().Add(time.Duration(at - now))
+	d := w.Sub(time.Unix(0, now+int64(o)))
+	return now + int64(min(max(d, -maxOffset), maxOffset))
+}
+
+// toWall translates one queue time to wall-clock time; use one offset for
+// several times that belong together.
+func (t queueTime) toWall(at int64) time.Time {
+	return t.offset().toWall(at)
 }

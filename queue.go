@@ -329,6 +329,7 @@ func (q *Queue) leaseLocked() (Message, *wal.Commit, error) {
 	if err != nil {
 		return Message{}, nil, err
 	}
+	off := q.qt.offset()
 	return Message{
 		ID:         it.ID,
 		Receipt:    Receipt(lsn),
@@ -337,8 +338,8 @@ func (q *Queue) leaseLocked() (Message, *wal.Commit, error) {
 		Deliveries: int(it.Deliveries),
 		Priority:   int(it.Priority),
 		Key:        it.Key,
-		EnqueuedAt: q.qt.toWall(it.EnqueuedAt),
-		LeaseEnd:   q.qt.toWall(it.LeaseEnd),
+		EnqueuedAt: off.toWall(it.EnqueuedAt),
+		LeaseEnd:   off.toWall(it.LeaseEnd),
 		leaseEnd:   it.LeaseEnd,
 	}, commit, nil
 }
@@ -518,6 +519,7 @@ func (q *Queue) DeadLetters(limit int) []DeadLetter {
 	items := q.st.DeadLetters(limit)
 	q.mu.Unlock()
 	out := make([]DeadLetter, len(items))
+	off := q.qt.offset()
 	for i, it := range items {
 		out[i] = DeadLetter{
 			ID:         it.ID,
@@ -526,8 +528,8 @@ func (q *Queue) DeadLetters(limit int) []DeadLetter {
 			Attempts:   int(it.Attempts),
 			Deliveries: int(it.Deliveries),
 			LastError:  it.LastError,
-			DeadAt:     q.qt.toWall(it.EndedAt),
-			EnqueuedAt: q.qt.toWall(it.EnqueuedAt),
+			DeadAt:     off.toWall(it.EndedAt),
+			EnqueuedAt: off.toWall(it.EnqueuedAt),
 		}
 	}
 	return out
