@@ -26,10 +26,32 @@
 // Attempts are counted when a lease starts, so an item that crashes the
 // whole process is still dead-lettered after Options.MaxAttempts.
 //
+// # Time
+//
+// The queue has one time: the wall clock read at Open (never behind the
+// newest time in the log) plus the monotonic time since. Leases, delays,
+// deadlines, key windows, timers and Work's heartbeats all run on it, so a
+// wall clock stepped back or forward changes none of them. Times at the API
+// are wall-clock times translated by the offset between the two clocks:
+// WithDeadline(t) means the span from now until t, and Message.LeaseEnd
+// and EnqueuedAt come back in wall time. A ManualClock lets a test let time
+// pass (Advance) and step the wall clock alone (StepWall).
+//
+// # Failure
+//
+// The first failed write or fsync puts the queue in its failed state for
+// good: every call returns ErrFailed, blocked Gets and Work return it at
+// once, and the background loops stop. Close it and Open it again; recovery
+// reads the log past the page cache, so it rebuilds from what the disk
+// holds.
+//
 // # Files
 //
 // A queue directory holds LOCK (an flock: one queue per directory),
 // RESERVE (space that recovery frees to write on a full disk),
-// snapshot-<LSN>.snap files and the log/ directory of segments. See the wal
-// package for the record format and cmd/walq-inspect to look inside.
+// snapshot-<LSN>.snap files and the log/ directory of segments; it ignores
+// lost+found and dotfiles, warns about other files it does not own, and
+// refuses a file of a newer walq (ErrNewerFormat) or a non-empty directory
+// that is not a queue (ErrNotQueue). See the wal package for the record
+// format and cmd/walq-inspect to look inside.
 package walq
