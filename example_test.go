@@ -123,3 +123,31 @@ func ExampleQueue_PutBatch() {
 	// [1 2 3] <nil>
 	// 3 3
 }
+
+// A ManualClock lets time pass with Advance and steps the wall clock alone
+// with StepWall. The queue runs on its own time, so a wall clock stepped
+// back an hour neither stretches a delay nor ends a lease early.
+func ExampleManualClock() {
+	dir, _ := os.MkdirTemp("", "walq-example")
+	defer os.RemoveAll(dir)
+
+	clock := walq.NewManualClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	q, err := walq.Open(dir, walq.Options{Clock: clock, Visibility: time.Minute})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+
+	ctx := context.Background()
+	if _, err := q.Put(ctx, []byte("in ten seconds"), walq.WithDelay(10*time.Second)); err != nil {
+		log.Fatal(err)
+	}
+	clock.StepWall(-time.Hour) // an administrator sets the clock back
+	clock.Advance(10 * time.Second)
+	m, ok, err := q.TryGet()
+	if err != nil || !ok {
+		log.Fatal("not ready after its delay: ", err)
+	}
+	fmt.Printf("%s: leased until %s by the wall clock\n", m.Body, m.LeaseEnd.Format("15:04:05"))
+	// Output: in ten seconds: leased until 08:01:10 by the wall clock
+}
