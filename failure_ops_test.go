@@ -33,6 +33,18 @@ func TestFailureOps(t *testing.T) {
 	}
 }
 
+// FuzzFailureOps is TestFailureOps with the seed and the failing operation
+// chosen by the fuzzer.
+func FuzzFailureOps(f *testing.F) {
+	ops := []string{"write", "sync", "syncdir"}
+	for seed := range uint64(6) {
+		f.Add(seed, uint8(seed))
+	}
+	f.Fuzz(func(t *testing.T, seed uint64, op uint8) {
+		runFailureOps(t, seed, ops[int(op)%len(ops)])
+	})
+}
+
 func runFailureOps(t *testing.T, seed uint64, failOp string) {
 	rng := rand.New(rand.NewPCG(seed, 0xfa11))
 	dir := t.TempDir()
