@@ -200,6 +200,13 @@ func (c *child) produce(rng *rand.Rand) {
 		call = c.intent("putb %s", strings.Join(descs, ","))
 		ids, err = c.q.PutBatch(ctx, items)
 	}
+	if errors.Is(err, walq.ErrInvalidDeadline) && c.clock.steps.Load() != steps {
+		// A wall clock stepped forward between the child's reading and the
+		// queue's put the deadline before the due time: refused, nothing
+		// stored, as it should be.
+		c.failed(call, "deadline-stepped")
+		return
+	}
 	var be *walq.BatchError
 	if err != nil && !errors.As(err, &be) {
 		c.fatal("put", err)

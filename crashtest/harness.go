@@ -416,7 +416,7 @@ func (h *harness) drain() error {
 		return err
 	}
 	for tok, e := range h.led.entries {
-		if !e.gone && e.put != putDup {
+		if !e.gone && e.put != putRefused {
 			h.led.violate("after drain: item %s neither gone nor stored", tok)
 		}
 	}

@@ -25,9 +25,9 @@ import (
 type putState int
 
 const (
-	putMaybe putState = iota + 1 // started, not reported
-	putDone                      // reported stored, or seen stored
-	putDup                       // refused: its key was held; nothing stored
+	putMaybe   putState = iota + 1 // started, not reported
+	putDone                        // reported stored, or seen stored
+	putRefused                     // refused (its key was held, or its deadline not after its due time): nothing stored
 )
 
 // entry is what the ledger knows of one item, named by its token.
@@ -147,6 +147,8 @@ func (l *ledger) ingest(events []event, trusted func(event) bool) cycleReport {
 			if ev.kind == 'D' {
 				l.done(in, ev, trusted(ev), l.startedAt[ev.n])
 				l.opsChecked++
+			} else if in.op == "put" || in.op == "putb" {
+				l.refused(in)
 			}
 			delete(l.startedAt, ev.n)
 		}
@@ -170,13 +172,25 @@ func (l *ledger) ingest(events []event, trusted func(event) bool) cycleReport {
 	return rep
 }
 
+// refused records a put the queue refused as a whole (the child reports
+// that only for a deadline a clock step moved before the due time): none of
+// its items was stored.
+func (l *ledger) refused(in event) {
+	for _, desc := range strings.Split(in.args[0], ",") {
+		if e := l.entries[strings.SplitN(desc, "/", 2)[0]]; e != nil && e.put == putMaybe {
+			e.put = putRefused
+			l.putsIntended--
+		}
+	}
+}
+
 // lookup returns the entry of tok; an unknown token is a violation (and
 // gets a placeholder so the caller can go on).
 func (l *ledger) lookup(tok, what string) *entry {
 	e := l.entries[tok]
 	if e == nil {
 		l.violate("%s of item %q that was never put", what, tok)
-		e = &entry{tok: tok, put: putDup, gone: true}
+		e = &entry{tok: tok, put: putRefused, gone: true}
 		l.entries[tok] = e
 	}
 	return e
@@ -241,7 +255,7 @@ func (l *ledger) done(in, ev event, trusted bool, started uint64) {
 			e.window = window
 			switch {
 			case strings.HasPrefix(res, "d"):
-				e.put = putDup // nothing was stored for it, durable or not
+				e.put = putRefused // nothing was stored for it, durable or not
 				l.putsIntended--
 			case trusted:
 				e.put = putDone
@@ -337,7 +351,7 @@ func (l *ledger) check(st *state.State, where string) int {
 			// An item of a PutBatch that never returned may have been refused
 			// for its key while the others were stored.
 			maybeDup := e.put == putMaybe && e.key != ""
-			if e.put != putDup && (e.seen || e.put == putDone || (materialized[e.batch] && !maybeDup)) {
+			if e.put != putRefused && (e.seen || e.put == putDone || (materialized[e.batch] && !maybeDup)) {
 				switch {
 				case e.ackDone || e.ackMaybe:
 					e.goneWhy = "acked"
@@ -450,8 +464,8 @@ func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
 	switch {
 	case e.gone:
 		bad("stored again after it was gone (%s)", e.goneWhy)
-	case e.put == putDup:
-		bad("stored although its put was refused as a duplicate")
+	case e.put == putRefused:
+		bad("stored although its put was refused")
 	case e.ackDone:
 		bad("acked and reported done, but it came back (%s)", it.Status)
 	case e.purgeDone:

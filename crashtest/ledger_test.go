@@ -45,7 +45,7 @@ func TestLedger(t *testing.T) {
 		{"attempts reset without redrive", put1 + done1 + get, []stored{{tok: "c1.1", deliveries: 1}}, "attempts went from 1 to 0"},
 		{"batch half stored", "I 1 putb c1.1/0/0/-,c1.2/0/0/-\n", []stored{{tok: "c1.1"}}, "c1.2 lost"},
 		{"batch in flight, keyed item refused", "I 1 putb c1.1/0/0/-,c1.2/0/0/k1\n", []stored{{tok: "c1.1"}}, ""},
-		{"duplicate stored", "I 1 put c1.1/0/0/k1\nD 1 100 5 d7 w10\n", []stored{{tok: "c1.1"}}, "refused as a duplicate"},
+		{"duplicate stored", "I 1 put c1.1/0/0/k1\nD 1 100 5 d7 w10\n", []stored{{tok: "c1.1"}}, "stored although its put was refused"},
 		{"deadline passed", "I 1 put c1.1/50/0/-\n" + done1, []stored{{tok: "c1.1", removed: true}}, ""},
 
 		// Deadlines are checked by spans of queue time: the stored deadline
@@ -60,6 +60,9 @@ func TestLedger(t *testing.T) {
 		// deadline further from now: only the sign is known.
 		{"deadline past the span, a clock step in the call", span1 + "D 1 100 5 1 w?\n",
 			[]stored{{tok: "c1.1", deadline: 8 * 60e9}}, ""},
+		{"put refused: a step moved its deadline before its due time", span1 + "E 1 deadline-stepped\n", nil, ""},
+		{"stored although its put was refused", span1 + "E 1 deadline-stepped\n",
+			[]stored{{tok: "c1.1", deadline: 500e6}}, "stored although its put was refused"},
 		{"deadline in flight, within the span", span1, []stored{{tok: "c1.1", deadline: 300e6}}, ""},
 		{"deadline dropped", span1 + done1, []stored{{tok: "c1.1", deadline: -1}}, "put with a span of 500ms"},
 		{"deadline added", put1 + done1, []stored{{tok: "c1.1", deadline: 500e6}}, "put with a span of 0s"},
