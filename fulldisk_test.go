@@ -383,3 +383,59 @@ func (l *diskLedger) check(t *testing.T, q *Queue, where string) {
 		}
 	}
 }
+
+// TestFullDiskReopenWithOpenLeases: leases open when the disk is full must
+// be ended by every recovery, which writes their expiry records: the first
+// reopen takes room from the reserve, and the reserve must then still hold
+// what it could, so that the next reopen on the still-full disk works too.
+func TestFullDiskReopenWithOpenLeases(t *testing.T) {
+	mnt := mountTmpfs(t, "8m")
+	dir := filepath.Join(mnt, "queue")
+	opts := Options{Visibility: time.Hour, MaxAttempts: 100, Backoff: func(int) time.Duration { return 0 }, DisableAutoCompact: true}
+	ctx := context.Background()
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 40 {
+		if _, err := q.Put(ctx, make([]byte, 1000)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Close()
+	fill := func() {
+		// Fill the disk to the last byte, beside the queue, as another
+		// process on it would.
+		for freeBytes(t, mnt) > 0 {
+			f, err := os.CreateTemp(mnt, "filler-")
+			if err != nil {
+				return
+			}
+			f.Write(make([]byte, min(freeBytes(t, mnt), 1<<20)))
+			f.Close()
+		}
+	}
+	fill()
+	for round := range 5 {
+		q, err := Open(dir, opts)
+		if err != nil {
+			t.Fatalf("reopen %d on the full disk: %v", round, err)
+		}
+		// Lease what the full disk lets us: each lease open at the close
+		// needs an expiry record at the next open.
+		leased := 0
+		for range 10 {
+			if _, ok, err := q.TryGet(); err != nil || !ok {
+				break
+			}
+			leased++
+		}
+		st := q.Stats()
+		fill() // whatever the reserve gave back is taken
+		q.Close()
+		t.Logf("round %d: expired %d leases at open, leased %d, items %d", round, st.Recovery.LeasesExpired, leased, st.Items)
+		if st.Items != 40 {
+			t.Fatalf("round %d: %d items, want 40", round, st.Items)
+		}
+	}
+}

@@ -191,7 +191,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		}
 	}
 	if err := writeReserve(fsys, dir, o.FileMode); err != nil {
-		o.Logger.Warn("walq: no reserve file: a later recovery on a full disk may fail", "err", err)
+		o.Logger.Warn("walq: the reserve file is short or missing: a later recovery on a full disk may fail", "err", err)
 	}
 	// Segments the snapshot covers wholly were neither read nor verified:
 	// they are garbage that a crash kept from the last compaction's
@@ -339,11 +339,25 @@ func writeReserve(fsys wal.FS, dir string, perm os.FileMode) error {
 		return err
 	}
 	zeros := make([]byte, 64<<10)
-	for n := 0; n < reserveSize; n += len(zeros) {
-		if _, err := f.Write(zeros); err != nil {
+	written := 0
+	var werr error
+	for written < reserveSize {
+		n, err := f.Write(zeros)
+		written += n
+		if err != nil {
+			werr = err
+			break
+		}
+	}
+	if werr != nil {
+		// On a full disk keep what could be written: a smaller reserve
+		// still gives the next recovery room for its records, none does
+		// not.
+		werr = fmt.Errorf("reserve of %d bytes, not %d: %w", written, reserveSize, werr)
+		if written == 0 || f.Truncate(int64(written)) != nil {
 			f.Close()
 			fsys.Remove(path)
-			return err
+			return werr
 		}
 	}
 	if err := f.Sync(); err != nil {
@@ -351,5 +365,8 @@ func writeReserve(fsys wal.FS, dir string, perm os.FileMode) error {
 		fsys.Remove(path)
 		return err
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return werr
 }
