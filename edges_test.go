@@ -475,3 +475,28 @@ func TestMessageTimesShareOneOffset(t *testing.T) {
 		}
 	}
 }
+
+// TestHarmlessTruncateFailureKeepsTheQueue: a compaction whose truncation
+// fails before it changed anything (ENOSPC writing tidwall's .START file,
+// say) fails, but the queue goes on; the next compaction truncates.
+func TestHarmlessTruncateFailureKeepsTheQueue(t *testing.T) {
+	ffs := wal.NewFaultFS(wal.OSFS(), 0)
+	q, _, _ := testQueue(t, withFS(Options{SegmentSize: 4096, DisableAutoCompact: true}, ffs))
+	for i := range 100 {
+		mustPut(t, q, fmt.Sprintf("item %03d padded to fill a few segments of the log", i))
+	}
+	before := q.Stats().LogSegments
+	ffs.FailNext("truncate-front")
+	if err := q.Compact(); err == nil {
+		t.Fatal("Compact with a failing truncation returned nil")
+	}
+	if _, err := q.Put(context.Background(), []byte("after")); err != nil {
+		t.Fatalf("Put after a harmless truncation failure: %v", err)
+	}
+	if err := q.Compact(); err != nil {
+		t.Fatalf("the next compaction: %v", err)
+	}
+	if after := q.Stats().LogSegments; after >= before {
+		t.Fatalf("segments %d after compaction, %d before", after, before)
+	}
+}
