@@ -2,6 +2,7 @@ package walq
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -498,5 +499,41 @@ func TestHarmlessTruncateFailureKeepsTheQueue(t *testing.T) {
 	}
 	if after := q.Stats().LogSegments; after >= before {
 		t.Fatalf("segments %d after compaction, %d before", after, before)
+	}
+}
+
+// TestRefusedRecordNamesItsPlace: a record that verifies but that the state
+// refuses on replay is corruption, reported with the segment and offset it
+// sits at (recovery used to report only its LSN).
+func TestRefusedRecordNamesItsPlace(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Clock: NewManualClock(epoch)}
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, q, "x")
+	last := q.Stats().LastLSN
+	q.Close()
+	body, err := state.Encode(nil, &state.Ack{Time: epoch.UnixNano(), Receipt: 999})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := wal.AppendRecord(nil, state.TypeAck, last+1, body)
+	segs, _, err := wal.ListSegments(filepath.Join(dir, "log"))
+	if err != nil || len(segs) != 1 {
+		t.Fatalf("segments %v, %v", segs, err)
+	}
+	f, err := os.OpenFile(segs[0].Path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(binary.AppendUvarint(nil, uint64(len(rec))))
+	f.Write(rec)
+	f.Close()
+	_, err = Open(dir, opts)
+	var ce *CorruptionError
+	if !errors.As(err, &ce) || ce.File != segs[0].Name || ce.Offset != segs[0].Size || ce.Index != last+1 {
+		t.Fatalf("Open = %v (%+v), want a CorruptionError at %s offset %d index %d", err, ce, segs[0].Name, segs[0].Size, last+1)
 	}
 }

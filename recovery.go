@@ -138,8 +138,8 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		OnSync:      func(d time.Duration) { q.metrics.fsync.observe(d.Seconds()) },
 		OnBatch:     func(records, _ int) { q.metrics.batch.observe(float64(records)) },
 	}
-	log, info, err := wal.Open(logDir, walOpts, snap+1, func(rec wal.Record) error {
-		return rebuild.Apply(st, logDir, wal.Position{Index: rec.LSN}, rec)
+	log, info, err := wal.Open(logDir, walOpts, snap+1, func(pos wal.Position, rec wal.Record) error {
+		return rebuild.Apply(st, logDir, pos, rec)
 	})
 	if err != nil {
 		if len(base.Newer) > 0 {

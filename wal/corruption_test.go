@@ -435,7 +435,7 @@ func checkRefused(t *testing.T, dir string, want wantCorruption, before map[stri
 	}
 	_, err := Scan(dir, 0, 0, nil)
 	check("scan", err)
-	l, _, err := Open(dir, Options{SegmentSize: baseSegmentSize}, 0, func(Record) error { return nil })
+	l, _, err := Open(dir, Options{SegmentSize: baseSegmentSize}, 0, func(Position, Record) error { return nil })
 	if l != nil {
 		l.Close()
 	}
@@ -449,7 +449,7 @@ func checkRepaired(t *testing.T, dir string, tc corruptionCase, cut []byte, befo
 	t.Helper()
 	// Scan, read-only, sees what Open will keep, and the tail it will cut.
 	var scanned replayed
-	res, err := Scan(dir, 0, 0, func(_ Position, r Record) error { return scanned.apply(r) })
+	res, err := Scan(dir, 0, 0, scanned.apply)
 	if err != nil {
 		t.Fatalf("scan: %v", err)
 	}

@@ -85,10 +85,17 @@ func frame(typ byte, lsn uint64, body []byte) []byte {
 	return append(binary.AppendUvarint(nil, uint64(len(rec))), rec...)
 }
 
-// replayed collects records passed to apply, copying their bodies.
-type replayed struct{ recs []Record }
+// replayed collects records passed to apply, copying their bodies, and
+// checks that each comes with its own position.
+type replayed struct {
+	recs []Record
+	bad  []string // positions that do not name their record
+}
 
-func (r *replayed) apply(rec Record) error {
+func (r *replayed) apply(pos Position, rec Record) error {
+	if pos.Index != rec.LSN || pos.File == "" {
+		r.bad = append(r.bad, fmt.Sprintf("record %d at %+v", rec.LSN, pos))
+	}
 	rec.Body = bytes.Clone(rec.Body)
 	r.recs = append(r.recs, rec)
 	return nil
@@ -119,6 +126,9 @@ func reopen(t *testing.T, dir string, opts Options) ([]Record, OpenInfo) {
 	}
 	if err := l.Close(); err != nil {
 		t.Fatalf("close: %v", err)
+	}
+	if len(r.bad) > 0 {
+		t.Fatalf("replay passed records without their positions: %v", r.bad)
 	}
 	return r.recs, info
 }

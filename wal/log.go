@@ -218,7 +218,7 @@ type result struct {
 //  5. opens tidwall/wal, fsyncs the tail (a process killed under SyncNever
 //     may have left replayed records in the page cache only), and starts the
 //     committer.
-func Open(dir string, opts Options, from uint64, apply func(Record) error) (*Log, OpenInfo, error) {
+func Open(dir string, opts Options, from uint64, apply func(Position, Record) error) (*Log, OpenInfo, error) {
 	opts = opts.withDefaults()
 	fsys := opts.FS
 	var info OpenInfo
@@ -275,8 +275,8 @@ func Open(dir string, opts Options, from uint64, apply func(Record) error) (*Log
 	// returned before anything is cut, so a refused open changes nothing.
 	pass := &scanner{fsys: fsys, dir: dir, from: from, fromDisk: true, logger: opts.Logger}
 	if apply != nil {
-		pass.fn = func(_ Position, rec Record) error {
-			if err := apply(rec); err != nil {
+		pass.fn = func(pos Position, rec Record) error {
+			if err := apply(pos, rec); err != nil {
 				return fmt.Errorf("replay record %d: %w", rec.LSN, err)
 			}
 			return nil
