@@ -19,7 +19,8 @@
 # Modes: kill (kill -9, SyncAlways, compaction forced every few ms),
 # powerloss (the same, then the log cut back to what was fsynced),
 # interval (SyncInterval(20ms) with power loss: only the last interval may
-# be missing), early-ack (the queue built to return before fsync: the run
+# be missing), never (SyncNever, kill -9 only: a call returns once its record
+# is written to the OS, and that survives the process), early-ack (the queue built to return before fsync: the run
 # must report violations).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +29,7 @@ cycles=${1:-1000}
 shift || true
 modes=("$@")
 if [ ${#modes[@]} -eq 0 ]; then
-	modes=(kill powerloss interval early-ack)
+	modes=(kill powerloss interval never early-ack)
 fi
 seed=${SEED:-0}
 bin=$(mktemp -d)
@@ -42,6 +43,7 @@ for mode in "${modes[@]}"; do
 	kill) args=(-cycles "$cycles" -sync always) ;;
 	powerloss) args=(-cycles "$cycles" -sync always -powerloss) ;;
 	interval) args=(-cycles "$(( cycles / 5 > 200 ? cycles / 5 : 200 ))" -sync interval:20ms -powerloss) ;;
+	never) args=(-cycles "$(( cycles / 5 > 200 ? cycles / 5 : 200 ))" -sync never) ;;
 	early-ack) args=(-cycles 50 -sync always -powerloss -expect-violations) ;;
 	*) echo "soak.sh: unknown mode $mode" >&2; exit 2 ;;
 	esac
