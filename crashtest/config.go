@@ -15,6 +15,10 @@ type Config struct {
 	Seed      uint64 // 0: chosen from the clock (and printed)
 	Sync      string // "always", "interval:<duration>" or "never"
 	PowerLoss bool   // cut unsynced segment tails after each kill
+	// PageLoss makes the power loss keep random pages of the unsynced range
+	// and not others (zeros or garbage in their place), as a disk that
+	// writes a page cache back out of order would; implies PowerLoss.
+	PageLoss bool
 	// StepClock steps each child's wall clock back and forward while it
 	// runs, and starts each child's clock at an offset from the true time,
 	// often behind the previous child's.

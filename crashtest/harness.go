@@ -31,6 +31,7 @@ type Summary struct {
 	KillsInRecovery   int // kills before the child's Open returned
 	TailsCut          int // power-loss cuts applied
 	SegmentsDropped   int // power-loss: segment files removed
+	PagesLost         int // page loss: unsynced pages that did not reach the disk
 	Checks            int // recoveries checked against the ledger
 	Ops               int // completed calls whose outcome was checked
 	ItemChecks        int // item-by-item comparisons of ledger and state
@@ -46,10 +47,10 @@ type Summary struct {
 
 func (s Summary) String() string {
 	return fmt.Sprintf("walq crashtest: seed=%d sync=%s powerloss=%v stepclock=%v cycles=%d kills=%d in-compaction=%d in-recovery=%d "+
-		"tails-cut=%d segments-dropped=%d checks=%d ops-checked=%d item-checks=%d deadlines-checked=%d clock-steps=%d clock-behind=%d "+
+		"tails-cut=%d segments-dropped=%d pages-lost=%d checks=%d ops-checked=%d item-checks=%d deadlines-checked=%d clock-steps=%d clock-behind=%d "+
 		"work-runs=%d drained=%d violations=%d elapsed=%s",
 		s.Seed, s.Sync, s.PowerLoss, s.StepClock, s.Cycles, s.Kills, s.KillsInCompaction, s.KillsInRecovery, s.TailsCut,
-		s.SegmentsDropped, s.Checks, s.Ops, s.ItemChecks, s.DeadlinesChecked, s.ClockSteps, s.ClockBehind,
+		s.SegmentsDropped, s.PagesLost, s.Checks, s.Ops, s.ItemChecks, s.DeadlinesChecked, s.ClockSteps, s.ClockBehind,
 		s.WorkRuns, s.Drained, len(s.Violations), s.Elapsed.Round(time.Second))
 }
 
@@ -88,6 +89,9 @@ func Run(cfg Config) (Summary, error) {
 	}
 	if cfg.Mix.Producers == 0 {
 		cfg.Mix = DefaultMix
+	}
+	if cfg.PageLoss {
+		cfg.PowerLoss = true
 	}
 	if len(cfg.Child) == 0 {
 		return Summary{}, errors.New("crashtest: Config.Child is empty")

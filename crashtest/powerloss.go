@@ -80,6 +80,9 @@ func (h *harness) powerLoss(durable uint64) (string, error) {
 		h.sum.SegmentsDropped++
 		return what + fmt.Sprintf("removed %s", s.Name), os.Remove(s.Path)
 	}
+	if h.cfg.PageLoss {
+		return what + h.losePages(s, keep), nil
+	}
 	cut := keep + h.rng.Int64N(s.Size-keep+1)
 	if cut == s.Size {
 		return what + fmt.Sprintf("kept %s whole (%d bytes, %d fsynced)", s.Name, s.Size, keep), nil
@@ -110,6 +113,61 @@ func (h *harness) powerLoss(durable uint64) (string, error) {
 		return what, err
 	}
 	return what, f.Close()
+}
+
+// pageSize is the unit in which the simulated page cache reaches the disk.
+const pageSize = 4096
+
+// losePages is the out-of-order power loss of Config.PageLoss, after
+// pebble's crashable file system that keeps a random share of what was not
+// synced: of the pages of s that hold bytes written after its last fsync
+// (from keep on), each independently reached the disk or did not, and one
+// that did not reads as zeros or as garbage; the file's size may also not
+// have reached the disk, leaving it cut at a page boundary. The page holding
+// keep itself reaches the disk whole or not at all: the disk writes pages,
+// so its fsynced part stays and the rest reads as zeros when it did not.
+func (h *harness) losePages(s wal.Segment, keep int64) string {
+	f, err := os.OpenFile(s.Path, os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Sprintf("page loss in %s: %v", s.Name, err)
+	}
+	defer f.Close()
+	size := s.Size
+	if h.rng.IntN(4) == 0 {
+		// The size never reached the disk past some page.
+		first := keep / pageSize * pageSize
+		size = min(size, first+pageSize*h.rng.Int64N((size-first)/pageSize+2))
+		size = max(size, keep)
+	}
+	lost, zeroed := 0, 0
+	for page := keep / pageSize * pageSize; page < size; page += pageSize {
+		from, to := max(page, keep), min(page+pageSize, size)
+		if from >= to || h.rng.IntN(2) == 0 {
+			continue // this page reached the disk
+		}
+		lost++
+		junk := make([]byte, to-from)
+		if from == keep || h.rng.IntN(2) == 0 {
+			zeroed++
+		} else {
+			for i := range junk {
+				junk[i] = byte(h.rng.Uint32())
+			}
+		}
+		if _, err := f.WriteAt(junk, from); err != nil {
+			return fmt.Sprintf("page loss in %s: %v", s.Name, err)
+		}
+	}
+	if size < s.Size {
+		if err := f.Truncate(size); err != nil {
+			return fmt.Sprintf("page loss in %s: %v", s.Name, err)
+		}
+	}
+	if lost > 0 || size < s.Size {
+		h.sum.TailsCut++
+		h.sum.PagesLost += lost
+	}
+	return fmt.Sprintf("lost %d pages (%d zeroed) of %s past its fsynced %d bytes, size %d of %d", lost, zeroed, s.Name, keep, size, s.Size)
 }
 
 func uvarintLen(x uint64) int {

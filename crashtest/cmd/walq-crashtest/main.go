@@ -26,6 +26,7 @@ func main() {
 		seed      = flag.Uint64("seed", 0, "seed of the parent's choices (0: from the clock; printed)")
 		sync      = flag.String("sync", "always", "sync policy: always, never or interval:<duration>")
 		powerLoss = flag.Bool("powerloss", false, "after each kill, cut the log back to what was fsynced, as a power loss would")
+		pageLoss  = flag.Bool("pageloss", false, "power loss that keeps random pages of what was not fsynced and not others, as out-of-order writeback would (implies -powerloss)")
 		stepClock = flag.Bool("stepclock", false, "step each child's wall clock back and forward while it runs, and start it behind the previous child's")
 		mix       = flag.String("mix", "", "workload overrides, e.g. producers=4,ack=50,compact=5ms (see crashtest.Mix)")
 		maxRun    = flag.Duration("maxrun", 400*time.Millisecond, "longest a child runs before its kill")
@@ -46,7 +47,7 @@ func main() {
 		os.Exit(2)
 	}
 	cfg := crashtest.Config{
-		Cycles: *cycles, Seed: *seed, Sync: *sync, PowerLoss: *powerLoss, StepClock: *stepClock, Mix: m,
+		Cycles: *cycles, Seed: *seed, Sync: *sync, PowerLoss: *powerLoss, PageLoss: *pageLoss, StepClock: *stepClock, Mix: m,
 		SegmentSize: *segment, MaxRun: *maxRun, Dir: *dir, Child: []string{self},
 		StopOnViolation: true,
 		Log: func(format string, args ...any) {
