@@ -537,3 +537,39 @@ func TestRefusedRecordNamesItsPlace(t *testing.T) {
 		t.Fatalf("Open = %v (%+v), want a CorruptionError at %s offset %d index %d", err, ce, segs[0].Name, segs[0].Size, last+1)
 	}
 }
+
+// TestClockBounds: queue times are nanoseconds in an int64 and the queue
+// adds up to MaxDuration to them. A wall clock too far ahead overflowed
+// them (a clock in 2200 made an item delayed by MaxDuration ready at once,
+// one in 2300 reported leases ending in 1715), and one in 2150 rejected a
+// deadline in the year 9999 as "not after its due time". Open now refuses a
+// clock it cannot keep times by, creating nothing, and a far deadline
+// saturates instead of wrapping.
+func TestClockBounds(t *testing.T) {
+	for _, year := range []int{1969, 2163, 2300} {
+		dir := filepath.Join(t.TempDir(), "q")
+		clock := NewManualClock(time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC))
+		if q, err := Open(dir, Options{Clock: clock}); !errors.Is(err, ErrInvalid) {
+			if q != nil {
+				q.Close()
+			}
+			t.Fatalf("Open with the clock in %d: %v, want ErrInvalid", year, err)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("Open with the clock in %d created the directory: %v", year, err)
+		}
+	}
+	clock := NewManualClock(time.Date(2150, 1, 1, 0, 0, 0, 0, time.UTC))
+	q, err := Open(t.TempDir(), Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	mustPut(t, q, "far", WithDelay(MaxDuration))
+	expectEmpty(t, q)
+	id := mustPut(t, q, "until 9999", WithDeadline(time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)))
+	m := mustTryGet(t, q)
+	if m.ID != id || m.LeaseEnd.Sub(clock.Now()) != defaultVisibility {
+		t.Fatalf("got %+v", m)
+	}
+}

@@ -1,6 +1,10 @@
 package walq
 
-import "time"
+import (
+	"fmt"
+	"math"
+	"time"
+)
 
 // queueTime is the queue's one time, in nanoseconds since the Unix epoch:
 // the wall time read at Open, raised to the newest time in the log when the
@@ -71,16 +75,40 @@ func (t queueTime) offset() offset {
 
 // toWall translates a queue time to wall-clock time.
 func (o offset) toWall(at int64) time.Time {
+	if o > 0 && at > math.MaxInt64-int64(o) {
+		return time.Unix(0, math.MaxInt64)
+	}
 	return time.Unix(0, at+int64(o))
 }
 
 // fromWall translates a wall-clock time to queue time: the same span from
-// now, bounded so that it cannot overflow.
+// now, bounded so that it cannot overflow (a wall time beyond what an int64
+// of nanoseconds holds saturates: as good as never).
 func (t queueTime) fromWall(w time.Time) int64 {
 	o := t.offset()
 	now := t.now()
-	d := w.Sub(time.Unix(0, now+int64(o)))
-	return now + int64(min(max(d, -maxOffset), maxOffset))
+	d := int64(min(max(w.Sub(time.Unix(0, now+int64(o))), -maxOffset), maxOffset))
+	if d > 0 && now > math.MaxInt64-d {
+		return math.MaxInt64
+	}
+	return now + d
+}
+
+// Queue time must leave room for the longest span the queue adds to it
+// (MaxDuration), in an int64 of nanoseconds since 1970: Open refuses a wall
+// clock outside [minClock, maxClock] (the latter is in the year 2162).
+var (
+	minClock = time.Unix(0, 0)
+	maxClock = time.Unix(0, math.MaxInt64-int64(MaxDuration))
+)
+
+// checkClock refuses a wall clock the queue cannot keep its times by.
+func checkClock(c Clock) error {
+	if now := c.Now(); now.Before(minClock) || now.After(maxClock) {
+		return fmt.Errorf("%w: the clock reads %v; walq keeps times between %v and %v", ErrInvalid,
+			now.UTC().Format(time.RFC3339), minClock.UTC().Format(time.RFC3339), maxClock.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // toWall translates one queue time to wall-clock time; use one offset for

@@ -46,6 +46,9 @@ func Open(dir string, opts Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkClock(o.Clock); err != nil {
+		return nil, err
+	}
 	created, err := createDir(o.fs, dir, o.DirMode)
 	if err != nil {
 		return nil, err
