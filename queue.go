@@ -93,10 +93,14 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts ...PutOption) (uint64
 
 // Limits on what one call may put, whatever the options: a key is held in
 // memory and in every record that names it, and a batch is one record,
-// built and written in one piece.
+// built and written in one piece. MaxBatchBytes bounds the record: its
+// bodies, its keys and batchItemOverhead bytes for each item's other
+// fields, so a batch of many empty items is bounded too.
 const (
 	MaxKeySize    = 1 << 10
 	MaxBatchBytes = 64 << 20
+
+	batchItemOverhead = 16
 )
 
 // PutBatch stores items in one log record: after a crash either all of the
@@ -109,7 +113,7 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 	if len(items) == 0 {
 		return nil, nil
 	}
-	total := 0
+	total, record := 0, 0
 	for i := range items {
 		it := &items[i]
 		if len(it.Body) > q.opts.MaxBodySize {
@@ -122,9 +126,11 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 			return nil, fmt.Errorf("%w: item %d: key of %d bytes, at most %d", ErrInvalid, i, len(it.Key), MaxKeySize)
 		}
 		total += len(it.Body)
+		record += len(it.Body) + len(it.Key) + batchItemOverhead
 	}
-	if total > MaxBatchBytes {
-		return nil, fmt.Errorf("%w: batch of %d bytes of bodies, at most %d in one record", ErrTooLarge, total, MaxBatchBytes)
+	if record > MaxBatchBytes {
+		return nil, fmt.Errorf("%w: batch of %d items, %d bytes of bodies: a record of about %d bytes, at most %d",
+			ErrTooLarge, len(items), total, record, MaxBatchBytes)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -536,4 +536,20 @@ func TestBatchTooLarge(t *testing.T) {
 	if st := q.Stats(); st.Items != 0 {
 		t.Fatalf("%d items stored", st.Items)
 	}
+	// Empty items count too: the record holds their keys and other fields
+	// (a batch of millions of empty items built a record of hundreds of MB).
+	empty := make([]Item, MaxBatchBytes/batchItemOverhead+1)
+	if _, err := q.PutBatch(context.Background(), empty); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("PutBatch of %d empty items = %v, want ErrTooLarge", len(empty), err)
+	}
+	keyed := make([]Item, MaxBatchBytes/MaxKeySize)
+	for i := range keyed {
+		keyed[i].Key = fmt.Sprintf("%0*d", MaxKeySize, i)
+	}
+	if _, err := q.PutBatch(context.Background(), keyed); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("PutBatch of %d items with %d-byte keys = %v, want ErrTooLarge", len(keyed), MaxKeySize, err)
+	}
+	if st := q.Stats(); st.Items != 0 {
+		t.Fatalf("%d items stored", st.Items)
+	}
 }
