@@ -22,7 +22,8 @@ var (
 	// may have been handed to someone else; it is counted as a late ack.
 	ErrLeaseLost = errors.New("walq: lease lost")
 
-	// ErrTooLarge is returned by Put for a body over Options.MaxBodySize.
+	// ErrTooLarge is returned by Put for a body over Options.MaxBodySize,
+	// and by PutBatch for a batch whose record would pass MaxBatchBytes.
 	ErrTooLarge = errors.New("walq: body too large")
 
 	// ErrFull is returned by Put when the items would go beyond
