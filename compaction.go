@@ -87,10 +87,12 @@ func (q *Queue) compact() (err error) {
 		if err != nil {
 			return err
 		}
-		q.mu.Lock()
-		now := q.qt.now()
-		q.mu.Unlock()
-		shadow.PruneKeys(now, int64(q.opts.KeyWindow))
+		// Keys are pruned at the snapshot's own time, the newest time in
+		// the records it covers, not at the queue's time now: a reopen with
+		// the wall clock behind resumes queue time at the log's newest
+		// time, which may be earlier than now, and a key pruned at now
+		// would be missing there while its window still held it.
+		shadow.PruneKeys(shadow.LastTime(), int64(q.opts.KeyWindow))
 		body, err := shadow.MarshalSnapshot()
 		if err != nil {
 			return fmt.Errorf("walq: compaction: encode snapshot: %w", err)

@@ -575,3 +575,41 @@ func TestClockBounds(t *testing.T) {
 		t.Fatalf("got %+v", m)
 	}
 }
+
+// TestKeyWindowAcrossCompactionAndClockBehind: a reopen with the wall clock
+// behind resumes queue time at the log's newest time, which can be earlier
+// than the queue time at which the last compaction ran. A key pruned from
+// that snapshot at the compaction's time was then missing although its
+// window still held it (FuzzOps found it); the snapshot now prunes at its
+// own time.
+func TestKeyWindowAcrossCompactionAndClockBehind(t *testing.T) {
+	dir := t.TempDir()
+	clock := NewManualClock(epoch)
+	opts := Options{Clock: clock, KeyWindow: 30 * time.Second, DisableAutoCompact: true}
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := mustPut(t, q, "keyed", WithKey("k"))
+	if err := q.Ack(mustTryGet(t, q).Receipt); err != nil { // released at epoch
+		t.Fatal(err)
+	}
+	clock.Advance(5 * time.Second)
+	mustPut(t, q, "the log's newest record, at epoch+5s")
+	advance(t, q, clock, 30*time.Second) // no record: queue time moves on to epoch+35s
+	if err := q.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+
+	opts.Clock = NewManualClock(epoch.Add(-time.Hour))
+	if q, err = Open(dir, opts); err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	// Queue time is epoch+5s again: the key, released at epoch, is held.
+	got, err := q.Put(context.Background(), []byte("again"), WithKey("k"))
+	if !errors.Is(err, ErrDuplicate) || got != id {
+		t.Fatalf("Put with the key = %d, %v; want %d, ErrDuplicate", got, err, id)
+	}
+}
