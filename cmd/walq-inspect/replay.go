@@ -154,7 +154,17 @@ type replayer struct {
 	scan     wal.ScanResult // of the last scan
 	visited  uint64         // index of the last record visited
 	notes    []string       // gaps in what was visited, for the caller to print
+
+	// shortLogs counts the scans that ended before the snapshot they built
+	// on. A directory listing taken while a running queue renames and
+	// removes segments may miss some of them, so such a scan is taken again
+	// (from a fresh listing) a few times before it is called corruption.
+	shortLogs int
 }
+
+// maxShortLogs is how many times a log that ends before its snapshot is
+// read again before the replay reports it.
+const maxShortLogs = 5
 
 func newReplayer(dir string, from, to uint64, visit func(*event) error) *replayer {
 	return &replayer{dir: dir, logDir: filepath.Join(dir, layout.LogDirName), from: from, to: to, visit: visit}
@@ -320,13 +330,21 @@ func (r *replayer) scanLog() error {
 	if err != nil {
 		return err
 	}
-	if r.to == 0 && r.st != nil && r.st.LastLSN() > res.Last && r.stErr == nil {
-		return &wal.CorruptionError{Dir: r.dir, File: r.base.File.Name, Index: r.st.LastLSN(),
+	var short *wal.CorruptionError
+	switch {
+	case r.to == 0 && r.st != nil && r.st.LastLSN() > res.Last && r.stErr == nil:
+		short = &wal.CorruptionError{Dir: r.dir, File: r.base.File.Name, Index: r.st.LastLSN(),
 			Err: fmt.Errorf("the snapshot covers index %d but the log ends at %d", r.st.LastLSN(), res.Last)}
-	}
-	if r.to == 0 && r.pending != nil {
-		return &wal.CorruptionError{Dir: r.dir, File: r.pending.File.Name, Index: r.pending.File.LSN,
+	case r.to == 0 && r.pending != nil:
+		short = &wal.CorruptionError{Dir: r.dir, File: r.pending.File.Name, Index: r.pending.File.LSN,
 			Err: fmt.Errorf("the snapshot covers index %d but the log ends at %d", r.pending.File.LSN, res.Last)}
+	}
+	if short != nil && r.shortLogs < maxShortLogs {
+		r.shortLogs++
+		return errLogMoved{want: r.next, got: res.Last + 1}
+	}
+	if short != nil {
+		return short
 	}
 	return nil
 }
