@@ -88,7 +88,16 @@ func TestLiveQueueNoFalseCorruption(t *testing.T) {
 	if err := <-writerDone; err != nil {
 		t.Fatal(err)
 	}
-	follow.Wait()
+	followed := make(chan struct{})
+	go func() { follow.Wait(); close(followed) }()
+	select {
+	case <-followed:
+	case <-time.After(60 * time.Second):
+		// Not a wait for time to pass: a follower stuck short of its
+		// target would otherwise hang the test binary until its timeout.
+		t.Fatalf("log --follow did not reach index %d within 60s of the load's end (the log holds %d records)",
+			liveTarget, q.Stats().LastLSN)
+	}
 	if follow.code != exitOK {
 		t.Fatalf("log --follow: exit %d\n%s", follow.code, follow.stderr)
 	}
