@@ -163,6 +163,20 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		BrokenFile:     info.BrokenFile,
 		ForeignEntries: foreign,
 	}
+	// Segments the snapshot covers wholly were neither read nor verified:
+	// they are garbage that a crash kept from the last compaction's
+	// truncation. Finish it (which also frees room on a full disk before
+	// the endings below are written); if that fails harmlessly, the next
+	// compaction tries again.
+	if info.Covered > 0 {
+		if err := q.truncateLog(snap); err != nil {
+			if lerr := log.Err(); lerr != nil {
+				log.Close()
+				return nil, fmt.Errorf("walq: remove the segments the snapshot covers: %w", lerr)
+			}
+			o.Logger.Warn("walq: could not remove the segments the snapshot covers; the next compaction will", "err", err)
+		}
+	}
 	for _, s := range log.Segments() {
 		q.logBytes += s.Size
 	}
@@ -195,24 +209,6 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	}
 	if err := writeReserve(fsys, dir, o.FileMode); err != nil {
 		o.Logger.Warn("walq: the reserve file is short or missing: a later recovery on a full disk may fail", "err", err)
-	}
-	// Segments the snapshot covers wholly were neither read nor verified:
-	// they are garbage that a crash kept from the last compaction's
-	// truncation. Finish it; if that fails harmlessly, the next compaction
-	// tries again.
-	if info.Covered > 0 {
-		if err := q.truncateLog(snap); err != nil {
-			if lerr := log.Err(); lerr != nil {
-				log.Close()
-				return nil, fmt.Errorf("walq: remove the segments the snapshot covers: %w", lerr)
-			}
-			o.Logger.Warn("walq: could not remove the segments the snapshot covers; the next compaction will", "err", err)
-		} else {
-			q.logBytes = 0
-			for _, s := range log.Segments() {
-				q.logBytes += s.Size
-			}
-		}
 	}
 	q.recovery.Duration = time.Since(start)
 	o.Logger.Info("walq: recovered", "dir", dir, "snapshot_lsn", snap, "replayed", info.Replayed,

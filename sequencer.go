@@ -21,8 +21,10 @@ func (q *Queue) usableLocked() error {
 	if err := q.failure(); err != nil {
 		return err
 	}
-	if err := q.log.Err(); err != nil {
-		return q.fail(err)
+	select {
+	case <-q.log.Failed(): // closed once the log's failure is set: no lock to take on every call
+		return q.fail(q.log.Err())
+	default:
 	}
 	return nil
 }

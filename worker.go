@@ -461,8 +461,8 @@ func (w *workRun) keep(m Message, res result, b *beater, cancel context.CancelCa
 			q.opts.Logger.Info("walq: work: abandoned handler returned", "id", m.ID, "attempt", m.Attempt,
 				"err", res.err, "ran_after_abandon", q.clock.Monotonic()-start)
 			w.returned()
-			res.abandoned = false
-			if _, _, err := w.settleOnly(m, res); err != nil {
+			// No next lease: a keeper has no worker to hand one to.
+			if _, _, err := w.settleWith(m, res, false); err != nil {
 				q.opts.Logger.Warn("walq: work: could not settle an abandoned handler's item", "id", m.ID, "err", err)
 			}
 			return
@@ -522,12 +522,6 @@ func (w *workRun) settle(m Message, res result) (next Message, ok bool, err erro
 		return Message{}, false, nil
 	}
 	return w.settleWith(m, res, w.take.Err() == nil)
-}
-
-// settleOnly is settle without leasing a next item: for a keeper, which has
-// no worker to hand one to.
-func (w *workRun) settleOnly(m Message, res result) (Message, bool, error) {
-	return w.settleWith(m, res, false)
 }
 
 func (w *workRun) settleWith(m Message, res result, leaseNext bool) (next Message, ok bool, err error) {
