@@ -55,7 +55,7 @@ var (
 	// does not know: a file of a newer walq, which this build must neither
 	// ignore nor remove. Nothing is changed on disk; open the directory with
 	// the walq that wrote it.
-	ErrNewerFormat = errors.New("walq: directory holds a file of a newer walq")
+	ErrNewerFormat = wal.ErrNewerFormat
 
 	// ErrNotQueue is returned by Open for a directory that is not empty and
 	// holds no walq file (lost+found and dotfiles aside): walq creates a

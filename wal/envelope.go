@@ -42,9 +42,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Record is one decoded envelope.
 type Record struct {
-	Type byte
-	LSN  uint64
-	Body []byte
+	Type  byte
+	LSN   uint64
+	Queue uint64 // the queue the record belongs to (format 2; 0 in format 1: the default queue)
+	Body  []byte
 }
 
 // AppendRecord appends the envelope of (typ, lsn, body) to dst. An empty body

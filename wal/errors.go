@@ -19,6 +19,10 @@ var ErrCorrupt = errors.New("walq: corrupt data")
 // refuses further work and the queue must be reopened to recover from disk.
 var ErrFailed = errors.New("walq: write or fsync failed; reopen the queue")
 
+// ErrNewerFormat is returned, wrapped with what and where, for a directory
+// or file written in a format version later than this build reads.
+var ErrNewerFormat = errors.New("walq: directory holds a file of a newer walq")
+
 // ErrClosed is returned by calls on a Log after Close.
 var ErrClosed = errors.New("walq: log closed")
 
