@@ -83,6 +83,9 @@ func reasonf(format string, args ...any) error {
 
 // isSegmentFile reports whether name is a segment (or a leftover of one).
 func isSegmentFile(name string) bool {
-	_, _, ok := parseSegmentName(name)
+	if _, ok := parseSegmentName(name); ok {
+		return true
+	}
+	_, _, ok := parseFormat1Name(name)
 	return ok
 }

@@ -401,6 +401,17 @@ func (b *frameBuilder) add(typ byte, queue uint64, encode func([]byte) []byte) i
 	return RecordHeaderSize + len(body)
 }
 
+// builderMark is a point add can be undone to.
+type builderMark struct{ hdrs, bodies, count int }
+
+func (b *frameBuilder) mark() builderMark {
+	return builderMark{len(b.hdrs), len(b.bodies), b.count}
+}
+
+func (b *frameBuilder) undo(m builderMark) {
+	b.hdrs, b.bodies, b.count = b.hdrs[:m.hdrs], b.bodies[:m.bodies], m.count
+}
+
 // payload returns the bytes after the frame header.
 func (b *frameBuilder) payload() int { return len(b.hdrs) + len(b.bodies) }
 

@@ -1,7 +1,7 @@
 package wal
 
 import (
-	"encoding/binary"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidwall/wal"
 )
 
 // Defaults for zero Options fields.
@@ -27,6 +26,9 @@ const (
 type Options struct {
 	SegmentSize int64      // target segment size; a segment is closed once it reaches it
 	Sync        SyncPolicy // see SyncPolicy
+	// Dir is the directory ID every segment carries (required): Open
+	// refuses a segment of another directory, and new segments get it.
+	Dir DirID
 	// MustReach makes Open refuse, before it changes anything, a log whose
 	// last verified record is before it (0: no such need). The owner knows
 	// of records that must be there, e.g. those a snapshot that does not
@@ -74,16 +76,17 @@ type OpenInfo struct {
 	Replayed    int // records passed to apply
 	// Covered counts the segments that lie wholly before from: Open neither
 	// read nor verified them (bit rot there cannot refuse the open, and
-	// nothing there is needed). CoveredLast is the last index they hold, 0
-	// when Covered is 0; TruncateFront(CoveredLast) removes them all but for
-	// that one record, which it copies into a new first segment.
+	// nothing there is needed). CoveredLast is the last LSN they hold, 0
+	// when Covered is 0; TruncateFront(CoveredLast+1) removes them.
 	Covered     int
 	CoveredLast uint64
-	CutBytes    int64 // torn-tail bytes cut from the last segment
+	CutBytes    int64 // bytes cut from the end of the last segment (repair.go)
+	// Cut describes what was cut, nil when nothing was.
+	Cut *TailInfo
 	// BrokenFile holds the first 64 KiB of the cut bytes (all of them when
 	// fewer); "" when nothing was cut or the copy could not be written.
 	BrokenFile       string
-	LeftoversCleaned []string // leftover files of interrupted truncations removed or renamed
+	LeftoversCleaned []string // temp files of interrupted segment creations removed
 	Segments         int      // segment files after recovery
 }
 
@@ -100,11 +103,9 @@ type Log struct {
 	// and queue a record, never across I/O.
 	mu sync.Mutex
 	// last is the LSN of the last appended record. LSNs are handed out under
-	// mu, one more each time, so LSN order is Append order and the LSN is
-	// the tidwall index the record will be written at.
+	// mu, one more each time, so LSN order is Append order.
 	last    uint64
 	pending *batch // appended, not yet taken by the committer; never nil
-	scratch []byte // encoding buffer, reused by every Append
 	failure error  // sticky once set; wraps ErrFailed
 	closed  bool
 	// failed is closed when failure is set (setFailureLocked), so exactly
@@ -121,32 +122,60 @@ type Log struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	// Owned by the committer goroutine alone once Open returns: it is the
-	// only code that touches wl, since tidwall/wal holds its lock through
-	// fsyncs and is not safe for concurrent reads.
-	wl         *wal.Log
+	// Owned by the committer goroutine alone once Open returns.
+	tail       tailSegment
 	spare      *batch // the batch that becomes pending when the current one is taken
-	tail       tailTracker
-	written    uint64 // last LSN handed to the OS by WriteBatch
-	synced     uint64 // last LSN covered by a tail fsync; <= written
+	written    uint64 // last LSN handed to the OS
+	synced     uint64 // last LSN covered by an fsync; <= written
 	syncTimer  *time.Timer
 	timerArmed bool // SyncInterval: syncTimer runs; set only while written > synced
 }
 
-// batch is a group of records committed by one WriteBatch and one fsync.
+// tailSegment is the segment frames are appended to.
+type tailSegment struct {
+	f     File
+	name  string
+	first uint64
+	size  int64
+	mac   *macer
+}
+
+// maxFrameBody is the payload after which a batch starts another frame: a
+// batch is written by one call, but a frame is what recovery verifies whole,
+// and a bounded frame keeps a torn write's cut bounded too.
+const maxFrameBody = 8 << 20
+
+// batch is a group of records committed by one write and one fsync: one
+// frame, or a few when it is large.
 type batch struct {
-	entries     wal.Batch
-	sizes       []int // entry sizes, for the tail tracker
+	frames      []*frameBuilder // frames[:n] are in use
+	firsts      []uint64        // first LSN of each frame in use
+	n           int
 	first, last uint64
-	bytes       int
+	records     int
 	commit      *Commit // nil while the batch is empty
 }
 
 func (b *batch) reset() {
-	b.entries.Clear()
-	b.sizes = b.sizes[:0]
-	b.first, b.last, b.bytes = 0, 0, 0
+	for _, f := range b.frames[:b.n] {
+		f.reset()
+	}
+	b.n, b.firsts = 0, b.firsts[:0]
+	b.first, b.last, b.records = 0, 0, 0
 	b.commit = nil
+}
+
+// frame returns the frame the next record of lsn goes to.
+func (b *batch) frame(lsn uint64) *frameBuilder {
+	if b.n > 0 && b.frames[b.n-1].payload() < maxFrameBody {
+		return b.frames[b.n-1]
+	}
+	if b.n == len(b.frames) {
+		b.frames = append(b.frames, &frameBuilder{})
+	}
+	b.n++
+	b.firsts = append(b.firsts, lsn)
+	return b.frames[b.n-1]
 }
 
 // Commit is the completion of one batch, shared by all its records.
@@ -199,25 +228,23 @@ type result struct {
 
 // Open recovers the log in dir (created with DirPerm if missing), calls
 // apply for every record with LSN >= from in order (from == 0: all), and
-// opens it for appending. Recovery:
+// opens it for appending. A fresh log starts at from (1 when from is 0).
+// Recovery:
 //
-//  1. finishes or removes the leftovers of an interrupted tidwall
-//     TruncateFront/TruncateBack, as tidwall/wal's Open would, then fsyncs
-//     the directory;
+//  1. removes the temp files of interrupted segment creations;
 //  2. refuses with a *CorruptionError when the log starts after from;
 //  3. reads the log once: segments wholly before from are neither read nor
 //     verified (OpenInfo.Covered); the segment holding from and every later
 //     one are made to read from the disk rather than the page cache
-//     (readFromDisk), verified (envelope, CRC, LSN == index, no gap or
-//     overlap between segments) and their records from from on passed to
-//     apply. Corruption is a *CorruptionError, and so is a log that ends
-//     before from-1 (a fresh log has First 1 and Last 0); either way nothing
-//     has been modified, though apply may have seen records;
-//  4. cuts a torn tail found at the end of that pass, as described at the
-//     top of repair.go;
-//  5. opens tidwall/wal, fsyncs the tail (a process killed under SyncNever
-//     may have left replayed records in the page cache only), and starts the
-//     committer.
+//     (readFromDisk), verified (header and directory ID, every frame, no
+//     gap or overlap between segments) and their records from from on
+//     passed to apply. Corruption is a *CorruptionError, and so is a log
+//     that ends before from-1 or before MustReach; either way nothing has
+//     been modified, though apply may have seen records;
+//  4. cuts the end of the last segment when the rule at the top of
+//     repair.go says so;
+//  5. opens the last segment for appending (creating the first one for a
+//     fresh log) and starts the committer.
 func Open(dir string, opts Options, from uint64, apply func(Position, Record) error) (*Log, OpenInfo, error) {
 	opts = opts.withDefaults()
 	fsys := opts.FS
@@ -229,33 +256,40 @@ func Open(dir string, opts Options, from uint64, apply func(Position, Record) er
 		}
 		return nil, info, fmt.Errorf("open log %s: %w", dir, err)
 	}
+	if opts.Dir.IsZero() {
+		return fail(errors.New("no directory id given"))
+	}
 	if err := ensureDir(fsys, dir, opts.DirPerm); err != nil {
 		return fail(err)
 	}
-	cleaned, err := cleanLeftovers(fsys, dir)
-	info.LeftoversCleaned = cleaned
+	segs, others, err := listSegments(fsys, dir)
 	if err != nil {
 		return fail(err)
 	}
-	if len(cleaned) > 0 {
-		opts.Logger.Info("walq: finished an interrupted truncation", "dir", dir, "files", cleaned)
+	for _, name := range others {
+		if IsSegmentTemp(name) {
+			if err := fsys.Remove(filepath.Join(dir, name)); err != nil {
+				return fail(fmt.Errorf("remove leftover %s: %w", name, err))
+			}
+			info.LeftoversCleaned = append(info.LeftoversCleaned, name)
+		}
 	}
-
-	// cleanLeftovers resolved every .START and .END, so the listing holds
-	// plain segments with distinct names, and names sort in index order: the
-	// first indexes form a strictly increasing sequence, covered segments
-	// included.
-	segs, _, err := listSegments(fsys, dir)
-	if err != nil {
-		return fail(err)
-	}
-	fresh := len(segs) == 0
-	info.First, info.Last = 1, 0 // what tidwall/wal's AllowEmpty reports for a fresh log
-	if !fresh {
-		info.First = segs[0].First
+	if len(info.LeftoversCleaned) > 0 {
+		if err := fsys.SyncDir(dir); err != nil {
+			return fail(fmt.Errorf("sync dir: %w", err))
+		}
+		opts.Logger.Info("walq: removed segments whose creation was interrupted", "dir", dir, "files", info.LeftoversCleaned)
 	}
 	if from == 0 {
-		from = info.First
+		from = 1
+		if len(segs) > 0 {
+			from = segs[0].First
+		}
+	}
+	fresh := len(segs) == 0
+	info.First, info.Last = from, from-1
+	if !fresh {
+		info.First = segs[0].First
 	}
 	if from < info.First {
 		return fail(&CorruptionError{Dir: dir, File: firstName(segs), Index: from,
@@ -273,7 +307,8 @@ func Open(dir string, opts Options, from uint64, apply func(Position, Record) er
 	// One pass verifies the segment holding from and every later one and
 	// passes each record from on to apply. Corruption anywhere in it is
 	// returned before anything is cut, so a refused open changes nothing.
-	pass := &scanner{fsys: fsys, dir: dir, from: from, fromDisk: true, logger: opts.Logger}
+	pass := &scanner{fsys: fsys, dir: dir, from: from, fromDisk: true, logger: opts.Logger,
+		want: opts.Dir, promised: opts.MustReach}
 	if apply != nil {
 		pass.fn = func(pos Position, rec Record) error {
 			if err := apply(pos, rec); err != nil {
@@ -282,15 +317,15 @@ func Open(dir string, opts Options, from uint64, apply func(Position, Record) er
 			return nil
 		}
 	}
-	err = pass.pass(segs)
-	info.Replayed = pass.res.Records
-	if errors.Is(err, errVanished) {
-		return fail(fmt.Errorf("a segment vanished during recovery: %w", err))
-	}
-	if err != nil {
-		return fail(err)
-	}
 	if !fresh {
+		err = pass.pass(segs)
+		info.Replayed = pass.res.Records
+		if errors.Is(err, errVanished) {
+			return fail(fmt.Errorf("a segment vanished during recovery: %w", err))
+		}
+		if err != nil {
+			return fail(err)
+		}
 		info.Last = pass.res.Last
 	}
 	if from > info.Last+1 {
@@ -306,32 +341,46 @@ func Open(dir string, opts Options, from uint64, apply func(Position, Record) er
 		if err != nil {
 			return fail(err)
 		}
-		info.CutBytes, info.BrokenFile = tail.Bytes, broken
+		info.CutBytes, info.BrokenFile, info.Cut = tail.Bytes, broken, tail
 		var keptBytes int64
 		if broken != "" {
 			keptBytes = min(tail.Bytes, brokenKeep)
 		}
-		opts.Logger.Warn("walq: cut torn tail of the log", "dir", dir, "segment", tail.File,
-			"offset", tail.Offset, "bytes", tail.Bytes, "reason", tail.Reason, "saved_as", broken,
-			"saved_bytes", keptBytes)
+		opts.Logger.Warn("walq: cut the unsynced end of the log", "dir", dir, "segment", tail.File,
+			"offset", tail.Offset, "bytes", tail.Bytes, "reason", tail.Reason, "watermark", tail.Watermark,
+			"later_frames", tail.Later, "saved_as", broken, "saved_bytes", keptBytes)
 	}
-
-	wl, err := wal.Open(dir, &wal.Options{
-		NoSync:      true, // the committer fsyncs, once per batch
-		SegmentSize: int(opts.SegmentSize),
-		AllowEmpty:  true,
-		DirPerms:    opts.DirPerm,
-		FilePerms:   opts.FilePerm,
-	})
-	if err != nil {
-		return fail(fmt.Errorf("tidwall open: %w", err))
+	l := &Log{
+		dir:     dir,
+		opts:    opts,
+		fsys:    fsys,
+		logger:  opts.Logger,
+		last:    info.Last,
+		pending: &batch{},
+		failed:  make(chan struct{}),
+		kick:    make(chan struct{}, 1),
+		reqs:    make(chan request),
+		stopped: make(chan struct{}),
+		spare:   &batch{},
+		written: info.Last,
+		synced:  info.Last,
 	}
-	l, err := startLog(dir, opts, wl, info, fresh)
+	if fresh {
+		err = l.createSegment(from)
+	} else {
+		err = l.openTail(segs[len(segs)-1])
+	}
 	if err != nil {
-		wl.Close()
 		return fail(err)
 	}
-	info.Segments = len(l.Segments())
+	l.durable.Store(info.Last)
+	l.syncTimer = time.NewTimer(time.Hour)
+	l.syncTimer.Stop()
+	info.Segments = len(segs)
+	if fresh {
+		info.Segments = 1
+	}
+	go l.run()
 	return l, info, nil
 }
 
@@ -349,64 +398,76 @@ func lastName(segs []Segment) string {
 	return segs[len(segs)-1].Name
 }
 
-// startLog checks that tidwall/wal sees the log as recovery did, makes the
-// tail durable and starts the committer.
-func startLog(dir string, opts Options, wl *wal.Log, info OpenInfo, fresh bool) (*Log, error) {
-	first, err := wl.FirstIndex()
+// openTail opens the last segment, verified by recovery, for appending.
+func (l *Log) openTail(seg Segment) error {
+	f, err := l.fsys.OpenFile(seg.Path, os.O_RDWR|os.O_APPEND, l.opts.FilePerm)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("open tail %s: %w", seg.Name, err)
 	}
-	last, err := wl.LastIndex()
-	if err != nil {
-		return nil, err
-	}
-	if first != info.First || last != info.Last {
-		return nil, fmt.Errorf("tidwall sees indexes %d..%d, recovery verified %d..%d",
-			first, last, info.First, info.Last)
-	}
-	fsys := opts.FS
-	if fresh {
-		// tidwall/wal created the first segment and does not fsync the directory.
-		if err := fsys.SyncDir(dir); err != nil {
-			return nil, fmt.Errorf("sync dir: %w", err)
+	var head [SegmentHeaderSize]byte
+	hdr, err := readSegmentHeader(f, head[:])
+	var size int64
+	if err == nil {
+		var st os.FileInfo
+		if st, err = f.Stat(); err == nil {
+			size = st.Size()
 		}
 	}
-	if err := fsys.Check("sync"); err != nil {
-		return nil, fmt.Errorf("sync tail: %w", err)
-	}
-	if err := wl.Sync(); err != nil {
-		return nil, fmt.Errorf("sync tail: %w", err)
-	}
-	segs, _, err := listSegments(fsys, dir)
 	if err != nil {
-		return nil, err
+		f.Close()
+		return fmt.Errorf("open tail %s: %w", seg.Name, err)
 	}
-	if len(segs) == 0 {
-		return nil, fmt.Errorf("no segment after tidwall open")
+	l.tail = tailSegment{f: f, name: seg.Name, first: seg.First, size: size, mac: newMacer(hdr.salt)}
+	return nil
+}
+
+func readSegmentHeader(f File, buf []byte) (segmentHeader, error) {
+	if _, err := f.ReadAt(buf, 0); err != nil {
+		return segmentHeader{}, err
 	}
-	tailSeg := segs[len(segs)-1]
-	l := &Log{
-		dir:     dir,
-		opts:    opts,
-		fsys:    fsys,
-		logger:  opts.Logger,
-		last:    last,
-		pending: &batch{},
-		failed:  make(chan struct{}),
-		kick:    make(chan struct{}, 1),
-		reqs:    make(chan request),
-		stopped: make(chan struct{}),
-		wl:      wl,
-		spare:   &batch{},
-		tail:    tailTracker{segmentSize: opts.SegmentSize, first: tailSeg.First, size: tailSeg.Size},
-		written: last,
-		synced:  last,
+	return decodeSegmentHeader(buf)
+}
+
+// createSegment makes the segment whose first record is first the tail: the
+// header, with a fresh salt, is written to a temp file, fsynced and renamed,
+// and the directory fsynced, before any frame can go in. So a segment file
+// always has a durable header, and its directory entry is durable before any
+// record in it is reported.
+func (l *Log) createSegment(first uint64) error {
+	h := segmentHeader{dir: l.opts.Dir, first: first}
+	if _, err := rand.Read(h.salt[:]); err != nil {
+		return fmt.Errorf("segment salt: %w", err)
 	}
-	l.durable.Store(last)
-	l.syncTimer = time.NewTimer(time.Hour)
-	l.syncTimer.Stop()
-	go l.run()
-	return l, nil
+	name := SegmentName(first)
+	tmp := filepath.Join(l.dir, segmentTmpName(first))
+	path := filepath.Join(l.dir, name)
+	f, err := l.fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, l.opts.FilePerm)
+	if err != nil {
+		return fmt.Errorf("create segment %s: %w", name, err)
+	}
+	_, err = f.Write(appendSegmentHeader(nil, h))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = l.fsys.Rename(tmp, path)
+	}
+	if err == nil {
+		err = l.fsys.SyncDir(l.dir)
+	}
+	if err != nil {
+		l.fsys.Remove(tmp) // best effort; Open removes leftovers
+		return fmt.Errorf("create segment %s: %w", name, err)
+	}
+	f, err = l.fsys.OpenFile(path, os.O_WRONLY|os.O_APPEND, l.opts.FilePerm)
+	if err != nil {
+		return fmt.Errorf("open segment %s: %w", name, err)
+	}
+	l.tail = tailSegment{f: f, name: name, first: first, size: SegmentHeaderSize, mac: newMacer(h.salt)}
+	return nil
 }
 
 // ensureDir creates dir when missing and makes its entry durable.
@@ -424,12 +485,16 @@ func ensureDir(fsys FS, dir string, perm os.FileMode) error {
 	return fsys.SyncDir(filepath.Dir(filepath.Clean(dir)))
 }
 
-// Append numbers a record, encodes its envelope and queues it for the next
-// batch; it does no I/O. It returns the record's LSN and the Commit of its
-// batch. body is copied. After a failure or Close it returns LSN 0 and a
-// Commit that has already failed.
+// ErrRecordTooLarge is returned by a Commit of a record whose body could
+// never be framed (more than MaxFramePayload bytes); nothing was appended.
+var ErrRecordTooLarge = errors.New("walq: record too large for a frame")
+
+// Append numbers a record of the default queue, encodes it and queues it
+// for the next batch; it does no I/O. It returns the record's LSN and the
+// Commit of its batch. body is copied. After a failure or Close it returns
+// LSN 0 and a Commit that has already failed.
 func (l *Log) Append(typ byte, body []byte) (lsn uint64, c *Commit) {
-	return l.append(typ, func(dst []byte) []byte { return append(dst, body...) })
+	return l.append(typ, 0, func(dst []byte) []byte { return append(dst, body...) })
 }
 
 // AppendEncoded is Append with the body written by encode, which appends it
@@ -437,10 +502,15 @@ func (l *Log) Append(typ byte, body []byte) (lsn uint64, c *Commit) {
 // steady state costs no allocation per record. encode runs under the Log's
 // lock and must not call the Log.
 func (l *Log) AppendEncoded(typ byte, encode func(dst []byte) []byte) (lsn uint64, c *Commit) {
-	return l.append(typ, encode)
+	return l.append(typ, 0, encode)
 }
 
-func (l *Log) append(typ byte, encode func(dst []byte) []byte) (uint64, *Commit) {
+// AppendQueue is AppendEncoded for a record of the given queue.
+func (l *Log) AppendQueue(queue uint64, typ byte, encode func(dst []byte) []byte) (lsn uint64, c *Commit) {
+	return l.append(typ, queue, encode)
+}
+
+func (l *Log) append(typ byte, queue uint64, encode func(dst []byte) []byte) (uint64, *Commit) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.failure != nil {
@@ -450,18 +520,24 @@ func (l *Log) append(typ byte, encode func(dst []byte) []byte) (uint64, *Commit)
 		return 0, failedCommit(ErrClosed)
 	}
 	lsn := l.last + 1
-	rec := encode(append(l.scratch[:0], make([]byte, HeaderSize)...))
-	sealRecord(rec, typ, lsn)
-	l.scratch = rec
 	p := l.pending
+	f := p.frame(lsn)
+	mark := f.mark()
+	f.add(typ, queue, encode)
+	if f.payload() > MaxFramePayload {
+		f.undo(mark)
+		if f.count == 0 {
+			p.n--
+			p.firsts = p.firsts[:p.n]
+		}
+		return 0, failedCommit(fmt.Errorf("%w: %d bytes", ErrRecordTooLarge, len(f.bodies)-mark.bodies))
+	}
 	if p.commit == nil {
 		p.commit = newCommit()
 		p.first = lsn
 	}
-	p.entries.Write(lsn, rec)
-	p.sizes = append(p.sizes, len(rec))
 	p.last = lsn
-	p.bytes += len(rec)
+	p.records++
 	l.last = lsn
 	select {
 	case l.kick <- struct{}{}:
@@ -512,40 +588,33 @@ func (l *Log) Sync() (uint64, error) {
 	return r.lsn, r.err
 }
 
-// TruncateFront removes the records before index, which becomes the first
-// one; index must be <= DurableLSN, and an index at or below the first is a
-// no-op. It runs in the committer, exclusive with writes, and fsyncs the
-// directory afterwards.
+// TruncateFront removes every segment whose records all lie before index
+// (the tail segment never), oldest first, and fsyncs the directory; index-1
+// must be <= DurableLSN. Whole files are removed and nothing is rewritten,
+// so a crash in the middle leaves a log that starts later but has no gap.
+// It runs in the committer, exclusive with writes.
 //
-// A failure that provably changed nothing (tidwall/wal could not write its
-// temporary copy, on a full disk for example; see truncationChangedNothing)
-// returns an error that does not wrap ErrFailed, and the Log goes on: a
-// later TruncateFront may succeed. Any other failure of the truncation, or of
-// the directory fsync after it, fails the Log.
-//
-// tidwall/wal copies every record from index to the end of its segment into
-// a new file while it holds its lock, so pass the last index of a sealed
-// segment (one record to copy), not the first index of the tail segment
-// (which copies the whole tail).
+// A failure to remove a file leaves the log as valid as before: it returns
+// an error that does not wrap ErrFailed, and a later TruncateFront tries
+// again. A failed directory fsync fails the Log.
 func (l *Log) TruncateFront(index uint64) error {
-	if durable := l.DurableLSN(); index > durable {
+	if durable := l.DurableLSN(); index > durable+1 {
 		return fmt.Errorf("truncate front at %d: beyond the durable lsn %d", index, durable)
 	}
 	return l.call(request{op: opTruncateFront, index: index}).err
 }
 
 // Segments lists the current segment files, or nil when the directory
-// cannot be read. It lists through the os package, not Options.FS: it is for
-// reporting, and the segments are os files anyway (tidwall/wal writes them).
+// cannot be read.
 func (l *Log) Segments() []Segment {
-	segs, _, err := ListSegments(l.dir)
+	segs, _, err := listSegments(l.fsys, l.dir)
 	if err != nil {
 		return nil
 	}
 	return segs
 }
 
-// Close writes and fsyncs what is pending, closes the segment files and
+// Close writes and fsyncs what is pending, closes the segment file and
 // stops the committer. It is idempotent; after a failure it returns the
 // failure.
 func (l *Log) Close() error {
@@ -568,7 +637,7 @@ func (l *Log) call(r request) result {
 	}
 }
 
-// run is the committer: the only goroutine that touches wl.
+// run is the committer: the only goroutine that writes segments.
 func (l *Log) run() {
 	defer close(l.stopped)
 	for {
@@ -599,8 +668,8 @@ func (l *Log) run() {
 	}
 }
 
-// flush takes the pending batch, writes it with one WriteBatch, fsyncs it
-// as the policy (or force) asks and releases its Commit.
+// flush takes the pending batch, writes it, fsyncs it as the policy (or
+// force) asks and releases its Commit.
 func (l *Log) flush(force bool) error {
 	l.mu.Lock()
 	p := l.pending
@@ -631,28 +700,36 @@ func (l *Log) write(p *batch, force bool) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	if err := l.fsys.Check("write"); err != nil {
-		return l.fail("write", err)
+	if l.tail.size >= l.opts.SegmentSize && l.tail.size > SegmentHeaderSize {
+		if err := l.roll(p.first); err != nil {
+			return err
+		}
 	}
-	if err := l.wl.WriteBatch(&p.entries); err != nil {
-		return l.fail("write", err)
+	bytes := 0
+	for i, f := range p.frames[:p.n] {
+		// The watermark is what is fsynced now: every record up to it was
+		// promised before this frame reached the file.
+		frame := f.seal(l.tail.mac, p.firsts[i], l.synced)
+		if err := l.fsys.Check("write"); err != nil {
+			return l.fail("write", err)
+		}
+		n, err := l.tail.f.Write(frame)
+		l.tail.size += int64(n)
+		if err == nil && n != len(frame) {
+			err = fmt.Errorf("short write: %d of %d bytes", n, len(frame))
+		}
+		if err != nil {
+			return l.fail("write", err)
+		}
+		bytes += len(frame)
 	}
-	rolled := l.tail.add(p.first, p.sizes)
 	l.written = p.last
 	if l.opts.OnBatch != nil {
-		l.opts.OnBatch(len(p.sizes), p.bytes)
+		l.opts.OnBatch(p.records, bytes)
 	}
 	if l.opts.Sync.mode == syncAlways || force {
 		if err := l.syncTail(); err != nil {
 			return err
-		}
-	}
-	if rolled {
-		// The new segment's directory entry must be durable before any
-		// record in it is reported: an fsynced file that its directory has
-		// forgotten is lost.
-		if err := l.fsys.SyncDir(l.dir); err != nil {
-			return l.fail("sync dir", err)
 		}
 	}
 	if l.opts.Sync.mode == syncAlways {
@@ -667,14 +744,36 @@ func (l *Log) write(p *batch, force bool) error {
 	return nil
 }
 
-// syncTail fsyncs the tail segment. Older segments need none: tidwall/wal
-// fsyncs a segment before it starts the next.
+// roll seals the tail segment (fsynced whole, whatever the policy, so that
+// every record in an older segment is promised) and makes a new one whose
+// first record is first.
+func (l *Log) roll(first uint64) error {
+	if l.written > l.synced {
+		if err := l.syncTail(); err != nil {
+			return err
+		}
+	}
+	if err := l.tail.f.Close(); err != nil {
+		return l.fail("close segment", err)
+	}
+	l.tail.f = nil
+	if err := l.fsys.Check("roll"); err != nil {
+		return l.fail("roll", err)
+	}
+	if err := l.createSegment(first); err != nil {
+		return l.fail("roll", err)
+	}
+	return nil
+}
+
+// syncTail fsyncs the tail segment. Older segments need none: roll fsyncs
+// a segment before it starts the next.
 func (l *Log) syncTail() error {
 	if err := l.fsys.Check("sync"); err != nil {
 		return l.fail("sync", err)
 	}
 	start := time.Now()
-	if err := l.wl.Sync(); err != nil {
+	if err := l.tail.f.Sync(); err != nil {
 		return l.fail("sync", err)
 	}
 	if l.opts.OnSync != nil {
@@ -688,82 +787,45 @@ func (l *Log) truncateFront(index uint64) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	first, err := l.wl.FirstIndex()
-	if err != nil {
-		return l.fail("truncate front", err)
-	}
-	if index <= first {
-		return nil
-	}
-	before, _, err := listSegments(l.fsys, l.dir)
+	segs, _, err := listSegments(l.fsys, l.dir)
 	if err != nil {
 		return fmt.Errorf("truncate front at %d: nothing changed: %w", index, err)
 	}
-	err = l.fsys.Check("truncate-front")
-	if err == nil {
-		err = l.wl.TruncateFront(index)
-	}
-	if err != nil {
-		if l.truncationChangedNothing(first, before) {
-			l.logger.Warn("walq: truncating the log failed before it changed anything; the log goes on",
-				"dir", l.dir, "index", index, "err", err)
-			return fmt.Errorf("truncate front at %d: nothing changed: %w", index, err)
+	removed := 0
+	var rerr error
+	for i := 0; i+1 < len(segs) && segs[i+1].First <= index && segs[i].Name != l.tail.name; i++ {
+		if err := l.fsys.Check("truncate-front"); err != nil {
+			rerr = err
+			break
 		}
-		return l.fail("truncate front", err)
-	}
-	// tidwall/wal renames and removes segment files without fsyncing the
-	// directory.
-	if err := l.fsys.SyncDir(l.dir); err != nil {
-		return l.fail("sync dir", err)
-	}
-	if index >= l.tail.first {
-		// The tail itself was rewritten as a new file starting at index.
-		info, err := l.fsys.Stat(filepath.Join(l.dir, SegmentName(index)))
-		if err != nil {
-			return l.fail("truncate front", err)
+		if err := l.fsys.Remove(segs[i].Path); err != nil {
+			rerr = err
+			break
 		}
-		l.tail.first, l.tail.size = index, info.Size()
+		removed++
+	}
+	if removed > 0 {
+		if err := l.fsys.SyncDir(l.dir); err != nil {
+			return l.fail("sync dir", err)
+		}
+	}
+	if rerr != nil {
+		l.logger.Warn("walq: removing old segments failed; the log goes on, and the next truncation tries again",
+			"dir", l.dir, "index", index, "removed", removed, "err", rerr)
+		return fmt.Errorf("truncate front at %d: removed %d segments, then: %w", index, removed, rerr)
 	}
 	return nil
-}
-
-// truncationChangedNothing reports whether a failed tidwall TruncateFront
-// left its in-memory state and the segment files as they were, so that the
-// Log can go on. It relies on how tidwall/wal v1.2.1 truncates: it loads the
-// segment holding the new first index, writes the records from there on to
-// "<index>.START.TEMP", fsyncs it and renames it to "<index>.START"
-// (removing the temp file on failure); only then does it remove the old
-// segments and rename the .START file, and any failure from then on marks
-// the tidwall log corrupt, so that FirstIndex returns ErrCorrupt. Before the
-// rename it changes neither its state nor the directory. So nothing changed
-// when FirstIndex still answers the first index it answered before, and
-// the directory lists the same segment files with the same sizes as before
-// (no .START among them): the second check covers a rename that took
-// effect although it reported an error. A leftover temp file is harmless:
-// the next TruncateFront overwrites it and Open removes it. Whatever cannot
-// be checked counts as changed.
-func (l *Log) truncationChangedNothing(first uint64, before []Segment) bool {
-	if got, err := l.wl.FirstIndex(); err != nil || got != first {
-		return false
-	}
-	after, _, err := listSegments(l.fsys, l.dir)
-	if err != nil || len(after) != len(before) {
-		return false
-	}
-	for i := range after {
-		if after[i].Name != before[i].Name || after[i].Size != before[i].Size {
-			return false
-		}
-	}
-	return true
 }
 
 func (l *Log) close() error {
 	l.syncTimer.Stop()
 	l.timerArmed = false
 	err := l.flush(true)
-	if cerr := l.wl.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("close log: %w", cerr)
+	if l.tail.f != nil {
+		if cerr := l.tail.f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("close log: %w", cerr)
+		}
+		l.tail.f = nil
 	}
 	return err
 }
@@ -792,35 +854,4 @@ func (l *Log) setFailureLocked(err error) {
 		p.commit.release(l.failure)
 		p.reset()
 	}
-}
-
-// tailTracker mirrors the rule by which tidwall/wal's writeBatch (v1.2.1)
-// starts a new segment, because tidwall/wal does not report it and the
-// directory must be fsynced before the batch is released: a segment is
-// closed before a batch when it already exceeds SegmentSize, and during a
-// batch as soon as an entry brings it to SegmentSize or more.
-type tailTracker struct {
-	segmentSize int64
-	first       uint64 // first index of the tail segment
-	size        int64  // bytes in the tail segment (tidwall keeps the same in memory)
-}
-
-// add accounts for a written batch whose entries, starting at index first,
-// have these sizes, and reports whether tidwall/wal created a segment.
-func (t *tailTracker) add(first uint64, sizes []int) (rolled bool) {
-	if t.size > t.segmentSize {
-		rolled, t.first, t.size = true, first, 0
-	}
-	for i, n := range sizes {
-		t.size += int64(uvarintLen(uint64(n)) + n)
-		if t.size >= t.segmentSize {
-			rolled, t.first, t.size = true, first+uint64(i)+1, 0
-		}
-	}
-	return rolled
-}
-
-func uvarintLen(x uint64) int {
-	var buf [binary.MaxVarintLen64]byte
-	return binary.PutUvarint(buf[:], x)
 }

@@ -1,7 +1,6 @@
 package wal
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,63 +11,70 @@ import (
 	"strings"
 )
 
-// This file reads segments without ever writing: it never calls wal.Open
-// (which creates directories, opens the tail for writing and renames or
-// removes leftovers), so walq-inspect can run it next to a live queue.
+// This file reads segments without ever writing, so walq-inspect can run it
+// next to a live queue.
 
-// tidwall/wal names a segment after the index of its first entry, in 20
-// decimal digits so that names sort in index order. An interrupted
-// TruncateFront leaves "<index>.START", an interrupted TruncateBack
-// "<index>.END", and their temporary copies end in ".TEMP".
+// A format-2 segment is named after the LSN of its first record, in 20
+// decimal digits so that names sort in LSN order, with the suffix ".seg". It
+// is created as "<name>.tmp" (header written and fsynced) and renamed.
 const (
-	segmentDigits = 20
-	startSuffix   = ".START"
-	endSuffix     = ".END"
-	tempSuffix    = ".TEMP"
+	segmentDigits    = 20
+	segmentSuffix    = ".seg"
+	segmentTmpSuffix = ".seg.tmp"
+	startSuffix      = ".START" // format 1 only
+	endSuffix        = ".END"   // format 1 only
+	tempSuffix       = ".TEMP"  // format 1 only
 )
 
-// SegmentName returns the file name of the segment whose first index is
-// index.
-func SegmentName(index uint64) string {
-	return fmt.Sprintf("%0*d", segmentDigits, index)
+// SegmentName returns the file name of the segment whose first LSN is lsn.
+func SegmentName(lsn uint64) string {
+	return fmt.Sprintf("%0*d%s", segmentDigits, lsn, segmentSuffix)
 }
 
-// parseSegmentName returns the first index of a segment file name and its
-// leftover suffix ("" for a plain segment). Index 0 is never a segment, as in
-// tidwall/wal.
-func parseSegmentName(name string) (first uint64, suffix string, ok bool) {
-	if len(name) < segmentDigits {
-		return 0, "", false
+func segmentTmpName(lsn uint64) string {
+	return fmt.Sprintf("%0*d%s", segmentDigits, lsn, segmentTmpSuffix)
+}
+
+// parseSegmentName returns the first LSN of a format-2 segment file name.
+func parseSegmentName(name string) (uint64, bool) {
+	digits, ok := strings.CutSuffix(name, segmentSuffix)
+	if !ok || len(digits) != segmentDigits {
+		return 0, false
 	}
-	suffix = name[segmentDigits:]
-	if suffix != "" && suffix != startSuffix && suffix != endSuffix {
-		return 0, "", false
-	}
-	for _, c := range name[:segmentDigits] {
+	for _, c := range digits {
 		if c < '0' || c > '9' {
-			return 0, "", false
+			return 0, false
 		}
 	}
-	first, err := strconv.ParseUint(name[:segmentDigits], 10, 64)
+	first, err := strconv.ParseUint(digits, 10, 64)
 	if err != nil || first == 0 {
-		return 0, "", false
+		return 0, false
 	}
-	return first, suffix, true
+	return first, true
+}
+
+// IsSegmentTemp reports whether name is the temp file of a segment being
+// created.
+func IsSegmentTemp(name string) bool {
+	base, ok := strings.CutSuffix(name, ".tmp")
+	if !ok {
+		return false
+	}
+	_, ok = parseSegmentName(base)
+	return ok
 }
 
 // Segment is one segment file.
 type Segment struct {
 	Name     string
 	Path     string
-	First    uint64 // index of its first record, from the name
+	First    uint64 // LSN of its first record, from the name
 	Size     int64
-	Leftover bool // a .START or .END file of an interrupted truncation
+	Leftover bool // format 1: a .START or .END file of an interrupted truncation
 }
 
-// ListSegments lists the segment files in dir sorted by First (for equal
-// First, the plain segment before its leftover, the order tidwall/wal
-// resolves leftovers in), and the names of every other entry: temporary
-// files, .broken copies, snapshots, foreign files.
+// ListSegments lists the format-2 segment files in dir sorted by First, and
+// the names of every other entry.
 func ListSegments(dir string) ([]Segment, []string, error) {
 	return listSegments(OSFS(), dir)
 }
@@ -82,7 +88,7 @@ func listSegments(fsys FS, dir string) ([]Segment, []string, error) {
 	var others []string
 	for _, e := range entries {
 		name := e.Name()
-		first, suffix, ok := parseSegmentName(name)
+		first, ok := parseSegmentName(name)
 		if !ok || e.IsDir() {
 			others = append(others, name)
 			continue
@@ -94,169 +100,43 @@ func listSegments(fsys FS, dir string) ([]Segment, []string, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("list segments: %w", err)
 		}
-		segs = append(segs, Segment{
-			Name:     name,
-			Path:     filepath.Join(dir, name),
-			First:    first,
-			Size:     info.Size(),
-			Leftover: suffix != "",
-		})
+		segs = append(segs, Segment{Name: name, Path: filepath.Join(dir, name), First: first, Size: info.Size()})
 	}
-	// Names share a 20-digit prefix, so name order is First order with the
-	// plain segment first; ReadDir sorts already, this only makes it explicit.
-	sort.Slice(segs, func(i, j int) bool { return segs[i].Name < segs[j].Name })
+	sort.Slice(segs, func(i, j int) bool { return segs[i].First < segs[j].First })
 	return segs, others, nil
-}
-
-// logicalSegments resolves leftovers the way tidwall/wal's Open would,
-// without touching the files: segments listed before a .START were
-// truncated away, segments after an .END too.
-func logicalSegments(dir string, segs []Segment) ([]Segment, error) {
-	start, end := -1, -1
-	for i, s := range segs {
-		switch {
-		case strings.HasSuffix(s.Name, startSuffix):
-			start = i
-		case strings.HasSuffix(s.Name, endSuffix) && end == -1:
-			end = i
-		}
-	}
-	if start != -1 && end != -1 {
-		return nil, &CorruptionError{Dir: dir, File: segs[start].Name,
-			Err: corruptReason("both .START and .END leftovers present")}
-	}
-	if start != -1 {
-		segs = segs[start:]
-	}
-	if end != -1 {
-		segs = segs[:end+1]
-		if n := len(segs); n > 1 && segs[n-2].First == segs[n-1].First {
-			segs = append(segs[:n-2:n-2], segs[n-1])
-		}
-	}
-	return segs, nil
-}
-
-// nextEntry returns the tidwall/wal binary entry (uvarint length, then the
-// data) at off.
-func nextEntry(data []byte, off int) (entry []byte, next int, err error) {
-	size, n := binary.Uvarint(data[off:])
-	switch {
-	case n == 0:
-		return nil, off, corruptReason("incomplete entry length")
-	case n < 0:
-		return nil, off, corruptReason("entry length overflows")
-	case size > uint64(len(data)-off-n):
-		return nil, off, reasonf("entry of %d bytes runs past the end of the segment", size)
-	}
-	end := off + n + int(size)
-	return data[off+n : end], end, nil
-}
-
-// segmentWalk is what walkSegment found in one segment.
-type segmentWalk struct {
-	count uint64 // records that verified, from the start of the segment
-	end   int    // offset just after the last record that verified
-	bad   error  // why the entry at end is bad; nil when the whole segment verified
-	// whole is set when the bad entry is framed and passes its CRC, but sits
-	// at the wrong index: that was written whole, so it is never a torn write.
-	whole bool
-}
-
-// walkSegment verifies the records of a segment whose first index is first,
-// calling fn with the offset of each entry and its record, and stops at the
-// first entry that does not verify or when fn returns an error.
-func walkSegment(data []byte, first uint64, fn func(off int, rec Record) error) (segmentWalk, error) {
-	var w segmentWalk
-	for w.end < len(data) {
-		entry, next, err := nextEntry(data, w.end)
-		if err != nil {
-			w.bad = err
-			return w, nil
-		}
-		rec, err := DecodeRecord(entry)
-		if err != nil {
-			w.bad = err
-			return w, nil
-		}
-		if want := first + w.count; rec.LSN != want {
-			w.bad, w.whole = lsnMismatch(want, rec.LSN), true
-			return w, nil
-		}
-		if fn != nil {
-			if err := fn(w.end, rec); err != nil {
-				return w, err
-			}
-		}
-		w.count++
-		w.end = next
-	}
-	return w, nil
-}
-
-func lsnMismatch(want, got uint64) error {
-	if got > want {
-		return reasonf("lsn gap: want %d, got %d", want, got)
-	}
-	return reasonf("lsn out of order: want %d, got %d", want, got)
-}
-
-// laterRecordAfter returns the offset of the first framed entry with a good
-// CRC and an LSN above want that starts where the torn-tail rule of
-// repair.go lets a later write start, or -1 when there is none. bad is the
-// offset of the damaged entry and want the LSN it should have carried.
-//
-// When the damaged entry's length prefix decodes, the search starts at the
-// end that prefix declares, so that no byte of the entry's own body is ever
-// taken for a record; an end past the end of data means nothing can follow.
-// Only a prefix that does not decode makes the search start at bad+1.
-func laterRecordAfter(data []byte, bad int, want uint64) int {
-	start := bad + 1
-	if size, n := binary.Uvarint(data[bad:]); n > 0 {
-		if size > uint64(len(data)-bad-n) {
-			return -1
-		}
-		start = bad + n + int(size)
-	}
-	for off := start; off < len(data); off++ {
-		entry, _, err := nextEntry(data, off)
-		// Cheap tests before the CRC, so that megabytes of garbage do not
-		// cost a CRC at most offsets: the version, a type, and an LSN below
-		// 2^48 (no queue writes that many records).
-		if err != nil || len(entry) <= HeaderSize || entry[offVersion] != Version1 || entry[offType] == 0 ||
-			entry[offLSN] != 0 || entry[offLSN+1] != 0 {
-			continue
-		}
-		if rec, err := DecodeRecord(entry); err == nil && rec.LSN > want {
-			return off
-		}
-	}
-	return -1
 }
 
 // Position says where a record is.
 type Position struct {
 	File   string // segment file name
-	Index  uint64 // log index, equal to the record's LSN
-	Offset int64  // offset of the entry (its length prefix) in File
+	Index  uint64 // the record's LSN
+	Offset int64  // offset of the record's body in File (format 1: of its entry)
+	Frame  int64  // offset of the frame holding it (format 1: of its entry)
 }
 
 // ScanResult summarizes a Scan.
 type ScanResult struct {
-	First   uint64    // index the log starts at (the first segment's first index)
-	Last    uint64    // index of the last record verified (First-1 when none)
+	First   uint64    // LSN the log starts at (the first segment's first LSN)
+	Last    uint64    // LSN of the last record verified (First-1 when none)
 	Records int       // records passed to fn
-	Tail    *TailInfo // an incomplete or undecodable end of the last segment, or nil
+	Frames  int       // frames read whole, skipped records' included
+	Dir     DirID     // the directory ID the segments carry (zero when no segment was read)
+	Tail    *TailInfo // bytes at the end of the last segment to be cut (see repair.go), or nil
 }
 
-// TailInfo describes the bytes at the end of the last segment that are not
-// a whole record and are followed by nothing valid: a write in progress, or
-// the torn tail a crash left (Open cuts those).
+// TailInfo describes bytes at the end of the last segment that recovery
+// cuts: they start with a frame that does not verify, and no frame on disk
+// says that any record in them was promised durable (repair.go).
 type TailInfo struct {
 	File   string // segment file name
-	Offset int64  // where the bad bytes start: the end of the last whole record
+	Offset int64  // where the bad bytes start: the end of the last whole frame
 	Bytes  int64  // how many bytes follow
 	Reason string // why they do not verify
+	// Watermark is the highest LSN that the segment says was promised
+	// durable (below the first LSN cut), and Later counts the frames after
+	// the damage that verified (out-of-order pages of an unsynced range).
+	Watermark uint64
+	Later     int
 }
 
 // errStopScan ends a walk once the records up to "to" were read.
@@ -270,12 +150,14 @@ var errVanished = errors.New("segment vanished")
 const maxScanRestarts = 100
 
 // Scan calls fn for every record with from <= LSN <= to (to == 0: to the
-// end of the log) in LSN order. It verifies framing, CRCs, that each LSN
-// equals its tidwall index, and that segments follow each other without gap
-// or overlap. Segments that lie wholly before from are not read.
+// end of the log) in LSN order. It verifies every segment header (format
+// version, the same directory ID in every segment, first LSN equal to the
+// name), every frame it reads (MAC, LSNs, record headers, body CRCs) and
+// that segments follow each other without gap or overlap. Segments that lie
+// wholly before from are not read.
 //
-// Bad bytes at the end of the last segment with nothing valid after them are
-// reported in ScanResult.Tail, not as an error; anything else bad is a
+// Damage at the end of the last segment that the rule of repair.go would cut
+// is reported in ScanResult.Tail, not as an error; anything else bad is a
 // *CorruptionError. Scan is read-only and safe to run while a Log writes and
 // truncates the same directory: a segment that vanishes under it makes it
 // start over from the current listing, and when records it still needed
@@ -299,6 +181,12 @@ type scanner struct {
 	// (readFromDisk); recovery sets it, read-only Scans do not.
 	fromDisk bool
 	logger   *slog.Logger // for fromDisk's warnings
+	// want is the directory ID every segment must carry; zero: whatever
+	// the first segment read carries.
+	want DirID
+	// promised is an LSN the owner knows was promised durable (0: none):
+	// damage at or below it is corruption whatever the frames say.
+	promised uint64
 
 	res  ScanResult
 	next uint64 // LSN of the next record fn must see; 0 before the first
@@ -307,10 +195,6 @@ type scanner struct {
 func (s *scanner) run() (ScanResult, error) {
 	for restarts := 0; ; restarts++ {
 		segs, _, err := listSegments(s.fsys, s.dir)
-		if err != nil {
-			return s.res, err
-		}
-		segs, err = logicalSegments(s.dir, segs)
 		if err != nil {
 			return s.res, err
 		}
@@ -334,11 +218,11 @@ func (s *scanner) pass(segs []Segment) error {
 	if s.res.Records == 0 {
 		s.res.Last = segs[0].First - 1
 	} else if segs[0].First > s.next {
-		return fmt.Errorf("scan %s: need index %d but the log now starts at %d: %w",
+		return fmt.Errorf("scan %s: need LSN %d but the log now starts at %d: %w",
 			s.dir, s.next, segs[0].First, ErrCompacted)
 	}
 	lower := max(s.from, s.next) // records below were not asked for or were already seen
-	var expect uint64            // first index of the next segment read; 0 before the first
+	var expect uint64            // first LSN of the next segment read; 0 before the first
 	for i, seg := range segs {
 		last := i == len(segs)-1
 		if !last && segs[i+1].First <= lower {
@@ -361,7 +245,11 @@ func (s *scanner) pass(segs []Segment) error {
 			return &CorruptionError{Dir: s.dir, File: seg.Name, Index: seg.First,
 				Err: segmentMismatch(expect, seg.First)}
 		}
-		w, err := walkSegment(data, seg.First, func(off int, rec Record) error {
+		hdr, err := s.header(seg, data)
+		if err != nil {
+			return err
+		}
+		w, err := walkFrames(data, hdr, func(pos Position, rec Record) error {
 			if rec.LSN < lower {
 				return nil
 			}
@@ -369,7 +257,8 @@ func (s *scanner) pass(segs []Segment) error {
 				return errStopScan
 			}
 			if s.fn != nil {
-				if err := s.fn(Position{File: seg.Name, Index: rec.LSN, Offset: int64(off)}, rec); err != nil {
+				pos.File = seg.Name
+				if err := s.fn(pos, rec); err != nil {
 					return err
 				}
 			}
@@ -377,7 +266,8 @@ func (s *scanner) pass(segs []Segment) error {
 			s.next = rec.LSN + 1
 			return nil
 		})
-		s.res.Last = seg.First + w.count - 1
+		s.res.Frames += w.frames
+		s.res.Last = w.next - 1
 		if err == errStopScan {
 			return nil
 		}
@@ -385,28 +275,79 @@ func (s *scanner) pass(segs []Segment) error {
 			return err
 		}
 		if w.bad != nil {
-			if last && !w.whole && laterRecordAfter(data, w.end, seg.First+w.count) < 0 {
-				s.res.Tail = &TailInfo{File: seg.Name, Offset: int64(w.end),
-					Bytes: int64(len(data) - w.end), Reason: w.bad.Error()}
+			// Records in older segments were fsynced before this one was
+			// made, so everything before it was promised.
+			v := judgeDamage(data, hdr, w, max(s.promised, seg.First-1))
+			if last && v.cut {
+				s.res.Tail = &TailInfo{File: seg.Name, Offset: w.end, Bytes: int64(len(data)) - w.end,
+					Reason: w.bad.Error(), Watermark: v.watermark, Later: v.later}
 				return nil
 			}
-			return s.corruptAt(seg, w, data)
+			return &CorruptionError{Dir: s.dir, File: seg.Name, Index: w.next, Offset: w.end, Err: v.reason(last, w)}
 		}
-		expect = seg.First + w.count
+		expect = w.next
 	}
 	return nil
 }
 
-// corruptAt describes the bad entry a walk stopped at.
-func (s *scanner) corruptAt(seg Segment, w segmentWalk, data []byte) error {
-	reason := w.bad
-	if !w.whole {
-		if off := laterRecordAfter(data, w.end, seg.First+w.count); off >= 0 {
-			reason = reasonf("%v; a valid record follows at offset %d", w.bad, off)
+// header verifies a segment's header against its name and the directory.
+func (s *scanner) header(seg Segment, data []byte) (segmentHeader, error) {
+	hdr, err := decodeSegmentHeader(data)
+	if err == nil && hdr.first != seg.First {
+		err = reasonf("segment header says first LSN %d, its name %d", hdr.first, seg.First)
+	}
+	if err == nil {
+		if s.want.IsZero() {
+			s.want = hdr.dir
+		}
+		if hdr.dir != s.want {
+			err = reasonf("segment belongs to directory %s, not %s", hdr.dir, s.want)
 		}
 	}
-	return &CorruptionError{Dir: s.dir, File: seg.Name, Index: seg.First + w.count,
-		Offset: int64(w.end), Err: reason}
+	if err != nil {
+		return hdr, &CorruptionError{Dir: s.dir, File: seg.Name, Index: seg.First, Err: err}
+	}
+	s.res.Dir = hdr.dir
+	return hdr, nil
+}
+
+// frameWalk is what walkFrames found in one segment.
+type frameWalk struct {
+	frames    int
+	next      uint64 // LSN of the next record expected
+	end       int64  // offset just after the last frame that verified
+	watermark uint64 // highest watermark of the frames that verified
+	bad       error  // why the frame at end is bad; nil when the whole segment verified
+}
+
+// walkFrames verifies the frames of a segment, calling fn for each record,
+// and stops at the first frame that does not verify or when fn returns an
+// error.
+func walkFrames(data []byte, hdr segmentHeader, fn func(Position, Record) error) (frameWalk, error) {
+	w := frameWalk{next: hdr.first, end: SegmentHeaderSize}
+	m := newMacer(hdr.salt)
+	for w.end < int64(len(data)) {
+		f, err := decodeFrame(m, data[w.end:])
+		if err == nil && f.first != w.next {
+			err = lsnMismatch(w.next, f.first)
+		}
+		if err != nil {
+			w.bad = err
+			return w, nil
+		}
+		if fn != nil {
+			for i, rec := range f.records {
+				if err := fn(Position{Index: rec.LSN, Offset: w.end + f.offsets[i], Frame: w.end}, rec); err != nil {
+					return w, err
+				}
+			}
+		}
+		w.frames++
+		w.watermark = max(w.watermark, f.watermark)
+		w.next = f.last() + 1
+		w.end += f.size()
+	}
+	return w, nil
 }
 
 func segmentMismatch(want, got uint64) error {

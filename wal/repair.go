@@ -1,60 +1,71 @@
 package wal
 
-// Torn-tail policy.
+// The recovery rule: what Open cuts, and what it refuses.
 //
-// Batches are written one at a time, and tidwall/wal fsyncs a segment before
-// it creates the next, so a crash can only damage the end of the newest
-// segment: a record cut short, or a tail the file system filled with zeros
-// or garbage. Open tells that apart from damage that must not be papered
-// over:
+// Frames are written one at a time, each by one write, at the end of the
+// newest segment; a segment is fsynced (and the next one's header with its
+// directory entry) before the next segment gets a frame. Each frame carries
+// a watermark: the last LSN known fsynced when it was written. A record is
+// promised durable once it is at or below some watermark, at or below the
+// covered LSN of a snapshot (Options.MustReach), or in a segment older than
+// the newest. The MAC of every frame header is keyed with its segment's
+// salt, so a frame that verifies was written by this log as a frame, never
+// by a producer inside a body.
 //
-//  1. Torn tail: the last segment ends in bytes that do not frame, decode or
-//     verify, and no later record follows them (the rule below). Open copies
-//     the first brokenKeep bytes of them (64 KiB) to "<segment>.broken"
-//     ("<segment>.broken.N" when that exists, so an earlier copy is never
-//     overwritten) and fsyncs the copy, truncates the segment to the end of
-//     its last whole record, fsyncs it and the directory, and logs the full
-//     length cut (OpenInfo.CutBytes has it too). No caller was told those
-//     records were durable: their batch never finished its fsync. The copy is
-//     bounded and best effort: when it cannot be written (a full disk is the
-//     likely reason after a torn write) the partial copy is removed, a
-//     warning logged, and the cut goes ahead, so a full disk never stops the
-//     open.
-//  2. Corruption: a bad record in any older segment; a bad record in the last
-//     segment followed by a later record; a record that verifies but has the
-//     wrong LSN; a gap or overlap between segments. Open refuses with a
-//     *CorruptionError and modifies nothing, because cutting there would drop
-//     records that callers were told are durable.
+// Open walks the frames of each segment from its header. At the first frame
+// that does not verify (a bad magic, MAC, LSN, record header or body CRC, or
+// a frame that runs past the end of the file) it looks for the highest
+// watermark the segment states: that of every frame before the damage and
+// of every frame header after it that verifies (found by trying each offset
+// that holds the frame magic; a copy of a real frame in a body is a real
+// frame's true statement, so it may count too). Then:
 //
-// "A later record follows" means: a framed entry whose CRC verifies and whose
-// LSN is greater than the LSN the damaged entry should have carried (a later
-// write has a later LSN), found by trying every byte offset from a start
-// chosen so that no body byte of the damaged entry is ever tried:
+//	damage at LSN N in                          watermark W stated on disk   Open
+//	------------------------------------------  ---------------------------  -------------------------------
+//	the newest segment                          N > W (nothing at N promised) cut from the damaged frame on
+//	the newest segment                          N <= W                        refuse: *CorruptionError
+//	an older segment                            (all of it promised)          refuse: *CorruptionError
+//	a segment header (any segment)              (written and fsynced first)   refuse: *CorruptionError
+//	a log shorter than MustReach                                              refuse: *CorruptionError
 //
-//   - When the damaged entry's length prefix decodes, the search starts at
-//     the end that prefix declares, and when that end lies past the end of
-//     the file nothing can follow: torn tail. Body bytes always lie inside
-//     the extent their own record's prefix declares, and a kill -9 leaves a
-//     prefix of what was written, so a torn write keeps the damaged entry's
-//     length prefix whenever any of its body is there. A body that embeds a
-//     copy of a real framed record (a queue carrying log segments, or a
-//     hostile producer) therefore lies wholly before the search starts and
-//     cannot turn its own torn write into "corruption".
-//   - Only when the prefix itself does not decode (too long or overflowing)
-//     does the search start at the next byte. A kill -9 cannot produce that;
-//     it takes damage after the write or pages of an unsynced range reaching
-//     the disk out of order (a power loss), which this format cannot tell
-//     apart from corruption: the next format records on disk which records
-//     were promised durable and frames that body bytes cannot forge.
+// Cases this covers, by cause:
 //
-// The price of the first rule in this format: a bit flip in the length
-// prefix of one of the last records that makes it declare an end past the
-// end of the file is taken for a torn tail, and the records after it are cut.
+//   - kill -9 during a write: the file keeps a prefix of the frame, which
+//     runs past its end; it was never fsynced, so N > W: cut. Under
+//     SyncNever and SyncInterval, frames written before the kill are whole
+//     in the page cache and survive as they are: nothing is cut.
+//   - power loss with an unsynced range whose pages reached the disk in any
+//     order (zeros, stale bytes or the right bytes per page): the first
+//     damaged frame is unsynced, and so is every frame after it, whose
+//     watermarks are below it: cut there, even when later frames are whole
+//     (they cannot be kept without the records before them).
+//   - bit rot in a record that a later frame's watermark covers, or in an
+//     older segment: refused, because cutting would drop records callers
+//     were told are durable. Nothing on disk changes.
+//   - a body that embeds copies of real frames (of this queue or any other):
+//     a copy inside a frame that verifies is skipped with its body; after
+//     damage, a copy's watermark is the watermark its original stated, a
+//     true fact, so it never makes an unpromised record look promised.
 //
-// The .broken copy keeps the evidence and is never read again; tidwall/wal
-// ignores it (its name is not a segment name).
+// The one case the rule cannot tell apart: bit rot in the newest frames
+// when no frame was written after the last fsync. Under SyncAlways the last
+// batch is promised once its fsync returns, and no frame states that until
+// the next batch is written; damage there (which a crash cannot cause: it
+// was fsynced) is cut as if torn. Compaction and Close write nothing that
+// would state it either.
+//
+// Cutting: Open copies the first brokenKeep bytes (64 KiB) of what it cuts
+// to "<segment>.broken" ("<segment>.broken.N" when that exists, so an
+// earlier copy is never overwritten) and fsyncs the copy, truncates the
+// segment to the end of its last whole frame, fsyncs it, and logs the full
+// length cut (OpenInfo.CutBytes has it too). The copy is bounded and best
+// effort: when it cannot be written (a full disk is the likely reason after
+// a torn write) the partial copy is removed, a warning logged, and the cut
+// goes ahead, so a full disk never stops the open. A refused open changes
+// nothing on disk.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -62,76 +73,55 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 )
 
-// cleanLeftovers finishes what an interrupted tidwall TruncateFront or
-// TruncateBack left behind, exactly as tidwall/wal's Open would, but through
-// fsys and followed by a directory fsync, and removes their temp files
-// (tidwall/wal leaves those). It returns the names it removed or renamed.
-func cleanLeftovers(fsys FS, dir string) ([]string, error) {
-	segs, others, err := listSegments(fsys, dir)
-	if err != nil {
-		return nil, err
-	}
-	var cleaned []string
-	remove := func(name string) error {
-		if err := fsys.Remove(filepath.Join(dir, name)); err != nil {
-			return fmt.Errorf("clean leftovers: %w", err)
-		}
-		cleaned = append(cleaned, name)
-		return nil
-	}
-	for _, name := range others {
-		if isLeftoverTemp(name) {
-			if err := remove(name); err != nil {
-				return cleaned, err
-			}
-		}
-	}
-	logical, err := logicalSegments(dir, segs)
-	if err != nil {
-		return cleaned, err
-	}
-	kept := make(map[string]bool, len(logical))
-	for _, s := range logical {
-		kept[s.Name] = true
-	}
-	for _, s := range segs {
-		if !kept[s.Name] {
-			if err := remove(s.Name); err != nil {
-				return cleaned, err
-			}
-		}
-	}
-	for _, s := range logical {
-		if !s.Leftover {
-			continue
-		}
-		// Renaming over a plain segment of the same index replaces it, as
-		// tidwall/wal does for an .END.
-		if err := fsys.Rename(s.Path, filepath.Join(dir, SegmentName(s.First))); err != nil {
-			return cleaned, fmt.Errorf("clean leftovers: %w", err)
-		}
-		cleaned = append(cleaned, s.Name)
-	}
-	if len(cleaned) > 0 {
-		if err := fsys.SyncDir(dir); err != nil {
-			return cleaned, fmt.Errorf("clean leftovers: sync dir: %w", err)
-		}
-	}
-	return cleaned, nil
+// verdict is the rule's answer for damage found by walkFrames.
+type verdict struct {
+	cut       bool
+	watermark uint64 // highest LSN stated promised
+	later     int    // frames after the damage that verified
+	laterAt   int64  // offset of the first of them, -1 when none
+	statedAt  int64  // offset of the frame whose watermark is the highest, -1 when it came from elsewhere
 }
 
-// isLeftoverTemp reports whether name is tidwall/wal's temp copy of a
-// .START or .END file ("<20 digits>.START.TEMP").
-func isLeftoverTemp(name string) bool {
-	base, ok := strings.CutSuffix(name, tempSuffix)
-	if !ok {
-		return false
+// judgeDamage applies the rule above to the damage w stopped at. promised
+// is the LSN known promised from outside the segment's frames.
+func judgeDamage(data []byte, hdr segmentHeader, w frameWalk, promised uint64) verdict {
+	v := verdict{watermark: max(promised, w.watermark), laterAt: -1, statedAt: -1}
+	m := newMacer(hdr.salt)
+	magic := []byte(frameMagic)
+	for off := w.end + 1; off+FrameHeaderSize <= int64(len(data)); off++ {
+		i := bytes.Index(data[off:], magic)
+		if i < 0 {
+			break
+		}
+		off += int64(i)
+		h, err := checkFrameHeader(m, data[off:])
+		if err != nil {
+			continue
+		}
+		if v.later == 0 {
+			v.laterAt = off
+		}
+		v.later++
+		if h.watermark > v.watermark {
+			v.watermark, v.statedAt = h.watermark, off
+		}
 	}
-	_, suffix, ok := parseSegmentName(base)
-	return ok && suffix != ""
+	v.cut = w.next > v.watermark
+	return v
+}
+
+// reason says why damage is refused.
+func (v verdict) reason(last bool, w frameWalk) error {
+	switch {
+	case !last:
+		return reasonf("%v, in a segment older than the newest (all of it was fsynced)", w.bad)
+	case v.statedAt >= 0:
+		return reasonf("%v; the frame at offset %d states records up to %d were fsynced", w.bad, v.statedAt, v.watermark)
+	default:
+		return reasonf("%v; records up to %d were promised durable", w.bad, v.watermark)
+	}
 }
 
 // brokenKeep bounds the .broken copy of a cut tail. A torn PutBatch can be

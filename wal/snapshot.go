@@ -13,29 +13,65 @@ import (
 	"strings"
 )
 
-// A snapshot file frames an opaque body (the state package's encoding of the
-// live queue) with a header:
+// A snapshot file of format 2 frames the live state with a header:
 //
-//	 0                   8         9                  17                 25        29
-//	+-------------------+---------+------------------+------------------+---------+------...
-//	| magic "WALQSNAP"  | version | covered LSN      | body length      | CRC-32C | body
-//	|                   |  = 1    | (uint64, BE)     | (uint64, BE)     | (BE)    |
-//	+-------------------+---------+------------------+------------------+---------+------...
+//	 0                   8         9                    25             33             41        45
+//	+-------------------+---------+--------------------+--------------+--------------+---------+-----...
+//	| magic "WALQSNAP"  | version | directory ID       | covered LSN  | body length  | CRC-32C | body
+//	|                   |  = 2    | (16 bytes)         | (u64, BE)    | (u64, BE)    | (BE)    |
+//	+-------------------+---------+--------------------+--------------+--------------+---------+-----...
 //
-// The CRC is CRC-32C (Castagnoli) over the header bytes before it and the
-// body, so a flipped bit in the covered LSN is caught too: recovery replays
-// the log from that LSN, and a wrong one would silently skip or repeat
-// records. The file holds exactly header and body; trailing bytes are
-// corruption. Layout and constants are frozen; a new layout is a new version.
+// and the body is a sequence of sections, each
+//
+//	+-----------+----------------+-----------------+------...
+//	| kind (u8) | queue (u64 BE) | length (u64 BE) | data
+//	+-----------+----------------+-----------------+------...
+//
+// Kind 1 is the state of one queue (the state package's encoding); format 2
+// writes exactly one, for queue 0, the directory's default queue. A section
+// kind this build does not know is refused as newer (ErrNewerFormat), never
+// skipped. The CRC is CRC-32C (Castagnoli) over the header bytes before it
+// and the body, so a flipped bit in the covered LSN is caught too: recovery
+// replays the log from that LSN, and a wrong one would silently skip or
+// repeat records. The file holds exactly header and body; trailing bytes are
+// corruption.
+//
+// Format 1 snapshots (version 1) have no directory ID and no sections:
+//
+//	magic "WALQSNAP" | version = 1 | covered LSN (u64) | body length (u64) | CRC-32C | body
+//
+// Both layouts are frozen; a new layout is a new version.
 const (
 	snapshotMagic      = "WALQSNAP"
 	snapshotVersion1   = 1
-	snapshotHeaderSize = 29
+	snapshotVersion2   = 2
+	snapshotHeaderSize = 29 // version 1
 	snapOffVersion     = 8
 	snapOffLSN         = 9
 	snapOffLength      = 17
 	snapOffCRC         = 25
+
+	snapshot2HeaderSize = 45
+	snap2OffDir         = 9
+	snap2OffLSN         = 25
+	snap2OffLength      = 33
+	snap2OffCRC         = 41
+
+	// SectionQueueState is the kind of a snapshot section that holds one
+	// queue's state.
+	SectionQueueState = 1
+	sectionHeaderSize = 17
 )
+
+// Snapshot is a decoded snapshot file.
+type Snapshot struct {
+	Version int
+	Dir     DirID  // zero for version 1
+	LSN     uint64 // covered LSN
+	// Body is the default queue's state (version 2: the data of its
+	// section; version 1: the whole body). It aliases the file's bytes.
+	Body []byte
+}
 
 // A snapshot covering LSN S is named "snapshot-<S in 20 digits>.snap" and is
 // written as "snapshot-<S>.tmp" first.
@@ -62,22 +98,32 @@ type SnapshotFile struct {
 	Size int64
 }
 
-func appendSnapshotHeader(dst []byte, lsn uint64, body []byte) []byte {
+func appendSnapshot2(dst []byte, id DirID, lsn uint64, state []byte) []byte {
 	start := len(dst)
 	dst = append(dst, snapshotMagic...)
-	dst = append(dst, snapshotVersion1)
+	dst = append(dst, snapshotVersion2)
+	dst = append(dst, id[:]...)
 	dst = binary.BigEndian.AppendUint64(dst, lsn)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(len(body)))
-	crc := crc32.Update(0, castagnoli, dst[start:])
-	crc = crc32.Update(crc, castagnoli, body)
-	return binary.BigEndian.AppendUint32(dst, crc)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(sectionHeaderSize+len(state)))
+	crcAt := len(dst)
+	dst = binary.BigEndian.AppendUint32(dst, 0)
+	body := len(dst)
+	dst = append(dst, SectionQueueState)
+	dst = binary.BigEndian.AppendUint64(dst, 0)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(len(state)))
+	dst = append(dst, state...)
+	crc := crc32.Update(0, castagnoli, dst[start:crcAt])
+	crc = crc32.Update(crc, castagnoli, dst[body:])
+	binary.BigEndian.PutUint32(dst[crcAt:], crc)
+	return dst
 }
 
-// WriteSnapshot writes body as the snapshot covering lsn into dir and makes
-// it durable: temp file, write, fsync, close, rename, directory fsync. Only
-// after it returns nil may the log be truncated. On failure the temp file is
-// removed best-effort.
-func WriteSnapshot(fsys FS, dir string, lsn uint64, body []byte, perm os.FileMode) (path string, err error) {
+// WriteSnapshot writes state (the default queue's) as the format-2 snapshot
+// of directory id covering lsn into dir and makes it durable: temp file,
+// write, fsync, close, rename, directory fsync. Only after it returns nil
+// may the log be truncated. On failure the temp file is removed
+// best-effort.
+func WriteSnapshot(fsys FS, dir string, id DirID, lsn uint64, state []byte, perm os.FileMode) (path string, err error) {
 	if fsys == nil {
 		fsys = OSFS()
 	}
@@ -93,10 +139,7 @@ func WriteSnapshot(fsys FS, dir string, lsn uint64, body []byte, perm os.FileMod
 			err = fmt.Errorf("write snapshot %d: %w", lsn, err)
 		}
 	}()
-	header := appendSnapshotHeader(make([]byte, 0, snapshotHeaderSize), lsn, body)
-	if _, err = f.Write(header); err == nil {
-		_, err = f.Write(body)
-	}
+	_, err = f.Write(appendSnapshot2(make([]byte, 0, snapshot2HeaderSize+sectionHeaderSize+len(state)), id, lsn, state))
 	if err == nil {
 		err = f.Sync()
 	}
@@ -115,47 +158,107 @@ func WriteSnapshot(fsys FS, dir string, lsn uint64, body []byte, perm os.FileMod
 	return path, nil
 }
 
-// ReadSnapshot reads and verifies a snapshot file. Every defect is a
-// *CorruptionError naming the file.
-func ReadSnapshot(path string) (lsn uint64, body []byte, err error) {
+// ReadSnapshot reads and verifies a snapshot file of either version. Every
+// defect is a *CorruptionError naming the file.
+func ReadSnapshot(path string) (Snapshot, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return 0, nil, fmt.Errorf("read snapshot: %w", err)
+		return Snapshot{}, fmt.Errorf("read snapshot: %w", err)
 	}
-	lsn, body, err = DecodeSnapshot(data)
+	snap, err := DecodeSnapshot(data)
 	var ce *CorruptionError
 	if errors.As(err, &ce) {
 		ce.Dir, ce.File = filepath.Dir(path), filepath.Base(path)
+	} else if err != nil {
+		err = fmt.Errorf("snapshot %s: %w", path, err)
 	}
-	return lsn, body, err
+	return snap, err
 }
 
-// DecodeSnapshot verifies the bytes of a snapshot file and returns the LSN
-// it covers and its body, which aliases data. It never panics.
-func DecodeSnapshot(data []byte) (lsn uint64, body []byte, err error) {
-	bad := func(off int64, reason error) (uint64, []byte, error) {
-		return 0, nil, &CorruptionError{Offset: off, Err: reason}
+// DecodeSnapshot verifies the bytes of a snapshot file of either version.
+// Body aliases data. It never panics.
+func DecodeSnapshot(data []byte) (Snapshot, error) {
+	bad := func(off int64, reason error) (Snapshot, error) {
+		return Snapshot{}, &CorruptionError{Offset: off, Err: reason}
 	}
-	if len(data) < snapshotHeaderSize {
+	if len(data) <= snapOffVersion {
 		return bad(int64(len(data)), reasonf("truncated header: %d bytes", len(data)))
 	}
 	if string(data[:snapOffVersion]) != snapshotMagic {
 		return bad(0, corruptReason("bad magic"))
 	}
-	if v := data[snapOffVersion]; v != snapshotVersion1 {
+	switch v := data[snapOffVersion]; v {
+	case snapshotVersion1:
+		return decodeSnapshot1(data)
+	case snapshotVersion2:
+	default:
+		if v > snapshotVersion2 {
+			return Snapshot{}, fmt.Errorf("%w: snapshot version %d", ErrNewerFormat, v)
+		}
 		return bad(snapOffVersion, reasonf("unknown snapshot version %d", v))
+	}
+	if len(data) < snapshot2HeaderSize {
+		return bad(int64(len(data)), reasonf("truncated header: %d bytes", len(data)))
+	}
+	length := binary.BigEndian.Uint64(data[snap2OffLength:])
+	if have := uint64(len(data) - snapshot2HeaderSize); length != have {
+		return bad(snap2OffLength, reasonf("body length %d, file holds %d", length, have))
+	}
+	body := data[snapshot2HeaderSize:]
+	crc := crc32.Update(0, castagnoli, data[:snap2OffCRC])
+	crc = crc32.Update(crc, castagnoli, body)
+	if crc != binary.BigEndian.Uint32(data[snap2OffCRC:]) {
+		return bad(snap2OffCRC, corruptReason("crc mismatch"))
+	}
+	snap := Snapshot{Version: snapshotVersion2, LSN: binary.BigEndian.Uint64(data[snap2OffLSN:])}
+	copy(snap.Dir[:], data[snap2OffDir:])
+	found := false
+	for off := 0; off < len(body); {
+		if len(body)-off < sectionHeaderSize {
+			return bad(int64(snapshot2HeaderSize+off), corruptReason("truncated section header"))
+		}
+		kind := body[off]
+		queue := binary.BigEndian.Uint64(body[off+1:])
+		n := binary.BigEndian.Uint64(body[off+9:])
+		off += sectionHeaderSize
+		if n > uint64(len(body)-off) {
+			return bad(int64(snapshot2HeaderSize+off), reasonf("section of %d bytes runs past the end", n))
+		}
+		switch {
+		case kind != SectionQueueState:
+			return Snapshot{}, fmt.Errorf("%w: snapshot section of kind %d", ErrNewerFormat, kind)
+		case queue != 0:
+			return Snapshot{}, fmt.Errorf("%w: snapshot section of queue %d (named queues)", ErrNewerFormat, queue)
+		case found:
+			return bad(int64(snapshot2HeaderSize+off), corruptReason("two sections for the default queue"))
+		}
+		snap.Body, found = body[off:off+int(n)], true
+		off += int(n)
+	}
+	if !found {
+		return bad(snapshot2HeaderSize, corruptReason("no section for the default queue"))
+	}
+	return snap, nil
+}
+
+func decodeSnapshot1(data []byte) (Snapshot, error) {
+	bad := func(off int64, reason error) (Snapshot, error) {
+		return Snapshot{}, &CorruptionError{Offset: off, Err: reason}
+	}
+	if len(data) < snapshotHeaderSize {
+		return bad(int64(len(data)), reasonf("truncated header: %d bytes", len(data)))
 	}
 	length := binary.BigEndian.Uint64(data[snapOffLength:])
 	if have := uint64(len(data) - snapshotHeaderSize); length != have {
 		return bad(snapOffLength, reasonf("body length %d, file holds %d", length, have))
 	}
-	body = data[snapshotHeaderSize:]
+	body := data[snapshotHeaderSize:]
 	crc := crc32.Update(0, castagnoli, data[:snapOffCRC])
 	crc = crc32.Update(crc, castagnoli, body)
 	if crc != binary.BigEndian.Uint32(data[snapOffCRC:]) {
 		return bad(snapOffCRC, corruptReason("crc mismatch"))
 	}
-	return binary.BigEndian.Uint64(data[snapOffLSN:]), body, nil
+	return Snapshot{Version: snapshotVersion1, LSN: binary.BigEndian.Uint64(data[snapOffLSN:]), Body: body}, nil
 }
 
 // ListSnapshots lists the snapshot files in dir, newest (highest LSN) first.
