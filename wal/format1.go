@@ -67,7 +67,6 @@ func parseFormat1Name(name string) (first uint64, suffix string, ok bool) {
 	return first, suffix, true
 }
 
-
 // Format1Segment is one format-1 segment file.
 type Format1Segment = Segment
 
@@ -312,4 +311,3 @@ func laterRecordAfter(data []byte, bad int, want uint64) int {
 	}
 	return -1
 }
-

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
 )
 
 // Defaults for zero Options fields.
