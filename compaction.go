@@ -20,9 +20,9 @@ import (
 //     recovery would build it), so puts and gets go on meanwhile. The cost
 //     is a second copy of the live data in memory while it runs.
 //  3. Write it as snapshot-S: temp file, fsync, rename, directory fsync.
-//  4. Truncate the log at the last index of the newest sealed segment that
-//     S covers: never inside the tail segment, so TruncateFront copies one
-//     record, not a segment, while it holds the log. Directory fsync.
+//  4. Remove the sealed segments whose records S covers, oldest first:
+//     whole files, never the tail segment, nothing rewritten. Directory
+//     fsync.
 //  5. Only then delete the older snapshots.
 //
 // A crash between any two steps leaves either the old snapshot with a log
@@ -97,7 +97,7 @@ func (q *Queue) compact() (err error) {
 		if err != nil {
 			return fmt.Errorf("walq: compaction: encode snapshot: %w", err)
 		}
-		if _, err := wal.WriteSnapshot(q.opts.fs, q.dir, covered, body, q.opts.FileMode); err != nil {
+		if _, err := wal.WriteSnapshot(q.opts.fs, q.dir, q.dirID, covered, body, q.opts.FileMode); err != nil {
 			return fmt.Errorf("walq: compaction: write snapshot: %w", err)
 		}
 		q.snapLSN.Store(covered)
@@ -126,7 +126,7 @@ func (q *Queue) compact() (err error) {
 // stateAt rebuilds the state at LSN to from the snapshot at from (0: none)
 // and the log, without touching the queue's own state.
 func (q *Queue) stateAt(from, to uint64) (*state.State, error) {
-	st, err := rebuild.StateAt(q.dir, from, to, func(uint64) error {
+	st, err := rebuild.StateAt(q.dir, q.dirID, from, to, func(uint64) error {
 		select {
 		case <-q.done:
 			return errCompactionStopped
@@ -140,21 +140,15 @@ func (q *Queue) stateAt(from, to uint64) (*state.State, error) {
 	return st, nil
 }
 
-// truncateLog drops the sealed segments that the snapshot at covered makes
-// unnecessary.
+// truncateLog removes the sealed segments whose records the snapshot at
+// covered holds, whole files only (the tail segment is never removed).
 func (q *Queue) truncateLog(covered uint64) error {
 	segs := q.log.Segments()
-	var cut uint64
-	for i := 0; i+1 < len(segs); i++ {
-		if last := segs[i+1].First - 1; last <= covered {
-			cut = last
-		}
-	}
-	if len(segs) == 0 || cut <= segs[0].First {
+	if len(segs) < 2 || segs[1].First > covered+1 {
 		return nil
 	}
-	if err := q.log.TruncateFront(cut); err != nil {
-		return fmt.Errorf("walq: compaction: truncate log before %d: %w", cut, err)
+	if err := q.log.TruncateFront(covered + 1); err != nil {
+		return fmt.Errorf("walq: compaction: truncate log before %d: %w", covered+1, err)
 	}
 	return nil
 }

@@ -90,11 +90,13 @@ func TestDirectoryCorruption(t *testing.T) {
 			os.WriteFile(s.Path, data, 0o600)
 		}, ""},
 		{"snapshot newer than the log", func(t *testing.T, dir string) {
-			// Keep only the one-record segment that the truncation left:
-			// the log now ends before the snapshot's LSN.
-			for _, s := range segments(t, dir)[1:] {
+			// Keep only the first segment, emptied to its header: the log
+			// now ends before the snapshot's LSN.
+			segs := segments(t, dir)
+			for _, s := range segs[1:] {
 				os.Remove(s.Path)
 			}
+			must(t, os.Truncate(segs[0].Path, wal.SegmentHeaderSize))
 		}, ""},
 		{"missing first segment, no snapshot", func(t *testing.T, dir string) {
 			for _, s := range snapshots(t, dir) {
@@ -114,9 +116,10 @@ func TestDirectoryCorruption(t *testing.T) {
 			for _, s := range segs[1 : len(segs)-1] {
 				os.Remove(s.Path)
 			}
-			// The remaining tail segment no longer follows: drop it too and
-			// tear the one-record segment the truncation left.
+			// The remaining tail segment no longer follows: drop it too,
+			// empty the first to its header and tear a frame after it.
 			os.Remove(segs[len(segs)-1].Path)
+			must(t, os.Truncate(segs[0].Path, wal.SegmentHeaderSize))
 			f, _ := os.OpenFile(segs[0].Path, os.O_WRONLY|os.O_APPEND, 0)
 			f.Write([]byte{30, 1, 2, 3})
 			f.Close()

@@ -1,6 +1,7 @@
 package walq
 
 import (
+	"encoding/binary"
 	"bytes"
 	"errors"
 	"fmt"
@@ -59,12 +60,16 @@ func TestOpenDirectoryRules(t *testing.T) {
 				write(fmt.Sprintf("file%d", i))(t, dir)
 			}
 		}, wantErr: ErrNotQueue, wantText: `"file4" (and 3 more)`},
-		{name: "the log directory passed for the queue", setup: write("00000000000000000001"),
+		{name: "the log directory passed for the queue", setup: write("00000000000000000001.seg"),
 			wantErr: ErrNotQueue, wantText: "the log directory of a queue: open its parent"},
-		{name: "unknown walq name in a queue", queue: true, setup: write("WALQ-FORMAT"),
-			wantErr: ErrNewerFormat, wantText: "WALQ-FORMAT"},
-		{name: "unknown walq name alone", setup: write("WALQ-FORMAT"),
-			wantErr: ErrNewerFormat, wantText: "WALQ-FORMAT"},
+		{name: "a format-1 log directory passed for the queue", setup: write("00000000000000000001"),
+			wantErr: ErrNotQueue, wantText: "the log directory of a queue: open its parent"},
+		{name: "unknown walq name in a queue", queue: true, setup: write("WALQ-INDEX"),
+			wantErr: ErrNewerFormat, wantText: "WALQ-INDEX"},
+		{name: "unknown walq name alone", setup: write("walq.journal"),
+			wantErr: ErrNewerFormat, wantText: "walq.journal"},
+		{name: "a marker of a newer format", queue: true, setup: write("WALQ-FORMAT", newerMarker()),
+			wantErr: ErrNewerFormat, wantText: "format version 3"},
 		{name: "upper-case foreign file in a queue", queue: true, setup: write("README"),
 			wantForeign: []string{"README"}},
 		{name: "unknown walq name beside foreign files", setup: all(write("notes.txt"), write("walq-queues")),
@@ -202,10 +207,22 @@ func fullListing(t *testing.T, dir string) string {
 	return b.String()
 }
 
-func write(name string) func(*testing.T, string) {
+func write(name string, content ...[]byte) func(*testing.T, string) {
 	return func(t *testing.T, dir string) {
-		must(t, os.WriteFile(filepath.Join(dir, name), []byte("not walq's"), 0o600))
+		data := []byte("not walq's")
+		if len(content) > 0 {
+			data = content[0]
+		}
+		must(t, os.WriteFile(filepath.Join(dir, name), data, 0o600))
 	}
+}
+
+// newerMarker returns a format marker of version 3, as a later walq might
+// write it.
+func newerMarker() []byte {
+	m := wal.EncodeMarker(wal.DirID{1})
+	binary.BigEndian.PutUint32(m[8:], 3)
+	return m
 }
 
 func mkdir(name string) func(*testing.T, string) {

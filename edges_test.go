@@ -2,7 +2,6 @@ package walq
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -521,22 +520,24 @@ func TestRefusedRecordNamesItsPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := wal.AppendRecord(nil, state.TypeAck, last+1, body)
 	segs, _, err := wal.ListSegments(filepath.Join(dir, "log"))
 	if err != nil || len(segs) != 1 {
 		t.Fatalf("segments %v, %v", segs, err)
 	}
-	f, err := os.OpenFile(segs[0].Path, os.O_WRONLY|os.O_APPEND, 0)
+	// Append the record through the log itself, so that its frame verifies.
+	l, _, err := wal.Open(filepath.Join(dir, "log"), wal.Options{Dir: dirIDOf(t, dir)}, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Write(binary.AppendUvarint(nil, uint64(len(rec))))
-	f.Write(rec)
-	f.Close()
+	if _, c := l.Append(state.TypeAck, body); c.Wait() != nil {
+		t.Fatal(c.Wait())
+	}
+	must(t, l.Close())
 	_, err = Open(dir, opts)
 	var ce *CorruptionError
-	if !errors.As(err, &ce) || ce.File != segs[0].Name || ce.Offset != segs[0].Size || ce.Index != last+1 {
-		t.Fatalf("Open = %v (%+v), want a CorruptionError at %s offset %d index %d", err, ce, segs[0].Name, segs[0].Size, last+1)
+	at := segs[0].Size + int64(wal.FrameOverhead(1))
+	if !errors.As(err, &ce) || ce.File != segs[0].Name || ce.Offset != at || ce.Index != last+1 {
+		t.Fatalf("Open = %v (%+v), want a CorruptionError at %s offset %d index %d", err, ce, segs[0].Name, at, last+1)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walq/walq/internal/layout"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
@@ -21,8 +22,15 @@ import (
 // fixture beside the old ones.
 //
 // testdata/format1 was written by the build of "trust at the edges (1 of
-// 2)" with WALQ_WRITE_FIXTURE=testdata/format1 go test -run
-// TestWriteFormat1Fixture: log record envelope version 1, snapshot version 1.
+// 2)" (4fb10c1) with WALQ_WRITE_FIXTURE=testdata/format1 go test -run
+// TestWriteFormat1Fixture: tidwall/wal segments, log record envelope
+// version 1, snapshot version 1, no marker. Opening it carries it forward.
+//
+// testdata/format2 was written by the build that introduced format 2 with
+// WALQ_WRITE_FIXTURE=testdata/format2 go test -run TestWriteFixture: marker
+// version 2, segments of MAC'd frames, snapshot version 2. Its body that
+// holds a copy of a real frame of the same queue is kept beside it, in
+// testdata/format2.frame, since the segment it was copied from is gone.
 
 // fixtureTime is the wall clock at which the fixtures were written.
 var fixtureTime = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -60,6 +68,9 @@ type fixtureWant struct {
 	waiting map[string]string // body -> key ("" for none)
 	dead    map[string]string // body -> last error
 	keys    []string          // keys still held (waiting, dead, or acked inside the window)
+	// expired is how many leases the open must find open; 1 in a fixture,
+	// 0 once a first open ended the lease.
+	expired int
 }
 
 func format1Want() fixtureWant {
@@ -87,14 +98,16 @@ func format1Want() fixtureWant {
 			"nacked out of attempts": "handler failed: 503",
 			"dead-lettered":          "bad input",
 		},
-		keys: []string{"k-ready", "k-delayed", "k-batch", "k-acked"},
+		keys:    []string{"k-ready", "k-delayed", "k-batch", "k-acked"},
+		expired: 1,
 	}
 }
 
-// TestWriteFormat1Fixture writes testdata/format1 when WALQ_WRITE_FIXTURE
-// names the directory; it is how the fixture was made, kept so that the
-// history of every item in it can be read.
-func TestWriteFormat1Fixture(t *testing.T) {
+// TestWriteFixture writes a fixture of the current format when
+// WALQ_WRITE_FIXTURE names the directory; it is how the fixtures were made
+// (testdata/format1 by the build of format 1, testdata/format2 by the build
+// of format 2), kept so that the history of every item in them can be read.
+func TestWriteFixture(t *testing.T) {
 	dir := os.Getenv("WALQ_WRITE_FIXTURE")
 	if dir == "" {
 		t.Skip("writes a fixture only when WALQ_WRITE_FIXTURE names its directory")
@@ -160,7 +173,10 @@ func TestWriteFormat1Fixture(t *testing.T) {
 	put("delayed-0", WithDelay(time.Hour))
 	put("delayed-1 keyed", WithDelay(time.Hour), WithKey("k-delayed"))
 	put("\x00\x01\xff binary")
-	put(string(append(append([]byte("frame:"), fixtureFrame()...), []byte("tail")...)))
+	// A body holding a copy of a real frame of this queue, with its MAC.
+	frame := firstFrame(t, dir)
+	must(t, os.WriteFile(filepath.Clean(dir)+".frame", frame, 0o644))
+	put(string(append(append([]byte("frame:"), frame...), []byte("tail")...)))
 	put(largeBody(0)) // large bodies roll segments: the fixture has several
 	put(largeBody(1))
 	if err := q.Compact(); err != nil {
@@ -179,19 +195,105 @@ func TestWriteFormat1Fixture(t *testing.T) {
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// The reserve is 1 MiB of zeros and the lock file empty: both are made
-	// again by Open, so the fixture does without them.
+	// The reserve is 1 MiB of zeros, made again by Open, so the fixture
+	// does without it. The lock file stays: every queue directory of
+	// format 2 has one, and 82292fa, which refuses the directory, would
+	// create one where there is none.
 	os.Remove(filepath.Join(dir, "RESERVE"))
-	os.Remove(filepath.Join(dir, "LOCK"))
+}
+
+// firstFrame copies the first frame of the oldest segment in a queue
+// directory.
+func firstFrame(t *testing.T, dir string) []byte {
+	t.Helper()
+	segs, _, err := wal.ListSegments(filepath.Join(dir, "log"))
+	if err != nil || len(segs) == 0 {
+		t.Fatalf("segments %v, %v", segs, err)
+	}
+	data, err := os.ReadFile(segs[0].Path)
+	must(t, err)
+	h := data[wal.SegmentHeaderSize:]
+	if len(h) < wal.FrameHeaderSize {
+		t.Fatalf("no frame in %s", segs[0].Name)
+	}
+	n := wal.FrameHeaderSize + int(binary.BigEndian.Uint32(h[24:]))
+	return append([]byte(nil), h[:n]...)
+}
+
+// format2Want is what testdata/format2 holds: the same items as format 1,
+// with a copy of a real format-2 frame in place of the format-1 record.
+func format2Want(t *testing.T) fixtureWant {
+	w := format1Want()
+	frame, err := os.ReadFile("testdata/format2.frame")
+	must(t, err)
+	delete(w.waiting, string(append(append([]byte("frame:"), fixtureFrame()...), []byte("tail")...)))
+	w.waiting[string(append(append([]byte("frame:"), frame...), []byte("tail")...))] = ""
+	return w
+}
+
+// TestOpenFormat2Fixture opens a copy of testdata/format2.
+func TestOpenFormat2Fixture(t *testing.T) {
+	r := checkFixture(t, "testdata/format2", format2Want(t))
+	if r.Migration != nil {
+		t.Fatalf("format 2 migrated: %+v", r.Migration)
+	}
+}
+
+// TestFormat1Migration: opening testdata/format1 carries it forward to
+// format 2 once: a marker, a format-2 snapshot and log, no format-1 file
+// left; the next open finds a directory of format 2 with every item.
+func TestFormat1Migration(t *testing.T) {
+	dir := copyDir(t, "testdata/format1")
+	q, err := Open(dir, fixtureOptions(NewManualClock(fixtureTime.Add(2*time.Hour))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := q.Stats().Recovery.Migration
+	must(t, q.Close())
+	if m == nil || m.FromVersion != 1 || m.Replayed == 0 || m.Removed < 4 {
+		t.Fatalf("migration %+v", m)
+	}
+	entries := listNames(t, dir)
+	for _, name := range entries {
+		if k := layout.ClassifyLog(filepath.Base(name)); filepath.Dir(name) == "log" && k == layout.Format1 {
+			t.Fatalf("format-1 file %s left after the migration: %q", name, entries)
+		}
+	}
+	if id := dirIDOf(t, dir); id.IsZero() {
+		t.Fatal("no directory id")
+	}
+	w := format1Want()
+	w.expired = 0
+	r := checkFixture(t, dir, w)
+	if r.Migration != nil {
+		t.Fatalf("migrated twice: %+v", r.Migration)
+	}
+}
+
+// listNames lists a directory tree, relative names.
+func listNames(t *testing.T, dir string) []string {
+	var out []string
+	must(t, filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		out = append(out, rel)
+		return nil
+	}))
+	return out
 }
 
 // TestOpenFormat1Fixture opens a copy of testdata/format1 and finds every
 // item and dead letter, byte for byte, with the keys still held.
 func TestOpenFormat1Fixture(t *testing.T) {
-	checkFixture(t, "testdata/format1", format1Want())
+	r := checkFixture(t, "testdata/format1", format1Want())
+	if r.Migration == nil || r.Migration.Replayed == 0 {
+		t.Fatalf("format 1 opened without a migration that replayed records: %+v", r.Migration)
+	}
 }
 
-func checkFixture(t *testing.T, fixture string, want fixtureWant) {
+func checkFixture(t *testing.T, fixture string, want fixtureWant) RecoveryStats {
 	t.Helper()
 	if _, err := os.Stat(fixture); err != nil {
 		t.Fatalf("fixture missing: %v", err)
@@ -203,7 +305,8 @@ func checkFixture(t *testing.T, fixture string, want fixtureWant) {
 		t.Fatalf("Open %s: %v", fixture, err)
 	}
 	defer q.Close()
-	if r := q.Stats().Recovery; r.LeasesExpired != 1 || r.SnapshotLSN == 0 || r.Replayed == 0 {
+	r := q.Stats().Recovery
+	if r.LeasesExpired != want.expired || r.SnapshotLSN == 0 || (r.Replayed == 0 && r.Migration == nil) {
 		t.Fatalf("recovery %+v: want one lease expired, a snapshot and records replayed", r)
 	}
 
@@ -244,6 +347,7 @@ func checkFixture(t *testing.T, fixture string, want fixtureWant) {
 			t.Fatalf("Put with key %q: %v, want ErrDuplicate (the window is a day)", k, err)
 		}
 	}
+	return r
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -1,6 +1,13 @@
 package walq
 
-import "runtime"
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/walq/walq/wal"
+)
 
 // settle does at once what the timer loop does when the clock reaches a
 // due time, so a test that advanced a ManualClock sees its effects without
@@ -45,4 +52,18 @@ func (q *Queue) waitForTimerAt(at int64) {
 		}
 		runtime.Gosched()
 	}
+}
+
+// dirIDOf reads the directory ID from a queue directory's marker.
+func dirIDOf(t testing.TB, dir string) wal.DirID {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "WALQ-FORMAT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := wal.DecodeMarker(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

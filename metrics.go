@@ -87,6 +87,9 @@ type RecoveryStats struct {
 	// at Open. walq leaves them alone; lost+found and dotfiles are not
 	// listed.
 	ForeignEntries []string
+	// Migration says what Open did to carry a directory of format 1
+	// forward to format 2; nil when the directory was of format 2 or new.
+	Migration *MigrationStats
 }
 
 // Stats is a point-in-time view of the queue. Gauges are as of the call;

@@ -37,6 +37,7 @@ type Message struct {
 // use.
 type Queue struct {
 	dir   string
+	dirID wal.DirID // the directory's identity, from its marker file
 	opts  Options
 	clock Clock
 	qt    queueTime // the queue's one time; see qtime.go

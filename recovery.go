@@ -56,7 +56,11 @@ func Open(dir string, opts Options) (*Queue, error) {
 	if !created {
 		// Refuse before the lock file is created: a refused open leaves
 		// the directory as it found it. The check is repeated under the lock.
-		if _, err := checkFiles(o.fs, dir); err != nil {
+		files, err := checkFiles(o.fs, dir)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := readFormat(o.fs, dir, files); err != nil {
 			return nil, err
 		}
 	}
@@ -84,7 +88,48 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		o.Logger.Warn("walq: the queue directory holds entries that are not walq's; walq leaves them alone",
 			"dir", dir, "entries", foreign)
 	}
-	base, err := rebuild.Newest(dir)
+	format, err := readFormat(fsys, dir, files)
+	if err != nil {
+		return nil, err
+	}
+	// From here on recovery may write (a new directory's marker, a
+	// migration, a .broken copy of a torn tail, the endings of open
+	// leases): free the reserve so that it can on a full disk. If the open
+	// fails after all, put the reserve back.
+	if err := fsys.Remove(filepath.Join(dir, layout.ReserveName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("walq: release reserve: %w", err)
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			writeReserve(fsys, dir, o.FileMode)
+		}
+	}()
+	if err := removeSnapshotTemps(fsys, dir, files); err != nil {
+		return nil, err
+	}
+	var migration *MigrationStats
+	switch format.version {
+	case 0:
+		if format.id, err = newDirectory(fsys, dir, o.FileMode); err != nil {
+			return nil, err
+		}
+	case 1:
+		id, ms, err := migrateFormat1(dir, o)
+		if err != nil {
+			return nil, err
+		}
+		format.id, migration = id, &ms
+	default:
+		// A migration that a crash interrupted after its marker leaves
+		// format-1 files behind; finish it.
+		if len(files.Of(layout.Format1)) > 0 {
+			if _, err := removeFormat1(fsys, dir, 0); err != nil {
+				return nil, fmt.Errorf("walq: finish carrying %s forward from format 1: %w", dir, err)
+			}
+		}
+	}
+	base, err := rebuild.Newest(dir, format.id)
 	if err != nil {
 		return nil, fmt.Errorf("walq: list snapshots: %w", err)
 	}
@@ -100,24 +145,10 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	for _, s := range base.Newer {
 		mustReach = max(mustReach, s.File.LSN)
 	}
-	// From here on recovery may write (a .broken copy of a torn tail, the
-	// endings of open leases): free the reserve so that it can on a full
-	// disk. If the open fails after all, put the reserve back.
-	if err := fsys.Remove(filepath.Join(dir, layout.ReserveName)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("walq: release reserve: %w", err)
-	}
-	opened := false
-	defer func() {
-		if !opened {
-			writeReserve(fsys, dir, o.FileMode)
-		}
-	}()
-	if err := removeSnapshotTemps(fsys, dir, files); err != nil {
-		return nil, err
-	}
 
 	q := &Queue{
 		dir:           dir,
+		dirID:         format.id,
 		opts:          o,
 		clock:         o.Clock,
 		lock:          lock,
@@ -133,6 +164,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	walOpts := wal.Options{
 		SegmentSize: o.SegmentSize,
 		Sync:        o.Sync,
+		Dir:         format.id,
 		MustReach:   mustReach,
 		FS:          fsys,
 		FilePerm:    o.FileMode,
@@ -162,6 +194,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		TailCutBytes:   info.CutBytes,
 		BrokenFile:     info.BrokenFile,
 		ForeignEntries: foreign,
+		Migration:      migration,
 	}
 	// Segments the snapshot covers wholly were neither read nor verified:
 	// they are garbage that a crash kept from the last compaction's
@@ -278,7 +311,8 @@ func checkFiles(fsys wal.FS, dir string) (*layout.Listing, error) {
 			return nil, wrongType(dir, e)
 		case e.Kind == layout.Foreign:
 			foreign = append(foreign, strconv.Quote(e.Name))
-			looksLikeLog = looksLikeLog || layout.ClassifyLog(e.Name) == layout.Segment
+			k := layout.ClassifyLog(e.Name)
+			looksLikeLog = looksLikeLog || k == layout.Segment || k == layout.Format1
 		}
 	}
 	if !l.Queue() && len(foreign) > 0 {
@@ -315,7 +349,7 @@ func wrongType(dir string, e layout.Entry) error {
 // removeSnapshotTemps removes the temp files of snapshots that a crash
 // interrupted.
 func removeSnapshotTemps(fsys wal.FS, dir string, files *layout.Listing) error {
-	temps := files.Of(layout.SnapshotTemp)
+	temps := append(files.Of(layout.SnapshotTemp), files.Of(layout.MarkerTmp)...)
 	for _, e := range temps {
 		if err := fsys.Remove(filepath.Join(dir, e.Name)); err != nil {
 			return fmt.Errorf("walq: remove leftover %s: %w", e.Name, err)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -310,4 +311,16 @@ func laterRecordAfter(data []byte, bad int, want uint64) int {
 		}
 	}
 	return -1
+}
+
+// KeepFormat1Tail keeps the first 64 KiB of a format-1 torn tail (as
+// ScanFormat1 reported it) in "<segment>.broken" beside it, without changing
+// the segment, and returns the copy's name. Migration uses it: the records
+// before the tail are carried forward, and the segment is removed after.
+func KeepFormat1Tail(fsys FS, dir string, tail *TailInfo, perm os.FileMode) (string, error) {
+	kept, err := readCutStart(fsys, filepath.Join(dir, tail.File), tail.Offset)
+	if err != nil {
+		return "", err
+	}
+	return writeBroken(fsys, dir, tail.File, kept, perm)
 }

@@ -4,15 +4,24 @@
 //
 // A queue directory holds:
 //
+//	WALQ-FORMAT                       format marker: version and directory ID (format 2 on)
+//	WALQ-FORMAT.tmp                   the marker being written, or left by a crash
 //	LOCK                              flock of the running queue
 //	RESERVE                           1 MiB that recovery releases to have room on a full disk
 //	snapshot-<20 digits>.snap         snapshot covering that LSN
 //	snapshot-<20 digits>.tmp          a snapshot being written, or left by a crash
 //	log/                              the log
-//	log/<20 digits>                   segment whose first record has that index
+//	log/<20 digits>.seg               format-2 segment whose first record has that LSN
+//	log/<20 digits>.seg.tmp           a segment being created, or left by a crash
+//	log/<20 digits>.seg.broken[.N]    bytes an open cut from the end of a segment, kept as evidence
+//
+// and, in a directory of format 1 (no marker) or one whose migration to
+// format 2 was interrupted after the marker was written:
+//
+//	log/<20 digits>                   format-1 (tidwall/wal) segment
 //	log/<20 digits>.START | .END      left by an interrupted TruncateFront | TruncateBack
 //	log/<20 digits>.START.TEMP | .END.TEMP   their temporary copies
-//	log/<20 digits>.broken[.N]        bytes an open cut from a torn tail, kept as evidence
+//	log/<20 digits>.broken[.N]        bytes a format-1 open cut from a torn tail
 //
 // # Naming scheme
 //
@@ -25,7 +34,7 @@
 //     the top level that is any name beginning with "walq" or "WALQ" (in
 //     any mix of cases) or with "snapshot-"; in log/ it is any name
 //     beginning with 20 decimal digits. A later walq adds files only under
-//     reserved names (a format marker would be named WALQ-FORMAT, say), so
+//     reserved names (the format marker, WALQ-FORMAT, is one), so
 //     meeting one means a newer walq wrote the directory: this build must
 //     refuse it, never skip, cut or remove the file. The prefix is narrow on
 //     purpose: a user's README or BACKUP in a queue directory is foreign (a
@@ -55,6 +64,8 @@ import (
 
 // Names of the queue directory's fixed entries.
 const (
+	MarkerName  = "WALQ-FORMAT"
+	MarkerTemp  = "WALQ-FORMAT.tmp"
 	LockName    = "LOCK"
 	ReserveName = "RESERVE"
 	LogDirName  = "log"
@@ -70,6 +81,7 @@ const (
 	endSuffix      = ".END"
 	tempSuffix     = ".TEMP"
 	brokenSuffix   = ".broken"
+	segSuffix      = ".seg"
 )
 
 // Kind is the class of a name, and for an own name what the file is.
@@ -79,13 +91,16 @@ const (
 	Foreign Kind = iota
 	Ignored
 	Reserved // in walq's scheme, unknown to this build: a newer walq's file
+	Marker
+	MarkerTmp
 	Lock
 	Reserve
 	LogDir
 	Snapshot
 	SnapshotTemp
 	Segment
-	Truncation // .START, .END and their .TEMP copies
+	SegmentTemp
+	Format1 // a format-1 segment, .START, .END or their .TEMP copies
 	Broken
 )
 
@@ -93,13 +108,16 @@ var kindNames = [...]string{
 	Foreign:      "foreign",
 	Ignored:      "ignored",
 	Reserved:     "reserved",
+	Marker:       "format marker",
+	MarkerTmp:    "format marker temp",
 	Lock:         "lock",
 	Reserve:      "reserve",
 	LogDir:       "log directory",
 	Snapshot:     "snapshot",
 	SnapshotTemp: "snapshot temp",
 	Segment:      "segment",
-	Truncation:   "truncation leftover",
+	SegmentTemp:  "segment temp",
+	Format1:      "format-1 log file",
 	Broken:       "broken",
 }
 
@@ -121,6 +139,10 @@ func Classify(name string) Kind {
 	switch {
 	case ignored(name):
 		return Ignored
+	case name == MarkerName:
+		return Marker
+	case name == MarkerTemp:
+		return MarkerTmp
 	case name == LockName:
 		return Lock
 	case name == ReserveName:
@@ -144,15 +166,18 @@ func ClassifyLog(name string) Kind {
 		return Foreign
 	}
 	index, err := strconv.ParseUint(name[:digits], 10, 64)
-	if err != nil || index == 0 || wal.SegmentName(index) != name[:digits] {
+	if err != nil || index == 0 || wal.Format1SegmentName(index) != name[:digits] {
 		return Reserved // index 0 or beyond 64 bits: not a name this build writes
 	}
 	switch rest := name[digits:]; rest {
-	case "":
+	case segSuffix:
 		return Segment
-	case startSuffix, endSuffix, startSuffix + tempSuffix, endSuffix + tempSuffix:
-		return Truncation
+	case segSuffix + ".tmp":
+		return SegmentTemp
+	case "", startSuffix, endSuffix, startSuffix + tempSuffix, endSuffix + tempSuffix:
+		return Format1
 	default:
+		rest = strings.TrimPrefix(rest, segSuffix)
 		if n, ok := strings.CutPrefix(rest, brokenSuffix); ok && (n == "" || n[0] == '.' && allDigits(n[1:])) {
 			return Broken
 		}

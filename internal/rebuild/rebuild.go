@@ -20,16 +20,22 @@ import (
 
 // ReadSnapshot reads a snapshot file and decodes its state. The file must
 // verify (header, CRC, length), its body must decode, and the LSN in its
-// name, in its header and of its body must agree. Every defect is a
+// name, in its header and of its body must agree. When want is not zero the
+// snapshot must be of format 2 and of that directory. Every defect is a
 // *wal.CorruptionError naming the file; an error reading it is returned as
 // is (it wraps fs.ErrNotExist when a compaction removed the file).
-func ReadSnapshot(dir string, f wal.SnapshotFile) (*state.State, error) {
-	lsn, body, err := wal.ReadSnapshot(f.Path)
+func ReadSnapshot(dir string, f wal.SnapshotFile, want wal.DirID) (*state.State, error) {
+	snap, err := wal.ReadSnapshot(f.Path)
 	if err != nil {
 		return nil, err
 	}
-	st, err := state.UnmarshalSnapshot(body)
+	lsn := snap.LSN
+	st, err := state.UnmarshalSnapshot(snap.Body)
 	switch {
+	case !want.IsZero() && snap.Version != wal.FormatVersion:
+		err = fmt.Errorf("a format-%d snapshot in a directory of format %d", snap.Version, wal.FormatVersion)
+	case !want.IsZero() && snap.Dir != want:
+		err = fmt.Errorf("snapshot of directory %s, this directory is %s", snap.Dir, want)
 	case err != nil:
 	case lsn != f.LSN:
 		err = fmt.Errorf("header covers index %d, the file name says %d", lsn, f.LSN)
@@ -60,19 +66,20 @@ type Base struct {
 	Newer []Skipped
 }
 
-// Newest loads the newest snapshot in dir that verifies (see ReadSnapshot).
+// Newest loads the newest snapshot in dir that verifies (see ReadSnapshot;
+// want is the directory's ID, zero for a directory of format 1).
 // It reads the files newest first and stops at the first that verifies. A
 // snapshot that cannot be read is passed over like one that does not
 // verify, and one that vanished (a running compaction removed it) is left
 // out.
-func Newest(dir string) (Base, error) {
+func Newest(dir string, want wal.DirID) (Base, error) {
 	snaps, err := wal.ListSnapshots(dir)
 	if err != nil {
 		return Base{}, err
 	}
 	var b Base
 	for _, f := range snaps {
-		st, err := ReadSnapshot(dir, f)
+		st, err := ReadSnapshot(dir, f, want)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -91,6 +98,10 @@ func Newest(dir string) (Base, error) {
 // decode, or that the state refuses, is a *wal.CorruptionError at pos in
 // logDir.
 func Apply(st *state.State, logDir string, pos wal.Position, rec wal.Record) error {
+	if rec.Queue != 0 {
+		return fmt.Errorf("%w: record %d in %s belongs to queue %d, and this build has only the default queue",
+			wal.ErrNewerFormat, rec.LSN, pos.File, rec.Queue)
+	}
 	r, err := state.Decode(rec.Type, rec.Body)
 	return ApplyDecoded(st, logDir, pos, rec.Type, r, err)
 }
@@ -141,13 +152,14 @@ func Replay(st *state.State, logDir string, to uint64, after func(lsn uint64) er
 
 // StateAt rebuilds the state at LSN to from the snapshot covering from (0:
 // none, an empty queue) in the queue directory dir and the log records
-// after it. after is passed to Replay.
-func StateAt(dir string, from, to uint64, after func(lsn uint64) error) (*state.State, error) {
+// after it (a snapshot of directory want when want is not zero). after is
+// passed to Replay.
+func StateAt(dir string, want wal.DirID, from, to uint64, after func(lsn uint64) error) (*state.State, error) {
 	st := state.New()
 	if from > 0 {
 		name := wal.SnapshotName(from)
 		var err error
-		st, err = ReadSnapshot(dir, wal.SnapshotFile{Name: name, Path: filepath.Join(dir, name), LSN: from})
+		st, err = ReadSnapshot(dir, wal.SnapshotFile{Name: name, Path: filepath.Join(dir, name), LSN: from}, want)
 		if err != nil {
 			return nil, fmt.Errorf("read snapshot: %w", err)
 		}

@@ -1,0 +1,279 @@
+package walq
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/walq/walq/internal/layout"
+	"github.com/walq/walq/internal/rebuild"
+	"github.com/walq/walq/wal"
+)
+
+// The directory's format, and carrying format 1 forward.
+//
+// A directory of format 2 has a marker file (layout.MarkerName) that names
+// the format and holds the directory's ID; every older build refuses it
+// (82292fa refuses any file it does not know, and 4fb10c1 refuses unknown
+// names that begin with "walq"), so no older walq can take format-2
+// records for a torn tail and cut them.
+//
+// A directory of format 1 (no marker, but format-1 segments or snapshots)
+// is carried forward at Open, under the lock, before anything else is
+// written:
+//
+//  1. build its state as format 1 recovered it: the newest snapshot that
+//     verifies and the log records after it (read only; a torn tail is
+//     left out, and its first 64 KiB kept as a .broken file, as format 1
+//     did; corruption refuses the open and changes nothing);
+//  2. make a new directory ID and write the state as a format-2 snapshot
+//     covering the last LSN L (rename over a format-1 snapshot of the same
+//     LSN, which holds the same state);
+//  3. create the format-2 log, an empty segment starting at L+1;
+//  4. write the marker (temp file, fsync, rename, directory fsync): from
+//     here on the directory is of format 2;
+//  5. remove the format-1 segments and snapshots.
+//
+// A crash before step 4 leaves a directory of format 1 that the next Open
+// migrates again from the start (the format-2 files written so far are
+// replaced or ignored); a crash after it leaves format-1 files that the
+// next Open removes (step 5 again). LSNs carry over, so receipts of leases
+// open at the crash would still name the right records, and they are
+// expired by the recovery that follows anyway.
+
+// dirFormat is what a directory's files say about its format.
+type dirFormat struct {
+	version int       // 0: a new queue; 1: format 1; 2: format 2
+	id      wal.DirID // version 2 only
+}
+
+// readFormat tells a directory's format from its listing and marker.
+func readFormat(fsys wal.FS, dir string, files *layout.Listing) (dirFormat, error) {
+	if len(files.Of(layout.Marker)) == 0 {
+		if segs := files.Of(layout.Segment); len(segs) > 0 {
+			return dirFormat{}, &CorruptionError{Dir: dir, File: layout.MarkerName,
+				Err: fmt.Errorf("format marker missing, but %s is a format-2 segment", segs[0].Name)}
+		}
+		if len(files.Of(layout.Format1)) > 0 || len(files.Of(layout.Snapshot)) > 0 {
+			return dirFormat{version: 1}, nil
+		}
+		return dirFormat{}, nil
+	}
+	data, err := readSmall(fsys, filepath.Join(dir, layout.MarkerName), 4096)
+	if err != nil {
+		return dirFormat{}, fmt.Errorf("walq: read %s: %w", filepath.Join(dir, layout.MarkerName), err)
+	}
+	id, err := wal.DecodeMarker(data)
+	if errors.Is(err, wal.ErrNewerFormat) {
+		return dirFormat{}, fmt.Errorf("%w: %s: %v; open the directory with the walq that wrote it",
+			ErrNewerFormat, filepath.Join(dir, layout.MarkerName), err)
+	}
+	if err != nil {
+		return dirFormat{}, &CorruptionError{Dir: dir, File: layout.MarkerName, Err: err}
+	}
+	return dirFormat{version: wal.FormatVersion, id: id}, nil
+}
+
+// readSmall reads a file that must be at most max bytes.
+func readSmall(fsys wal.FS, path string, max int64) ([]byte, error) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, fmt.Errorf("larger than %d bytes", max)
+	}
+	return data, nil
+}
+
+// writeMarker makes the marker of a format-2 directory durable: temp file,
+// fsync, rename, directory fsync.
+func writeMarker(fsys wal.FS, dir string, id wal.DirID, perm os.FileMode) error {
+	tmp := filepath.Join(dir, layout.MarkerTemp)
+	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm)
+	if err != nil {
+		return fmt.Errorf("walq: write format marker: %w", err)
+	}
+	_, err = f.Write(wal.EncodeMarker(id))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fsys.Rename(tmp, filepath.Join(dir, layout.MarkerName))
+	}
+	if err == nil {
+		err = fsys.SyncDir(dir)
+	}
+	if err != nil {
+		fsys.Remove(tmp)
+		return fmt.Errorf("walq: write format marker: %w", err)
+	}
+	return nil
+}
+
+// newDirectory gives a new queue directory its ID and marker.
+func newDirectory(fsys wal.FS, dir string, perm os.FileMode) (wal.DirID, error) {
+	id, err := wal.NewDirID()
+	if err != nil {
+		return id, err
+	}
+	return id, writeMarker(fsys, dir, id, perm)
+}
+
+// MigrationStats says what carrying a format-1 directory forward did.
+type MigrationStats struct {
+	FromVersion int    // 1
+	LastLSN     uint64 // the LSN the format-2 snapshot covers
+	Replayed    int    // format-1 records read after the format-1 snapshot
+	TailCut     int64  // bytes of a format-1 torn tail left behind
+	BrokenFile  string // where their first 64 KiB were kept, "" when none
+	Removed     int    // format-1 files removed
+}
+
+// migrateFormat1 carries a format-1 directory forward (steps 1 to 5 above)
+// and returns the new directory ID.
+func migrateFormat1(dir string, o Options) (wal.DirID, MigrationStats, error) {
+	fsys := o.fs
+	ms := MigrationStats{FromVersion: 1}
+	logDir := filepath.Join(dir, layout.LogDirName)
+	fail := func(err error) (wal.DirID, MigrationStats, error) {
+		var ce *CorruptionError
+		if errors.As(err, &ce) || errors.Is(err, ErrNewerFormat) {
+			return wal.DirID{}, ms, err
+		}
+		return wal.DirID{}, ms, fmt.Errorf("walq: carry %s forward from format 1: %w", dir, err)
+	}
+	base, err := rebuild.Newest(dir, wal.DirID{})
+	if err != nil {
+		return fail(err)
+	}
+	st, snap := base.State, base.LSN
+	var mustReach uint64
+	for _, s := range base.Newer {
+		mustReach = max(mustReach, s.File.LSN)
+	}
+	last := snap
+	if _, err := os.Stat(logDir); err == nil {
+		res, err := wal.ScanFormat1(fsys, logDir, snap+1, true, o.Logger, func(pos wal.Position, rec wal.Record) error {
+			return rebuild.Apply(st, logDir, pos, rec)
+		})
+		if err != nil {
+			return fail(err)
+		}
+		ms.Replayed = res.Records
+		if res.Records > 0 || res.Last > last {
+			last = res.Last
+		}
+		if res.First > snap+1 && res.Last >= res.First {
+			return fail(&CorruptionError{Dir: logDir, Index: snap + 1,
+				Err: fmt.Errorf("format-1 log starts at %d but replay needs %d", res.First, snap+1)})
+		}
+		if t := res.Tail; t != nil {
+			ms.TailCut = t.Bytes
+			broken, err := wal.KeepFormat1Tail(fsys, logDir, t, o.FileMode)
+			if err != nil {
+				o.Logger.Warn("walq: could not keep a copy of the format-1 torn tail", "err", err)
+			}
+			ms.BrokenFile = broken
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fail(err)
+	}
+	if mustReach > last {
+		return fail(&CorruptionError{Dir: dir, File: base.Newer[0].File.Name,
+			Err: fmt.Errorf("snapshot does not verify (%v), and the log ends at %d before %d", base.Newer[0].Err, last, mustReach)})
+	}
+	if st.LastLSN() != last {
+		return fail(&CorruptionError{Dir: dir, File: base.File,
+			Err: fmt.Errorf("snapshot covers LSN %d but the format-1 log ends at %d", snap, last)})
+	}
+	ms.LastLSN = last
+
+	id, err := wal.NewDirID()
+	if err != nil {
+		return fail(err)
+	}
+	body, err := st.MarshalSnapshot()
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := wal.WriteSnapshot(fsys, dir, id, last, body, o.FileMode); err != nil {
+		return fail(err)
+	}
+	log, _, err := wal.Open(logDir, wal.Options{Dir: id, FS: fsys, FilePerm: o.FileMode, DirPerm: o.DirMode,
+		Logger: o.Logger, SegmentSize: o.SegmentSize}, last+1, nil)
+	if err != nil {
+		return fail(err)
+	}
+	if err := log.Close(); err != nil {
+		return fail(err)
+	}
+	if err := writeMarker(fsys, dir, id, o.FileMode); err != nil {
+		return fail(err)
+	}
+	n, err := removeFormat1(fsys, dir, last)
+	ms.Removed = n
+	if err != nil {
+		return fail(err)
+	}
+	o.Logger.Info("walq: carried the directory forward from format 1 to format 2", "dir", dir,
+		"last_lsn", last, "replayed", ms.Replayed, "tail_cut_bytes", ms.TailCut, "removed_files", n, "dir_id", id)
+	return id, ms, nil
+}
+
+// removeFormat1 removes what a format-1 log and its snapshots left in a
+// directory of format 2: the format-1 segment files and truncation
+// leftovers in log/, and every snapshot but the one covering keep. It
+// returns how many files it removed.
+func removeFormat1(fsys wal.FS, dir string, keep uint64) (int, error) {
+	files, err := layout.List(fsys, dir)
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	var dirs []string
+	for _, e := range files.Of(layout.Format1) {
+		if err := fsys.Remove(filepath.Join(dir, e.Name)); err != nil {
+			return removed, fmt.Errorf("remove format-1 file %s: %w", e.Name, err)
+		}
+		removed++
+		dirs = append(dirs, filepath.Join(dir, layout.LogDirName))
+	}
+	for _, e := range files.Of(layout.Snapshot) {
+		if e.Name == wal.SnapshotName(keep) {
+			continue
+		}
+		// Only snapshots that verify as format 1 go: a damaged one is left
+		// for recovery to judge, and format-2 ones are compaction's.
+		snap, err := wal.ReadSnapshot(filepath.Join(dir, e.Name))
+		if err != nil || snap.Version != 1 {
+			continue
+		}
+		if err := fsys.Remove(filepath.Join(dir, e.Name)); err != nil {
+			return removed, fmt.Errorf("remove format-1 snapshot %s: %w", e.Name, err)
+		}
+		removed++
+		dirs = append(dirs, dir)
+	}
+	synced := map[string]bool{}
+	for _, d := range dirs {
+		if !synced[d] {
+			if err := fsys.SyncDir(d); err != nil {
+				return removed, err
+			}
+			synced[d] = true
+		}
+	}
+	return removed, nil
+}
