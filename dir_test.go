@@ -1,8 +1,8 @@
 package walq
 
 import (
-	"encoding/binary"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"

@@ -431,3 +431,42 @@ func (b *frameBuilder) seal(m *macer, first, watermark uint64) []byte {
 	b.out = out
 	return out
 }
+
+// Batch is one frame's worth of records for EncodeSegment.
+type Batch struct {
+	Watermark uint64
+	Records   []Record // Type, Queue and Body are used; LSNs follow from the segment's first
+}
+
+// EncodeSegment returns the bytes of a format-2 segment of directory id
+// whose first record is first, with the salt given and one frame per
+// batch (empty batches are skipped). It is for tools and tests that need
+// real segments without a Log; a Log makes its own salts.
+func EncodeSegment(id DirID, salt [16]byte, first uint64, batches []Batch) []byte {
+	out := appendSegmentHeader(nil, segmentHeader{dir: id, first: first, salt: salt})
+	m := newMacer(salt)
+	lsn := first
+	var b frameBuilder
+	for _, batch := range batches {
+		b.reset()
+		for _, r := range batch.Records {
+			if r.Type == 0 || len(r.Body) == 0 {
+				continue
+			}
+			b.add(r.Type, r.Queue, func(dst []byte) []byte { return append(dst, r.Body...) })
+		}
+		if b.count == 0 {
+			continue
+		}
+		out = append(out, b.seal(m, lsn, batch.Watermark)...)
+		lsn += uint64(b.count)
+	}
+	return out
+}
+
+// SegmentSalt returns the salt in a segment's header, or an error when the
+// header does not verify. It is for tools and tests.
+func SegmentSalt(data []byte) ([16]byte, error) {
+	h, err := decodeSegmentHeader(data)
+	return h.salt, err
+}

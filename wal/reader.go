@@ -112,6 +112,9 @@ type Position struct {
 	Index  uint64 // the record's LSN
 	Offset int64  // offset of the record's body in File (format 1: of its entry)
 	Frame  int64  // offset of the frame holding it (format 1: of its entry)
+	// Watermark is the watermark of the frame holding it: the last LSN
+	// fsynced when the frame was written (format 1: 0).
+	Watermark uint64
 }
 
 // ScanResult summarizes a Scan.
@@ -337,7 +340,8 @@ func walkFrames(data []byte, hdr segmentHeader, fn func(Position, Record) error)
 		}
 		if fn != nil {
 			for i, rec := range f.records {
-				if err := fn(Position{Index: rec.LSN, Offset: w.end + f.offsets[i], Frame: w.end}, rec); err != nil {
+				pos := Position{Index: rec.LSN, Offset: w.end + f.offsets[i], Frame: w.end, Watermark: f.watermark}
+				if err := fn(pos, rec); err != nil {
 					return w, err
 				}
 			}
