@@ -17,16 +17,20 @@ import (
 )
 
 // FuzzRecovery writes arbitrary files into a queue directory and opens it.
-// Open must either recover, cutting at most a torn tail, or refuse with an
-// error that wraps ErrCorrupt; it must never panic and never hang. A queue
+// Open must either recover, cutting at most what the recovery rule lets it
+// (wal/repair.go), or refuse with an error that wraps ErrCorrupt (or
+// ErrNewerFormat, for a marker, snapshot or record of a later format); it
+// must never panic and never hang. A queue
 // it recovered must close cleanly into a log that verifies from its
 // snapshot on (segments wholly before it are not read), and open again to
 // the same state.
 //
 // The input describes the files (see decodeDir): raw bytes for segments,
-// snapshots, truncation leftovers and snapshot temp files, or records and
-// snapshot bodies that the harness seals with valid CRCs and consecutive
-// LSNs, so that the fuzzer can reach replay without forging checksums.
+// snapshots, the marker and snapshot temp files, or records and snapshot
+// bodies that the harness frames with valid MACs, CRCs and consecutive
+// LSNs, so that the fuzzer can reach replay without forging checksums;
+// segments whose bodies embed copies of their own frames; and format-1
+// segments, which Open carries forward.
 func FuzzRecovery(f *testing.F) {
 	for _, seed := range recoverySeeds(f) {
 		f.Add(seed)
@@ -47,8 +51,8 @@ func FuzzRecovery(f *testing.F) {
 			Clock: walq.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
 		q, err := openWithin(t, dir, opts)
 		if err != nil {
-			if !errors.Is(err, walq.ErrCorrupt) {
-				t.Fatalf("Open refused with %v, which does not wrap ErrCorrupt; files: %s", err, describe(files))
+			if !errors.Is(err, walq.ErrCorrupt) && !errors.Is(err, walq.ErrNewerFormat) {
+				t.Fatalf("Open refused with %v, which wraps neither ErrCorrupt nor ErrNewerFormat; files: %s", err, describe(files))
 			}
 			return
 		}
@@ -143,16 +147,25 @@ func describe(files []file) string {
 	return strings.Join(parts, ", ")
 }
 
+// The fuzz directories' identity and their segments' salt: fixed, so that
+// sealed segments verify.
+var (
+	fuzzDir  = wal.DirID{'f', 'u', 'z', 'z', 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	fuzzSalt = [16]byte{'s', 'a', 'l', 't', 9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2}
+)
+
 // File kinds of the fuzz input.
 const (
-	kindSegment        = iota // raw bytes as log/<index>
-	kindSnapshot              // raw bytes as snapshot-<index>.snap
-	kindStart                 // raw bytes as log/<index>.START (an interrupted TruncateFront)
-	kindEnd                   // raw bytes as log/<index>.END
-	kindSnapshotTemp          // raw bytes as snapshot-<index>.tmp
-	kindSealedSegment         // records, sealed with LSNs from <index>, as log/<index>
-	kindSealedSnapshot        // a body framed as snapshot-<index>.snap
-	kindTornSegment           // sealed records, then the rest of the bytes raw
+	kindSegment         = iota // raw bytes as log/<index>.seg
+	kindSnapshot               // raw bytes as snapshot-<index>.snap
+	kindMarker                 // raw bytes as WALQ-FORMAT, in place of the valid marker
+	kindNoMarker               // no marker: a new directory, or one of format 1
+	kindSnapshotTemp           // raw bytes as snapshot-<index>.tmp
+	kindSealedSegment          // records, framed with LSNs from <index>, as log/<index>.seg
+	kindSealedSnapshot         // a body framed as the format-2 snapshot-<index>.snap
+	kindTornSegment            // sealed records, then the rest of the bytes raw
+	kindHostileSegment         // sealed records whose bodies embed copies of the segment's own frames, torn
+	kindFormat1Segment         // format-1 records, sealed, as log/<index> (no marker: migration)
 	kinds
 )
 
@@ -160,10 +173,14 @@ const (
 //
 //	kind (byte) | index (uvarint) | length (uvarint) | length bytes
 //
-// Sealed records are type (byte) | length (uvarint) | body, each written as
-// a tidwall/wal entry (uvarint length, envelope) with the next LSN.
+// Sealed records are type (byte) | length (uvarint) | body. Type 0 ends a
+// frame, and its length says how far below the next frame's first LSN that
+// frame's watermark lies (0: all before it was fsynced). Every directory
+// gets the valid marker of fuzzDir unless the input has kindMarker or
+// kindNoMarker.
 func decodeDir(data []byte) []file {
 	var files []file
+	marker := true
 	for len(data) > 0 && len(files) < 8 {
 		kind := data[0] % kinds
 		data = data[1:]
@@ -188,27 +205,95 @@ func decodeDir(data []byte) []file {
 			files = append(files, file{seg, content})
 		case kindSnapshot:
 			files = append(files, file{snap, content})
-		case kindStart:
-			files = append(files, file{seg + ".START", content})
-		case kindEnd:
-			files = append(files, file{seg + ".END", content})
+		case kindMarker:
+			files = append(files, file{"WALQ-FORMAT", content})
+			marker = false
+		case kindNoMarker:
+			marker = false
 		case kindSnapshotTemp:
 			files = append(files, file{strings.TrimSuffix(snap, ".snap") + ".tmp", content})
 		case kindSealedSegment:
-			files = append(files, file{seg, sealRecords(index, content)})
+			files = append(files, file{seg, sealSegment(index, content)})
 		case kindSealedSnapshot:
-			files = append(files, file{snap, snapshotFile(index, content)})
+			files = append(files, file{snap, wal.EncodeSnapshot(fuzzDir, index, content)})
 		case kindTornSegment:
 			half := len(content) / 2
-			files = append(files, file{seg, append(sealRecords(index, content[:half]), content[half:]...)})
+			files = append(files, file{seg, append(sealSegment(index, content[:half]), content[half:]...)})
+		case kindHostileSegment:
+			files = append(files, file{seg, hostileSegment(index, content)})
+		case kindFormat1Segment:
+			files = append(files, file{filepath.Join("log", wal.Format1SegmentName(index)), sealFormat1(index, content)})
 		}
+	}
+	if marker {
+		files = append(files, file{"WALQ-FORMAT", wal.EncodeMarker(fuzzDir)})
 	}
 	return files
 }
 
-// sealRecords turns type | uvarint length | body triples into tidwall/wal
-// entries with valid envelopes and LSNs first, first+1, ...
-func sealRecords(first uint64, data []byte) []byte {
+// parseBatches turns the sealed-records input into frames.
+func parseBatches(first uint64, data []byte) []wal.Batch {
+	var batches []wal.Batch
+	cur := wal.Batch{Watermark: first - 1}
+	next := first
+	for len(data) > 1 {
+		typ := data[0]
+		n, k := binary.Uvarint(data[1:])
+		if k <= 0 {
+			break
+		}
+		data = data[1+k:]
+		if typ == 0 {
+			if len(cur.Records) > 0 {
+				batches = append(batches, cur)
+			}
+			cur = wal.Batch{Watermark: next - 1 - min(n, next-1)}
+			continue
+		}
+		n = min(n, uint64(len(data)))
+		body := data[:n]
+		data = data[n:]
+		if len(body) == 0 {
+			continue
+		}
+		cur.Records = append(cur.Records, wal.Record{Type: typ, Body: body})
+		next++
+	}
+	if len(cur.Records) > 0 {
+		batches = append(batches, cur)
+	}
+	return batches
+}
+
+// sealSegment frames records as a format-2 segment of fuzzDir.
+func sealSegment(first uint64, data []byte) []byte {
+	return wal.EncodeSegment(fuzzDir, fuzzSalt, first, parseBatches(first, data))
+}
+
+// hostileSegment seals the records, then appends a record whose body embeds
+// copies of every frame written so far (with the LSNs and MACs of real
+// frames of this segment) between the input's bytes, and tears that last
+// frame in its middle.
+func hostileSegment(first uint64, data []byte) []byte {
+	batches := parseBatches(first, data)
+	seg := wal.EncodeSegment(fuzzDir, fuzzSalt, first, batches)
+	frames := seg[wal.SegmentHeaderSize:]
+	body := append([]byte("head"), frames...)
+	body = append(body, data...)
+	body = append(body, frames...)
+	var n int
+	for _, b := range batches {
+		n += len(b.Records)
+	}
+	batches = append(batches, wal.Batch{Watermark: first - 1 + uint64(n),
+		Records: []wal.Record{{Type: state.TypePut, Body: body}}})
+	whole := wal.EncodeSegment(fuzzDir, fuzzSalt, first, batches)
+	return whole[:len(seg)+(len(whole)-len(seg))/2]
+}
+
+// sealFormat1 turns type | uvarint length | body triples into format-1
+// tidwall/wal entries with valid envelopes and LSNs first, first+1, ...
+func sealFormat1(first uint64, data []byte) []byte {
 	var out []byte
 	for lsn := first; len(data) > 1; lsn++ {
 		typ := data[0]
@@ -231,8 +316,8 @@ func sealRecords(first uint64, data []byte) []byte {
 }
 
 // encodeDir is the inverse of decodeDir for a real queue directory: sealed
-// segments (so that mutations keep their CRCs valid), raw snapshots, and a
-// raw copy of the last segment.
+// segments with their frames and watermarks (so that mutations keep their
+// MACs valid), raw snapshots, and the marker left implicit.
 func encodeDir(tb testing.TB, dir string) []byte {
 	tb.Helper()
 	var out []byte
@@ -247,11 +332,11 @@ func encodeDir(tb testing.TB, dir string) []byte {
 		tb.Fatal(err)
 	}
 	for _, s := range snaps {
-		data, err := os.ReadFile(s.Path)
+		snap, err := wal.ReadSnapshot(s.Path)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		add(kindSnapshot, s.LSN, data)
+		add(kindSealedSnapshot, s.LSN, snap.Body)
 	}
 	segs, _, err := wal.ListSegments(filepath.Join(dir, "log"))
 	if err != nil {
@@ -259,9 +344,17 @@ func encodeDir(tb testing.TB, dir string) []byte {
 	}
 	for _, s := range segs {
 		var records []byte
+		frame := int64(-1)
 		_, err := wal.Scan(filepath.Join(dir, "log"), s.First, 0, func(pos wal.Position, rec wal.Record) error {
 			if pos.File != s.Name {
 				return errStop
+			}
+			if pos.Frame != frame {
+				if frame >= 0 {
+					records = append(records, 0)
+					records = binary.AppendUvarint(records, rec.LSN-1-pos.Watermark)
+				}
+				frame = pos.Frame
 			}
 			records = append(records, rec.Type)
 			records = binary.AppendUvarint(records, uint64(len(rec.Body)))
@@ -344,15 +437,14 @@ func recoverySeeds(tb testing.TB) [][]byte {
 	torn = binary.AppendUvarint(torn, 6)
 	torn = append(torn, 1, 1, 'x', 0xff, 0xff, 0xff)
 	seeds = append(seeds, torn, nil, []byte{kindSegment, 1, 3, 0, 0, 0})
-	// A torn put whose body embeds a complete, valid frame with the LSN
-	// recovery expects: a torn tail, whatever the body holds.
-	embedded := wal.AppendRecord(nil, state.TypePut, 1, []byte("embedded"))
-	embedded = append(binary.AppendUvarint(nil, uint64(len(embedded))), embedded...)
-	outer := wal.AppendRecord(nil, state.TypePut, 1, append(append([]byte("head"), embedded...), "tail-of-the-body"...))
-	outer = append(binary.AppendUvarint(nil, uint64(len(outer))), outer...)
-	outer = outer[:len(outer)-5]
-	bodyTorn := []byte{kindSegment, 1}
-	bodyTorn = binary.AppendUvarint(bodyTorn, uint64(len(outer)))
-	seeds = append(seeds, append(bodyTorn, outer...))
+	// A segment whose last record embeds copies of its own frames, torn.
+	hostile := []byte{kindHostileSegment, 1}
+	recs := []byte{state.TypePut, 5, 'a', 'b', 'c', 'd', 'e', 0, 0, state.TypePut, 3, 'x', 'y', 'z'}
+	hostile = binary.AppendUvarint(hostile, uint64(len(recs)))
+	seeds = append(seeds, append(hostile, recs...))
+	// A directory of format 1: migrated at Open.
+	f1 := []byte{kindNoMarker, 1, 0, kindFormat1Segment, 1}
+	f1 = binary.AppendUvarint(f1, uint64(len(recs)))
+	seeds = append(seeds, append(f1, recs...))
 	return seeds
 }

@@ -13,7 +13,8 @@ import (
 // FuzzSnapshot feeds bytes to the snapshot decoders the way recovery does:
 // wal.DecodeSnapshot on the file, then state.UnmarshalSnapshot on its body.
 // It checks that neither panics, that the file decoder refuses with
-// ErrCorrupt and never accepts a file whose CRC does not match, and that a
+// ErrCorrupt (or ErrNewerFormat for a later version or section kind) and
+// never accepts a file whose CRC does not match, and that a
 // state UnmarshalSnapshot accepts survives being used: every lease can be
 // ended, every item leased and acked, and its snapshot round-trips.
 //
@@ -26,29 +27,39 @@ func FuzzSnapshot(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(snapshotFile(st.LastLSN(), body))
+	f.Add(wal.EncodeSnapshot(fuzzDir, st.LastLSN(), body))
 	f.Add(body)
 	empty, _ := state.New().MarshalSnapshot()
 	f.Add(snapshotFile(0, empty))
+	f.Add(wal.EncodeSnapshot(fuzzDir, 0, empty))
 	f.Add(empty)
 	f.Add([]byte("WALQSNAP"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkSnapshotFile(t, data)
 		if body, ok := checkSnapshotFile(t, snapshotFile(42, data)); !ok || !bytes.Equal(body, data) {
-			t.Fatalf("a freshly framed snapshot does not decode to its body")
+			t.Fatalf("a freshly framed format-1 snapshot does not decode to its body")
+		}
+		if body, ok := checkSnapshotFile(t, wal.EncodeSnapshot(fuzzDir, 42, data)); !ok || !bytes.Equal(body, data) {
+			t.Fatalf("a freshly framed format-2 snapshot does not decode to its body")
 		}
 	})
 }
 
 func checkSnapshotFile(t *testing.T, file []byte) ([]byte, bool) {
 	t.Helper()
-	lsn, body, err := wal.DecodeSnapshot(file)
+	snap, err := wal.DecodeSnapshot(file)
 	if err != nil {
-		if !errors.Is(err, wal.ErrCorrupt) {
-			t.Fatalf("DecodeSnapshot refused with %v, which is not ErrCorrupt", err)
+		if !errors.Is(err, wal.ErrCorrupt) && !errors.Is(err, wal.ErrNewerFormat) {
+			t.Fatalf("DecodeSnapshot refused with %v, which is neither ErrCorrupt nor ErrNewerFormat", err)
 		}
 		return nil, false
 	}
-	if !bytes.Equal(snapshotFile(lsn, body), file) {
+	lsn, body := snap.LSN, snap.Body
+	again := snapshotFile(lsn, body)
+	if snap.Version == 2 {
+		again = wal.EncodeSnapshot(snap.Dir, lsn, body)
+	}
+	if !bytes.Equal(again, file) {
 		t.Fatalf("DecodeSnapshot accepted a file that its own framing would not produce (bad CRC or length): % x", file)
 	}
 	st, err := state.UnmarshalSnapshot(body)

@@ -118,6 +118,13 @@ func appendSnapshot2(dst []byte, id DirID, lsn uint64, state []byte) []byte {
 	return dst
 }
 
+// EncodeSnapshot returns the bytes of the format-2 snapshot file of
+// directory id covering lsn with the default queue's state. WriteSnapshot
+// writes the same bytes; this is for tools and tests.
+func EncodeSnapshot(id DirID, lsn uint64, state []byte) []byte {
+	return appendSnapshot2(nil, id, lsn, state)
+}
+
 // WriteSnapshot writes state (the default queue's) as the format-2 snapshot
 // of directory id covering lsn into dir and makes it durable: temp file,
 // write, fsync, close, rename, directory fsync. Only after it returns nil
