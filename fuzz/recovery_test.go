@@ -156,16 +156,16 @@ var (
 
 // File kinds of the fuzz input.
 const (
-	kindSegment         = iota // raw bytes as log/<index>.seg
-	kindSnapshot               // raw bytes as snapshot-<index>.snap
-	kindMarker                 // raw bytes as WALQ-FORMAT, in place of the valid marker
-	kindNoMarker               // no marker: a new directory, or one of format 1
-	kindSnapshotTemp           // raw bytes as snapshot-<index>.tmp
-	kindSealedSegment          // records, framed with LSNs from <index>, as log/<index>.seg
-	kindSealedSnapshot         // a body framed as the format-2 snapshot-<index>.snap
-	kindTornSegment            // sealed records, then the rest of the bytes raw
-	kindHostileSegment         // sealed records whose bodies embed copies of the segment's own frames, torn
-	kindFormat1Segment         // format-1 records, sealed, as log/<index> (no marker: migration)
+	kindSegment        = iota // raw bytes as log/<index>.seg
+	kindSnapshot              // raw bytes as snapshot-<index>.snap
+	kindMarker                // raw bytes as WALQ-FORMAT, in place of the valid marker
+	kindNoMarker              // no marker: a new directory, or one of format 1
+	kindSnapshotTemp          // raw bytes as snapshot-<index>.tmp
+	kindSealedSegment         // records, framed with LSNs from <index>, as log/<index>.seg
+	kindSealedSnapshot        // a body framed as the format-2 snapshot-<index>.snap
+	kindTornSegment           // sealed records, then the rest of the bytes raw
+	kindHostileSegment        // sealed records whose bodies embed copies of the segment's own frames, torn
+	kindFormat1Segment        // format-1 records, sealed, as log/<index> (no marker: migration)
 	kinds
 )
 
