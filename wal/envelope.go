@@ -5,7 +5,8 @@ import (
 	"hash/crc32"
 )
 
-// Every tidwall/wal entry walq writes is one record in this envelope:
+// Format 1 (read only, for migration): every tidwall/wal entry of a
+// format-1 log is one record in this envelope:
 //
 //	 0         1         2                                10                  14
 //	+---------+---------+---------------------------------+-------------------+-------------...

@@ -6,10 +6,9 @@ import (
 	"os"
 )
 
-// FS is the seam for the file operations walq performs itself: recovery,
-// tail repair, leftover cleanup, directory fsyncs and snapshot files. The
-// segment writes inside tidwall/wal go straight to the os package; Check is
-// called right before each of them so that a test FS can fail those too.
+// FS is the seam for every file operation of the log and the queue:
+// segment writes and fsyncs, recovery, repair, directory fsyncs and snapshot
+// files, so that a test FS can fail any of them.
 type FS interface {
 	OpenFile(name string, flag int, perm os.FileMode) (File, error)
 	Rename(oldpath, newpath string) error
@@ -21,11 +20,10 @@ type FS interface {
 	// SyncDir fsyncs a directory, making the creates, renames and removes
 	// inside it durable.
 	SyncDir(dir string) error
-	// Check is called by Log right before each operation it delegates to
-	// tidwall/wal: "write" before WriteBatch, "sync" before a tail fsync,
-	// "truncate-front" before TruncateFront (a failure there is one that
-	// changed nothing, like tidwall's own before it touches a file). The OS
-	// FS returns nil.
+	// Check is called by Log right before a write ("write"), a tail fsync
+	// ("sync"), a segment roll ("roll") and each segment removal of
+	// TruncateFront ("truncate-front"), so that a test FS can fail them
+	// without a real error. The OS FS returns nil.
 	Check(op string) error
 }
 
