@@ -307,7 +307,7 @@ func Open(dir string, opts Options, from uint64, apply func(Position, Record) er
 	// passes each record from on to apply. Corruption anywhere in it is
 	// returned before anything is cut, so a refused open changes nothing.
 	pass := &scanner{fsys: fsys, dir: dir, from: from, fromDisk: true, logger: opts.Logger,
-		want: opts.Dir, promised: opts.MustReach}
+		want: opts.Dir, promised: max(opts.MustReach, from-1)} // the caller's snapshot holds up to from-1
 	if apply != nil {
 		pass.fn = func(pos Position, rec Record) error {
 			if err := apply(pos, rec); err != nil {
