@@ -36,8 +36,11 @@ type Queue struct {
 	clock Clock
 	qt    queueTime // the queue's one time; see qtime.go
 	log   *wal.Log
-	lock  *os.File  // holds the flock on the directory
-	dirID wal.DirID // the directory's identity, set at Open; every receipt carries it
+	lock  *os.File // holds the flock on the directory
+
+	// dirID is the directory's identity, set at Open (recovery.go) and never
+	// changed; every receipt the queue issues carries it (receipt.go).
+	dirID wal.DirID
 
 	// mu is the sequencer (sequencer.go).
 	mu       sync.Mutex
