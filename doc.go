@@ -21,7 +21,10 @@
 // running out. Extend is the heartbeat that keeps a slow but live handler's
 // lease. Every call with a receipt that no longer names the item's current
 // lease returns ErrLeaseLost: a worker that lost its lease can never ack
-// work that was handed to someone else.
+// work that was handed to someone else. A Receipt also carries the identity
+// of its queue directory: a receipt of another directory is refused with
+// ErrInvalid. Its text form (String, MarshalText, ParseReceipt) lets a
+// receipt travel to another process and back.
 //
 // Attempts are counted when a lease starts, so an item that crashes the
 // whole process is still dead-lettered after Options.MaxAttempts.

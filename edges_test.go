@@ -78,7 +78,7 @@ func TestWorkHeartbeatAfterClockSteppedBack(t *testing.T) {
 	}
 	select {
 	case r2 := <-started:
-		t.Fatalf("the item was delivered again (receipt %d) while its first handler ran", r2)
+		t.Fatalf("the item was delivered again (receipt %v) while its first handler ran", r2)
 	default:
 	}
 	if st := q.Stats(); st.Expired != 0 || st.Delivered != 1 {

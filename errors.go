@@ -39,7 +39,10 @@ var (
 	ErrInvalidDeadline = errors.New("walq: deadline not after the item is due")
 
 	// ErrInvalid is returned for arguments and options that make no sense:
-	// negative durations, a zero lease extension, unknown option values.
+	// negative durations, a zero lease extension, unknown option values, a
+	// receipt text that does not parse. Extend, Ack, Nack and DeadLetter
+	// return it for a receipt this queue did not issue (the zero Receipt,
+	// or one of another directory), and change nothing.
 	ErrInvalid = errors.New("walq: invalid argument")
 
 	// ErrNotFound is returned by Redrive and PurgeDeadLetters for an ID that

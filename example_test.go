@@ -151,3 +151,31 @@ func ExampleManualClock() {
 	fmt.Printf("%s: leased until %s by the wall clock\n", m.Body, m.LeaseEnd.Format("15:04:05"))
 	// Output: in ten seconds: leased until 08:01:10 by the wall clock
 }
+
+// A receipt's text form lets one process lease an item and another end the
+// lease: here the text would travel in a message or a database row. The
+// receipt carries its directory's identity, so a queue refuses a receipt of
+// another directory with ErrInvalid.
+func ExampleParseReceipt() {
+	dir, _ := os.MkdirTemp("", "walq-example")
+	defer os.RemoveAll(dir)
+	q, _ := walq.Open(dir, walq.Options{})
+	defer q.Close()
+
+	ctx := context.Background()
+	q.Put(ctx, []byte("send invoice 12"))
+	m, _ := q.Get(ctx)
+	text, _ := m.Receipt.MarshalText() // <directory>-<queue>-<lease>, in hex
+
+	// Later, perhaps in another process:
+	r, err := walq.ParseReceipt(string(text))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(q.Ack(r))
+	_, err = walq.ParseReceipt("42") // a bare LSN is not a receipt
+	fmt.Println(errors.Is(err, walq.ErrInvalid))
+	// Output:
+	// <nil>
+	// true
+}

@@ -145,7 +145,7 @@ func runFailureOps(t *testing.T, seed uint64, failOp string) {
 			// The fault hit a call that reports no error of its own (the
 			// timer's, or an fsync of a policy that does not wait): the next
 			// call must see it.
-			if err := q.Extend(Receipt(1<<40), time.Second); errors.Is(err, ErrFailed) {
+			if err := q.Extend(q.receiptFor(1<<40), time.Second); errors.Is(err, ErrFailed) {
 				failed = true
 			}
 		}

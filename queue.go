@@ -13,11 +13,6 @@ import (
 	"github.com/walq/walq/wal"
 )
 
-// Receipt names one delivery of an item: the LSN of its lease record. It is
-// never reused, so a receipt from an earlier delivery can never end a later
-// one.
-type Receipt uint64
-
 // Message is one delivery of an item.
 type Message struct {
 	ID         uint64
@@ -37,7 +32,7 @@ type Message struct {
 // use.
 type Queue struct {
 	dir   string
-	dirID wal.DirID // the directory's identity, from its marker file
+	dirID wal.DirID // the directory's identity, from its marker; every receipt carries it (receipt.go)
 	opts  Options
 	clock Clock
 	qt    queueTime // the queue's one time; see qtime.go
@@ -339,7 +334,7 @@ func (q *Queue) leaseLocked() (Message, *wal.Commit, error) {
 	off := q.qt.offset()
 	return Message{
 		ID:         it.ID,
-		Receipt:    Receipt(lsn),
+		Receipt:    q.receiptFor(lsn),
 		Body:       append([]byte(nil), it.Body...),
 		Attempt:    int(it.Attempts),
 		Deliveries: int(it.Deliveries),
@@ -371,19 +366,25 @@ func (q *Queue) discardPassedLocked(now int64) error {
 }
 
 // openLeaseLocked finds the lease that receipt names if it is still
-// running at now; otherwise it counts a late ack.
+// running at now; otherwise it counts a late ack. The caller has checked r
+// with checkReceipt.
 func (q *Queue) openLeaseLocked(r Receipt, now int64, call string) (*state.Item, error) {
-	it := q.st.Leased(uint64(r))
+	it := q.st.Leased(r.lease)
 	if it == nil || now >= it.LeaseEnd {
 		q.lateAcks.Add(1)
-		q.opts.Logger.Info("walq: call with a lost lease", "call", call, "receipt", uint64(r))
-		return nil, fmt.Errorf("%w: %s with receipt %d", ErrLeaseLost, call, uint64(r))
+		q.opts.Logger.Info("walq: call with a lost lease", "call", call, "receipt", r)
+		return nil, fmt.Errorf("%w: %s with receipt %s", ErrLeaseLost, call, r)
 	}
 	return it, nil
 }
 
-// Extend moves the end of a running lease to d from now (a heartbeat).
+// Extend moves the end of a running lease to d from now (a heartbeat). It
+// returns ErrLeaseLost when the lease already ended, and ErrInvalid for a
+// receipt this queue did not issue.
 func (q *Queue) Extend(r Receipt, d time.Duration) error {
+	if err := q.checkReceipt(r, "extend"); err != nil {
+		return err
+	}
 	if d <= 0 || d > MaxDuration {
 		return fmt.Errorf("%w: extend by %v: must be positive and at most MaxDuration", ErrInvalid, d)
 	}
@@ -397,6 +398,9 @@ func (q *Queue) Extend(r Receipt, d time.Duration) error {
 }
 
 func (q *Queue) extendLocked(r Receipt, d time.Duration) (*wal.Commit, error) {
+	if err := q.checkReceipt(r, "extend"); err != nil {
+		return nil, err
+	}
 	if err := q.usableLocked(); err != nil {
 		return nil, err
 	}
@@ -404,12 +408,13 @@ func (q *Queue) extendLocked(r Receipt, d time.Duration) (*wal.Commit, error) {
 	if _, err := q.openLeaseLocked(r, now, "extend"); err != nil {
 		return nil, err
 	}
-	_, commit, err := q.appendLocked(&state.Extend{Time: now, Receipt: uint64(r), LeaseEnd: now + int64(d)})
+	_, commit, err := q.appendLocked(&state.Extend{Time: now, Receipt: r.lease, LeaseEnd: now + int64(d)})
 	return commit, err
 }
 
 // Ack ends a lease in success: the item is gone for good. It returns
-// ErrLeaseLost when the lease already ended.
+// ErrLeaseLost when the lease already ended, and ErrInvalid for a receipt
+// this queue did not issue.
 func (q *Queue) Ack(r Receipt) error {
 	q.mu.Lock()
 	commit, err := q.ackLocked(r)
@@ -421,6 +426,9 @@ func (q *Queue) Ack(r Receipt) error {
 }
 
 func (q *Queue) ackLocked(r Receipt) (*wal.Commit, error) {
+	if err := q.checkReceipt(r, "ack"); err != nil {
+		return nil, err
+	}
 	if err := q.usableLocked(); err != nil {
 		return nil, err
 	}
@@ -428,19 +436,20 @@ func (q *Queue) ackLocked(r Receipt) (*wal.Commit, error) {
 	if _, err := q.openLeaseLocked(r, now, "ack"); err != nil {
 		return nil, err
 	}
-	_, commit, err := q.appendLocked(&state.Ack{Time: now, Receipt: uint64(r)})
+	_, commit, err := q.appendLocked(&state.Ack{Time: now, Receipt: r.lease})
 	return commit, err
 }
 
 // Nack ends a lease in failure: the item comes back after Options.Backoff,
 // or goes to the dead letters when it is out of attempts. cause is kept as
-// the item's last error.
+// the item's last error. Its errors are those of Ack.
 func (q *Queue) Nack(r Receipt, cause error) error {
 	return q.end(r, state.TypeNack, causeText(cause, "nack"))
 }
 
 // DeadLetter ends a lease in permanent failure: the item goes straight to
-// the dead letters with cause as its last error.
+// the dead letters with cause as its last error. Its errors are those of
+// Ack.
 func (q *Queue) DeadLetter(r Receipt, cause error) error {
 	return q.end(r, state.TypeDeadLetter, causeText(cause, "dead-lettered"))
 }
@@ -459,6 +468,9 @@ func causeText(err error, none string) string {
 }
 
 func (q *Queue) end(r Receipt, kind byte, cause string) error {
+	if err := q.checkReceipt(r, state.TypeName(kind)); err != nil {
+		return err
+	}
 	q.mu.Lock()
 	if err := q.usableLocked(); err != nil {
 		q.mu.Unlock()

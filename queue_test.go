@@ -334,7 +334,8 @@ func TestBadInput(t *testing.T) {
 		{"endless delay", func() error { _, err := q.Put(ctx, nil, WithDelay(math.MaxInt64)); return err }, ErrInvalid},
 		{"endless visibility", func() error { _, err := Open(t.TempDir(), Options{Visibility: math.MaxInt64}); return err }, ErrInvalid},
 		{"negative extend", func() error { return q.Extend(m.Receipt, -time.Second) }, ErrInvalid},
-		{"unknown receipt", func() error { return q.Ack(Receipt(999)) }, ErrLeaseLost},
+		{"unknown receipt", func() error { return q.Ack(q.receiptFor(999)) }, ErrLeaseLost},
+		{"zero receipt", func() error { return q.Ack(Receipt{}) }, ErrInvalid},
 		{"redrive of a live item", func() error { return q.Redrive(m.ID) }, ErrNotFound},
 		{"purge of an unknown item", func() error { return q.PurgeDeadLetters(12345) }, ErrNotFound},
 		{"cancelled context", func() error {

@@ -382,7 +382,7 @@ func (w *workRun) run(m Message) result {
 			case errors.Is(err, ErrLeaseLost):
 				q.work.leaseLost.Add(1)
 				q.opts.Logger.Warn("walq: work: heartbeat found the lease lost; cancelling the handler",
-					"id", m.ID, "attempt", m.Attempt, "receipt", uint64(m.Receipt))
+					"id", m.ID, "attempt", m.Attempt, "receipt", m.Receipt)
 				res.leaseLost = true
 				heartbeat = nil
 				interrupt(err)
@@ -570,9 +570,13 @@ func (w *workRun) settleWith(m Message, res result, leaseNext bool) (next Messag
 // ackAndLease acks r and leases the next ready item, if any, in one pass of
 // the sequencer, and waits once, for the last of the two records: the log
 // is written in order, so the lease's durability implies the ack's. ackErr
-// is the ack's own failure (ErrLeaseLost for a late ack); err is a failure
-// of the queue, after which neither outcome is known.
+// is the ack's own failure (ErrLeaseLost for a late ack, ErrInvalid for a
+// receipt of another queue, leasing nothing); err is a failure of the
+// queue, after which neither outcome is known.
 func (q *Queue) ackAndLease(r Receipt) (next Message, ok bool, ackErr, err error) {
+	if ackErr := q.checkReceipt(r, "ack"); ackErr != nil {
+		return Message{}, false, ackErr, nil // not this queue's: nothing acked, nothing leased
+	}
 	q.mu.Lock()
 	commit, ackErr := q.ackLocked(r)
 	if ackErr != nil && !errors.Is(ackErr, ErrLeaseLost) {

@@ -70,7 +70,7 @@ func stopWork(t *testing.T, cancel context.CancelFunc, done <-chan error) error 
 func leaseEnd(q *Queue, r Receipt) (time.Time, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	it := q.st.Leased(uint64(r))
+	it := q.st.Leased(r.lease)
 	if it == nil {
 		return time.Time{}, false
 	}
@@ -140,7 +140,7 @@ func TestWorkAckAndNextLeaseShareOneWait(t *testing.T) {
 	}
 	// One wait covered both records: both are durable on return.
 	st := q.Stats()
-	if st.Acked != 1 || st.Leased != 1 || st.DurableLSN < uint64(next.Receipt) || uint64(next.Receipt) != st.LastLSN {
+	if st.Acked != 1 || st.Leased != 1 || st.DurableLSN < next.Receipt.lease || next.Receipt.lease != st.LastLSN {
 		t.Fatalf("after ackAndLease: %+v", st)
 	}
 

@@ -250,7 +250,7 @@ func (c *child) consume(rng *rand.Rand) {
 	}
 	tok := c.delivered(call, m)
 	if other, running := c.running.has(tok); running {
-		c.rep.line("V item %s (id %d) delivered to a consumer as receipt %d while its Work handler of receipt %d runs and heartbeats",
+		c.rep.line("V item %s (id %d) delivered to a consumer as receipt %s while its Work handler of receipt %s runs and heartbeats",
 			tok, m.ID, m.Receipt, other)
 	}
 	time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond) // the work
@@ -272,7 +272,7 @@ func (c *child) consume(rng *rand.Rand) {
 // delivered reports a delivery and checks its body byte for byte.
 func (c *child) delivered(call uint64, m walq.Message) string {
 	tok := tokenOf(m.Body)
-	c.done(call, fmt.Sprintf("%s %d %d %d", tok, m.Receipt, m.Attempt, m.Deliveries))
+	c.done(call, fmt.Sprintf("%s %s %d %d", tok, m.Receipt, m.Attempt, m.Deliveries))
 	if tok == "" || !bytes.Equal(m.Body, bodyOf(tok)) {
 		c.fatal("get", fmt.Errorf("item %d has a body the workload never put: %q", m.ID, truncate(m.Body, 80)))
 	}
@@ -280,7 +280,7 @@ func (c *child) delivered(call uint64, m walq.Message) string {
 }
 
 func (c *child) leaseCall(op, tok string, r walq.Receipt, fn func() error) {
-	call := c.intent("%s %s %d", op, tok, r)
+	call := c.intent("%s %s %s", op, tok, r)
 	switch err := fn(); {
 	case err == nil:
 		c.done(call, "")

@@ -40,7 +40,7 @@ func (s *runningSet) start(tok string, r walq.Receipt) (other walq.Receipt, ok b
 		return other, false
 	}
 	s.m[tok] = r
-	return 0, true
+	return walq.Receipt{}, true
 }
 
 // end removes tok, if it runs under receipt r.
@@ -77,7 +77,7 @@ func (c *child) handle(ctx context.Context, m walq.Message, pick func(int) int) 
 	call := c.intent("work")
 	tok := c.delivered(call, m)
 	if other, ok := c.running.start(tok, m.Receipt); !ok {
-		c.rep.line("V item %s (id %d) started on a second worker as receipt %d while its handler of receipt %d runs and heartbeats",
+		c.rep.line("V item %s (id %d) started on a second worker as receipt %s while its handler of receipt %s runs and heartbeats",
 			tok, m.ID, m.Receipt, other)
 	} else {
 		defer c.running.end(tok, m.Receipt)
@@ -91,7 +91,7 @@ func (c *child) handle(ctx context.Context, m walq.Message, pick func(int) int) 
 	case <-time.After(run):
 	case <-ctx.Done():
 		if cause := context.Cause(ctx); errors.Is(cause, walq.ErrLeaseLost) {
-			c.rep.line("V item %s (id %d): Work's heartbeat lost the lease of receipt %d under a live handler after %v: %s",
+			c.rep.line("V item %s (id %d): Work's heartbeat lost the lease of receipt %s under a live handler after %v: %s",
 				tok, m.ID, m.Receipt, time.Since(start).Round(time.Millisecond), oneLine(cause))
 		}
 		return context.Cause(ctx)
@@ -100,13 +100,13 @@ func (c *child) handle(ctx context.Context, m walq.Message, pick func(int) int) 
 	case r < c.mix.Ack:
 		// Work acks once the handler returns: the ack is started, and the
 		// report cannot say whether it landed.
-		c.intent("ack %s %d", tok, m.Receipt)
+		c.intent("ack %s %s", tok, m.Receipt)
 		return nil
 	case r < c.mix.Ack+c.mix.Nack:
-		c.intent("nack %s %d", tok, m.Receipt)
+		c.intent("nack %s %s", tok, m.Receipt)
 		return errors.New("nack")
 	default:
-		c.intent("dead %s %d", tok, m.Receipt)
+		c.intent("dead %s %s", tok, m.Receipt)
 		return walq.Permanent(errors.New("poison"))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +90,7 @@ type modelItem struct {
 	deliveries int
 	status     string // "waiting", "leased", "dead"
 	receipt    walq.Receipt
+	leaseNo    int // index of receipt in opsHarness.receipts: lease order
 	leaseEnd   int64
 	lastError  string
 	deadAt     int64
@@ -120,12 +122,14 @@ type opsHarness struct {
 	opts           walq.Options
 	q              *walq.Queue
 	m              model
-	receipts       []walq.Receipt // every receipt handed out, stale ones too
+	receipts       []walq.Receipt // every receipt handed out, stale ones too, in lease order
+	handedOut      map[walq.Receipt]bool
 	bodies         int
 }
 
 func newOpsHarness(t *testing.T) *opsHarness {
-	h := &opsHarness{t: t, dir: t.TempDir(), clock: walq.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))}
+	h := &opsHarness{t: t, dir: t.TempDir(), clock: walq.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
+		handedOut: make(map[walq.Receipt]bool)}
 	h.opts = walq.Options{
 		Visibility: opsVisibility, MaxAttempts: opsMaxAttempts, Backoff: opsBackoff, KeyWindow: opsKeyWindow,
 		MaxItems: opsMaxItems, SegmentSize: 4096, Sync: walq.SyncNever, DisableAutoCompact: true, Clock: h.clock,
@@ -172,13 +176,17 @@ func (h *opsHarness) step(step int, in *input) {
 	case 3, 4:
 		h.get(step)
 	case 5:
-		h.endLease(step, "ack", h.pickReceipt(in))
+		r, foreign := h.pickReceipt(in)
+		h.endLease(step, "ack", r, foreign)
 	case 6:
-		h.endLease(step, "nack", h.pickReceipt(in))
+		r, foreign := h.pickReceipt(in)
+		h.endLease(step, "nack", r, foreign)
 	case 7:
-		h.endLease(step, "dead", h.pickReceipt(in))
+		r, foreign := h.pickReceipt(in)
+		h.endLease(step, "dead", r, foreign)
 	case 8:
-		h.extend(step, h.pickReceipt(in), time.Duration(1+in.byte()%20)*time.Second)
+		r, foreign := h.pickReceipt(in)
+		h.extend(step, r, foreign, time.Duration(1+in.byte()%20)*time.Second)
 	case 9:
 		h.advance(step, time.Duration(in.byte()%32)*500*time.Millisecond)
 	case 10:
@@ -196,12 +204,47 @@ func (h *opsHarness) step(step int, in *input) {
 	}
 }
 
-func (h *opsHarness) pickReceipt(in *input) walq.Receipt {
+// pickReceipt picks a receipt handed out (stale or not) or makes one that
+// never was: foreign reports a receipt this queue did not issue (the zero
+// Receipt, or one of another directory or queue), which every call must
+// refuse with ErrInvalid and no record; the others name no open lease of
+// this directory (ErrLeaseLost).
+func (h *opsHarness) pickReceipt(in *input) (r walq.Receipt, foreign bool) {
 	i := int(in.byte())
-	if i >= len(h.receipts) {
-		return walq.Receipt(1_000_000 + i) // never handed out
+	if i < len(h.receipts) {
+		return h.receipts[len(h.receipts)-1-i], false
 	}
-	return h.receipts[len(h.receipts)-1-i]
+	if len(h.receipts) == 0 {
+		return walq.Receipt{}, true
+	}
+	// Made from the text form of the newest receipt: <dir>-<queue>-<lease>.
+	dir := h.receipts[len(h.receipts)-1].String()[:32]
+	text := fmt.Sprintf("%s-0-%x", dir, 1_000_000+i) // this directory, a lease never handed out
+	switch i % 3 {
+	case 1: // another directory
+		other := []byte(dir)
+		other[i%32] = "123456789abcdef0"[strings.IndexByte("0123456789abcdef", other[i%32])]
+		text, foreign = fmt.Sprintf("%s-0-%x", other, 1_000_000+i), true
+	case 2: // another queue of this directory
+		text, foreign = fmt.Sprintf("%s-%x-%x", dir, 1+i, 1_000_000+i), true
+	}
+	r, err := walq.ParseReceipt(text)
+	if err != nil {
+		h.fatalf("ParseReceipt(%q): %v", text, err)
+	}
+	return r, foreign
+}
+
+// refused checks the outcome of a call with a receipt the queue did not
+// issue: ErrInvalid, and no record written.
+func (h *opsHarness) refused(step int, call string, r walq.Receipt, lsn uint64, err error) {
+	h.t.Helper()
+	if !errors.Is(err, walq.ErrInvalid) {
+		h.fatalf("step %d: %s of foreign receipt %v: %v, want ErrInvalid", step, call, r, err)
+	}
+	if after := h.q.Stats().LastLSN; after != lsn {
+		h.fatalf("step %d: %s of foreign receipt %v wrote records: last LSN %d, was %d", step, call, r, after, lsn)
+	}
 }
 
 func (h *opsHarness) keyHeld(key string, now int64) (uint64, bool) {
@@ -380,12 +423,19 @@ func (h *opsHarness) get(step int) {
 	if !ok {
 		h.fatalf("step %d: TryGet delivered nothing, the model has item %d ready", step, next.id)
 	}
-	if len(h.receipts) > 0 && m.Receipt <= h.receipts[len(h.receipts)-1] {
-		h.fatalf("step %d: receipt %d is not above the last one %d", step, m.Receipt, h.receipts[len(h.receipts)-1])
+	if h.handedOut[m.Receipt] {
+		h.fatalf("step %d: receipt %v was handed out before", step, m.Receipt)
 	}
+	if text, err := m.Receipt.MarshalText(); err != nil {
+		h.fatalf("step %d: receipt %v: MarshalText: %v", step, m.Receipt, err)
+	} else if back, err := walq.ParseReceipt(string(text)); err != nil || back != m.Receipt || string(text) != m.Receipt.String() {
+		h.fatalf("step %d: receipt %v: text %q parses as %v, %v", step, m.Receipt, text, back, err)
+	}
+	h.handedOut[m.Receipt] = true
 	h.receipts = append(h.receipts, m.Receipt)
 	h.wrote()
 	next.status, next.receipt, next.leaseEnd = "leased", m.Receipt, now+int64(opsVisibility)
+	next.leaseNo = len(h.receipts) - 1
 	next.attempts++
 	next.deliveries++
 	h.m.counters.Delivered++
@@ -408,10 +458,11 @@ func (h *opsHarness) openLease(r walq.Receipt, now int64) *modelItem {
 }
 
 // endLease ends a lease as the queue's end record does.
-func (h *opsHarness) endLease(step int, kind string, r walq.Receipt) {
+func (h *opsHarness) endLease(step int, kind string, r walq.Receipt, foreign bool) {
 	h.t.Helper()
 	now := h.now()
 	it := h.openLease(r, now)
+	lsn := h.q.Stats().LastLSN
 	var err error
 	switch kind {
 	case "ack":
@@ -421,15 +472,19 @@ func (h *opsHarness) endLease(step int, kind string, r walq.Receipt) {
 	case "dead":
 		err = h.q.DeadLetter(r, errors.New("poison"))
 	}
+	if foreign {
+		h.refused(step, kind, r, lsn, err)
+		return
+	}
 	if it == nil {
 		if !errors.Is(err, walq.ErrLeaseLost) {
-			h.fatalf("step %d: %s of receipt %d that is not an open lease: %v, want ErrLeaseLost", step, kind, r, err)
+			h.fatalf("step %d: %s of receipt %v that is not an open lease: %v, want ErrLeaseLost", step, kind, r, err)
 		}
 		h.m.lateAcks++
 		return
 	}
 	if err != nil {
-		h.fatalf("step %d: %s of open lease %d (item %d): %v", step, kind, r, it.id, err)
+		h.fatalf("step %d: %s of open lease %v (item %d): %v", step, kind, r, it.id, err)
 	}
 	h.wrote()
 	switch kind {
@@ -449,7 +504,7 @@ func (h *opsHarness) endLease(step int, kind string, r walq.Receipt) {
 // after the deadline.
 func (h *opsHarness) endModel(it *modelItem, now int64, dead bool, cause string) {
 	h.m.seq++
-	it.receipt, it.leaseEnd = 0, 0
+	it.receipt, it.leaseNo, it.leaseEnd = walq.Receipt{}, 0, 0
 	it.lastError = cause
 	if dead || it.attempts >= opsMaxAttempts {
 		it.status, it.deadAt, it.deadSeq = "dead", now, h.m.seq
@@ -465,20 +520,25 @@ func (h *opsHarness) endModel(it *modelItem, now int64, dead bool, cause string)
 	it.status, it.due, it.seq = "waiting", due, h.m.seq
 }
 
-func (h *opsHarness) extend(step int, r walq.Receipt, d time.Duration) {
+func (h *opsHarness) extend(step int, r walq.Receipt, foreign bool, d time.Duration) {
 	h.t.Helper()
 	now := h.now()
 	it := h.openLease(r, now)
+	lsn := h.q.Stats().LastLSN
 	err := h.q.Extend(r, d)
+	if foreign {
+		h.refused(step, "extend", r, lsn, err)
+		return
+	}
 	if it == nil {
 		if !errors.Is(err, walq.ErrLeaseLost) {
-			h.fatalf("step %d: extend of receipt %d that is not an open lease: %v, want ErrLeaseLost", step, r, err)
+			h.fatalf("step %d: extend of receipt %v that is not an open lease: %v, want ErrLeaseLost", step, r, err)
 		}
 		h.m.lateAcks++
 		return
 	}
 	if err != nil {
-		h.fatalf("step %d: extend of open lease %d: %v", step, r, err)
+		h.fatalf("step %d: extend of open lease %v: %v", step, r, err)
 	}
 	h.wrote()
 	it.leaseEnd = now + int64(d)
@@ -497,7 +557,7 @@ func (h *opsHarness) expire(now int64, all bool, cause string) {
 		if !all && a.leaseEnd != b.leaseEnd {
 			return compareInt(a.leaseEnd, b.leaseEnd)
 		}
-		return compareInt(int64(a.receipt), int64(b.receipt))
+		return compareInt(int64(a.leaseNo), int64(b.leaseNo))
 	})
 	for _, it := range ended {
 		h.m.counters.Expired++
