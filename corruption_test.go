@@ -124,6 +124,42 @@ func TestDirectoryCorruption(t *testing.T) {
 			f.Write([]byte{30, 1, 2, 3})
 			f.Close()
 		}, ""},
+		{"a bit flipped in the marker", func(t *testing.T, dir string) {
+			flipBit(t, filepath.Join(dir, layout.MarkerName), 20)
+		}, layout.MarkerName},
+		{"marker cut short", func(t *testing.T, dir string) {
+			must(t, os.Truncate(filepath.Join(dir, layout.MarkerName), 20))
+		}, layout.MarkerName},
+		{"marker removed", func(t *testing.T, dir string) {
+			must(t, os.Remove(filepath.Join(dir, layout.MarkerName)))
+		}, layout.MarkerName},
+		{"a bit flipped in the salt of the newest segment", func(t *testing.T, dir string) {
+			segs := segments(t, dir)
+			flipBit(t, segs[len(segs)-1].Path, 40)
+		}, ""},
+		{"a bit flipped in the directory id of a segment", func(t *testing.T, dir string) {
+			flipBit(t, segments(t, dir)[0].Path, 14)
+		}, ""},
+		{"the newest segment copied from another queue", func(t *testing.T, dir string) {
+			other := compactedDir(t)
+			segs, theirs := segments(t, dir), segments(t, other)
+			data, err := os.ReadFile(theirs[len(theirs)-1].Path)
+			must(t, err)
+			must(t, os.WriteFile(segs[len(segs)-1].Path, data, 0o600))
+			must(t, os.Rename(segs[len(segs)-1].Path, filepath.Join(filepath.Dir(segs[0].Path), theirs[len(theirs)-1].Name)))
+		}, ""},
+		{"the marker copied from another queue", func(t *testing.T, dir string) {
+			other := compactedDir(t)
+			data, err := os.ReadFile(filepath.Join(other, layout.MarkerName))
+			must(t, err)
+			must(t, os.WriteFile(filepath.Join(dir, layout.MarkerName), data, 0o600))
+		}, ""},
+		{"a bit flipped in a promised record's body", func(t *testing.T, dir string) {
+			// Close fsynced everything, and SyncAlways frames state it.
+			segs := segments(t, dir)
+			last := segs[len(segs)-1]
+			flipBit(t, last.Path, wal.SegmentHeaderSize+int64(wal.FrameOverhead(1))+3)
+		}, ""},
 		{"no snapshot left, log truncated", func(t *testing.T, dir string) {
 			for _, s := range snapshots(t, dir) {
 				os.Remove(s.Path)
@@ -236,4 +272,16 @@ func dirListing(t *testing.T, dir string) string {
 		return nil
 	})
 	return out
+}
+
+// flipBit flips the lowest bit of the byte at off in the file at path.
+func flipBit(t *testing.T, path string, off int64) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	must(t, err)
+	if off >= int64(len(data)) {
+		t.Fatalf("%s has %d bytes, no byte at %d", path, len(data), off)
+	}
+	data[off] ^= 1
+	must(t, os.WriteFile(path, data, 0o600))
 }
