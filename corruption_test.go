@@ -160,6 +160,11 @@ func TestDirectoryCorruption(t *testing.T) {
 			last := segs[len(segs)-1]
 			flipBit(t, last.Path, wal.SegmentHeaderSize+int64(wal.FrameOverhead(1))+3)
 		}, ""},
+		{"every segment removed", func(t *testing.T, dir string) {
+			for _, s := range segments(t, dir) {
+				os.Remove(s.Path)
+			}
+		}, ""},
 		{"no snapshot left, log truncated", func(t *testing.T, dir string) {
 			for _, s := range snapshots(t, dir) {
 				os.Remove(s.Path)

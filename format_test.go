@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/walq/walq/internal/layout"
+	"github.com/walq/walq/internal/rebuild"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
@@ -357,4 +358,27 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// TestFormat1MigrationInterrupted: a migration stopped after it wrote the
+// format-2 snapshot and the empty format-2 segment, before the marker (a
+// crash there), is done again from the start by the next Open, which finds
+// every item.
+func TestFormat1MigrationInterrupted(t *testing.T) {
+	dir := copyDir(t, "testdata/format1")
+	// What the interrupted attempt left: a format-2 snapshot of its own
+	// directory ID at the format-1 log's last LSN, and an empty segment.
+	st, err := rebuild.StateAt(dir, wal.DirID{}, 28, 0, nil)
+	must(t, err)
+	body, err := st.MarshalSnapshot()
+	must(t, err)
+	other := wal.DirID{9, 9, 9}
+	_, err = wal.WriteSnapshot(nil, dir, other, st.LastLSN(), body, 0o600)
+	must(t, err)
+	seg := wal.EncodeSegment(other, [16]byte{1}, st.LastLSN()+1, nil)
+	must(t, os.WriteFile(filepath.Join(dir, "log", wal.SegmentName(st.LastLSN()+1)), seg, 0o600))
+	r := checkFixture(t, dir, format1Want())
+	if r.Migration == nil || r.Migration.LastLSN != st.LastLSN() {
+		t.Fatalf("migration %+v", r.Migration)
+	}
 }

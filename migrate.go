@@ -32,15 +32,21 @@ import (
 //  2. make a new directory ID and write the state as a format-2 snapshot
 //     covering the last LSN L (rename over a format-1 snapshot of the same
 //     LSN, which holds the same state);
-//  3. create the format-2 log, an empty segment starting at L+1;
+//  3. create the format-2 log, an empty segment starting at L+1 (so that a
+//     directory of format 2 always has a segment: one with a snapshot and
+//     none has lost its log, and is refused);
 //  4. write the marker (temp file, fsync, rename, directory fsync): from
 //     here on the directory is of format 2;
 //  5. remove the format-1 segments and snapshots.
 //
 // A crash before step 4 leaves a directory of format 1 that the next Open
-// migrates again from the start (the format-2 files written so far are
-// replaced or ignored); a crash after it leaves format-1 files that the
-// next Open removes (step 5 again). LSNs carry over, so receipts of leases
+// migrates again from the start (the format-2 snapshot is read like any
+// other and replaced, an empty format-2 segment removed); a crash after it
+// leaves format-1 files that the next Open removes (step 5 again). A build
+// of format 1 refuses such a half-migrated directory if it holds the empty
+// segment (a reserved name to it) and opens it otherwise (it takes the
+// format-2 snapshot for a bad one and replays its own log from an older
+// snapshot or the start). LSNs carry over, so receipts of leases
 // open at the crash would still name the right records, and they are
 // expired by the recovery that follows anyway.
 
@@ -53,11 +59,17 @@ type dirFormat struct {
 // readFormat tells a directory's format from its listing and marker.
 func readFormat(fsys wal.FS, dir string, files *layout.Listing) (dirFormat, error) {
 	if len(files.Of(layout.Marker)) == 0 {
-		if segs := files.Of(layout.Segment); len(segs) > 0 {
-			return dirFormat{}, &CorruptionError{Dir: dir, File: layout.MarkerName,
-				Err: fmt.Errorf("format marker missing, but %s is a format-2 segment", segs[0].Name)}
+		format1 := len(files.Of(layout.Format1)) > 0 || len(files.Of(layout.Snapshot)) > 0
+		for _, seg := range files.Of(layout.Segment) {
+			// A migration that stopped before its marker leaves an empty
+			// format-2 segment beside the format-1 files; anything else is
+			// a format-2 log that lost its marker.
+			if !format1 || !emptySegment(fsys, filepath.Join(dir, seg.Name)) {
+				return dirFormat{}, &CorruptionError{Dir: dir, File: layout.MarkerName,
+					Err: fmt.Errorf("format marker missing, but %s is a format-2 segment", seg.Name)}
+			}
 		}
-		if len(files.Of(layout.Format1)) > 0 || len(files.Of(layout.Snapshot)) > 0 {
+		if format1 {
 			return dirFormat{version: 1}, nil
 		}
 		return dirFormat{}, nil
@@ -75,6 +87,13 @@ func readFormat(fsys wal.FS, dir string, files *layout.Listing) (dirFormat, erro
 		return dirFormat{}, &CorruptionError{Dir: dir, File: layout.MarkerName, Err: err}
 	}
 	return dirFormat{version: wal.FormatVersion, id: id}, nil
+}
+
+// emptySegment reports whether a segment file holds no frame: a header at
+// most.
+func emptySegment(fsys wal.FS, path string) bool {
+	info, err := fsys.Stat(path)
+	return err == nil && info.Size() <= wal.SegmentHeaderSize
 }
 
 // readSmall reads a file that must be at most max bytes.
@@ -211,6 +230,11 @@ func migrateFormat1(dir string, o Options) (wal.DirID, MigrationStats, error) {
 	if _, err := wal.WriteSnapshot(fsys, dir, id, last, body, o.FileMode); err != nil {
 		return fail(err)
 	}
+	// An earlier attempt may have left its empty format-2 segment, of
+	// another directory ID (readFormat let only empty ones through).
+	if err := removeEmptySegments(fsys, logDir); err != nil {
+		return fail(err)
+	}
 	log, _, err := wal.Open(logDir, wal.Options{Dir: id, FS: fsys, FilePerm: o.FileMode, DirPerm: o.DirMode,
 		Logger: o.Logger, SegmentSize: o.SegmentSize}, last+1, nil)
 	if err != nil {
@@ -230,6 +254,33 @@ func migrateFormat1(dir string, o Options) (wal.DirID, MigrationStats, error) {
 	o.Logger.Info("walq: carried the directory forward from format 1 to format 2", "dir", dir,
 		"last_lsn", last, "replayed", ms.Replayed, "tail_cut_bytes", ms.TailCut, "removed_files", n, "dir_id", id)
 	return id, ms, nil
+}
+
+// removeEmptySegments removes the format-2 segments and segment temp files
+// in logDir that hold no frame.
+func removeEmptySegments(fsys wal.FS, logDir string) error {
+	entries, err := fsys.ReadDir(logDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	removed := false
+	for _, e := range entries {
+		k := layout.ClassifyLog(e.Name())
+		path := filepath.Join(logDir, e.Name())
+		if (k == layout.Segment || k == layout.SegmentTemp) && emptySegment(fsys, path) {
+			if err := fsys.Remove(path); err != nil {
+				return fmt.Errorf("remove %s left by an earlier migration: %w", e.Name(), err)
+			}
+			removed = true
+		}
+	}
+	if removed {
+		return fsys.SyncDir(logDir)
+	}
+	return nil
 }
 
 // removeFormat1 removes what a format-1 log and its snapshots left in a

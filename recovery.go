@@ -161,6 +161,13 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		metrics:       newMetrics(),
 	}
 	q.snapLSN.Store(snap)
+	// A format-2 log always keeps a segment (truncation never removes the
+	// tail, and a migration creates one before its marker): a snapshot
+	// without one means the log was lost, not that it starts here.
+	if snap > 0 && len(files.Of(layout.Segment)) == 0 && migration == nil {
+		return nil, &CorruptionError{Dir: logDir, File: base.File,
+			Err: fmt.Errorf("the log holds no segment, but the snapshot covers LSN %d: the records after it are gone", snap)}
+	}
 	walOpts := wal.Options{
 		SegmentSize: o.SegmentSize,
 		Sync:        o.Sync,
