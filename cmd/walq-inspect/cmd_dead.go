@@ -34,10 +34,12 @@ func runDead(c *cmdEnv) int {
 	if !c.wantArgs(0) {
 		return c.usageErrorf("dead takes one argument, the queue directory")
 	}
-	if _, err := listQueue(c.dir); err != nil {
+	qf, err := listQueue(c.dir)
+	if err != nil {
 		return c.errorf("%v", err)
 	}
-	st, _, err := loadState(c.dir, 0)
+	c.noteFormat(qf)
+	st, _, err := loadState(qf, 0)
 	if err != nil {
 		return c.errorf("%v", err)
 	}

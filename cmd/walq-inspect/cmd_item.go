@@ -39,12 +39,14 @@ func runItem(c *cmdEnv) int {
 	if err != nil {
 		return c.usageErrorf("item ID: %v", err)
 	}
-	if _, err := listQueue(c.dir); err != nil {
+	qf, err := listQueue(c.dir)
+	if err != nil {
 		return c.errorf("%v", err)
 	}
+	c.noteFormat(qf)
 	var history []*event
 	unattributed := 0
-	r := newReplayer(c.dir, 0, 0, func(ev *event) error {
+	r := newReplayer(qf, 0, 0, func(ev *event) error {
 		switch {
 		case ev.touches(id):
 			history = append(history, ev)
@@ -91,8 +93,8 @@ func runItem(c *cmdEnv) int {
 		fmt.Fprintf(w, "%s\n", formatEvent(ev, o.bodyMax))
 	}
 	if unattributed > 0 {
-		fmt.Fprintf(w, "  (%d records before the snapshot could not be tied to an item: their lease records were compacted away)\n",
-			unattributed)
+		fmt.Fprintf(w, "  (%s before the snapshot could not be tied to an item: their lease records were compacted away)\n",
+			plural(unattributed, "record", "records"))
 	}
 	if scanErr != nil {
 		return c.errorf("%v", scanErr)

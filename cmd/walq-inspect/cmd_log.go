@@ -4,11 +4,10 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"path/filepath"
+	"io"
 	"strings"
 	"time"
 
-	"github.com/walq/walq/internal/layout"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
@@ -16,22 +15,39 @@ import (
 var logCmd = &command{
 	name:  "log",
 	args:  "DIR",
-	short: "the records in order, as text or JSON lines; --follow keeps printing",
+	short: "the records (or --frames, the frames) in order, as text or JSON lines; --follow keeps printing",
 	long: `
-Prints the log's records in order, one per line: index, time, type, and what
-the record does (item IDs, attempt, lease end, cause, outcome). Times inside
-a line are relative to the record's own time.
+Prints the log's records in order, one per line under a header: the LSN
+(the record's index), time, type, where the record is, and what it does
+(item IDs, attempt, lease end, cause, outcome). Where it is: QUEUE, the
+queue it belongs to (0, the default queue, the only one so far); SEGMENT,
+the segment file by the first LSN its name gives (12 is
+log/00000000000000000012.seg); FRAME, the offset in that segment of the
+frame (the commit batch) that holds the record; BODY, the offset of the
+record's body. In a format-1 log FRAME and BODY are both the offset of the
+record's entry. Times inside a line are relative to the record's own time.
 
 Item IDs are worked out by replaying the log. A record before the newest
 snapshot whose lease record was compacted away shows "item ?" (and, in JSON,
 no "item").
 
 --json prints one JSON object per record, bodies in full: "body" when the body
-is UTF-8 text, "body_base64" otherwise, and always "body_len".
+is UTF-8 text, "body_base64" otherwise, and always "body_len"; "queue",
+"segment", "frame" and "offset" (the body's) say where it is.
 
---follow keeps printing records as the queue appends them, until interrupted
-or until --to is printed. A compaction that truncates records before they
-are read is reported on stderr, and printing goes on from the new start.`,
+--frames prints the frames instead, one per line: segment, offset, size,
+the LSNs of its records and its watermark, the last LSN that was fsynced
+when the frame was written. Recovery judges damage by the watermarks: a
+record at or below one that a frame on disk states was promised durable,
+and damage to it is corruption; damage above every watermark at the end of
+the newest segment is cut. With --from and --to, the frames that hold
+records in that range. A format-1 log has no frames.
+
+--follow keeps printing records (or frames) as the queue appends them, until
+interrupted or until --to is printed. A compaction that removes records
+before they are read is reported on stderr, and printing goes on from the
+new start. Bytes at the end of the log that recovery would cut are noted on
+stderr, without --follow (with it they are the next frame being written).`,
 	flags: func(fs *flag.FlagSet) any {
 		o := &logOpts{}
 		fs.BoolVar(&o.json, "json", false, "print JSON lines")
@@ -40,6 +56,7 @@ are read is reported on stderr, and printing goes on from the new start.`,
 		fs.StringVar(&o.types, "type", "", "print only records of these `types`, comma-separated: "+
 			strings.Join(typeNames(), ","))
 		fs.Uint64Var(&o.item, "item", 0, "print only records that change item `ID`")
+		fs.BoolVar(&o.frames, "frames", false, "print the frames (LSNs, watermark, size, offset) instead of the records")
 		fs.BoolVar(&o.follow, "follow", false, "keep printing records as they are appended")
 		fs.DurationVar(&o.interval, "interval", 250*time.Millisecond, "how often --follow looks for new records")
 		fs.IntVar(&o.bodyMax, "body-max", defaultBodyMax, "show at most `n` bytes of each body in text output (0: all)")
@@ -52,7 +69,7 @@ type logOpts struct {
 	json           bool
 	from, to, item uint64
 	types          string
-	follow         bool
+	frames, follow bool
 	interval       time.Duration
 	bodyMax        int
 }
@@ -87,14 +104,23 @@ func runLog(c *cmdEnv) int {
 			types[t] = true
 		}
 	}
-	if _, err := listQueue(c.dir); err != nil {
+	if o.frames && (types != nil || o.item != 0) {
+		return c.usageErrorf("--frames lists frames, whatever their records: it takes neither --type nor --item")
+	}
+	qf, err := listQueue(c.dir)
+	if err != nil {
 		return c.errorf("%v", err)
 	}
+	if o.frames && qf.format1() {
+		return c.errorf("%s is of format 1, which has no frames: each record is an entry of its own (\"walq-inspect log\" shows their offsets)", c.dir)
+	}
+	c.noteFormat(qf)
 
 	enc := json.NewEncoder(c.stdout)
 	enc.SetEscapeHTML(false)
 	unattributed := 0
-	r := newReplayer(c.dir, o.from, o.to, func(ev *event) error {
+	headed := false
+	visit := func(ev *event) error {
 		if types != nil && !types[ev.Type] {
 			return nil
 		}
@@ -107,11 +133,24 @@ func runLog(c *cmdEnv) int {
 		if o.json {
 			return enc.Encode(newJSONEvent(ev))
 		}
-		_, err := fmt.Fprintln(c.stdout, formatEvent(ev, o.bodyMax))
+		if !headed {
+			headed = true
+			if _, err := fmt.Fprintln(c.stdout, logHeader); err != nil {
+				return err
+			}
+		}
+		_, err := fmt.Fprintln(c.stdout, formatLogLine(ev, o.bodyMax))
 		return err
-	})
+	}
+	var frames *frameLister
+	if o.frames {
+		frames = &frameLister{fr: frameReader{dir: qf.LogDir}, json: enc, out: c.stdout, text: !o.json}
+		defer frames.fr.close()
+		visit = frames.visit
+	}
+	r := newReplayer(qf, o.from, o.to, visit)
 
-	err := r.run()
+	err = r.run()
 	if o.from != 0 && o.from < r.logFirst {
 		c.notef("records before index %d were compacted away; printing from there", r.logFirst)
 	}
@@ -136,7 +175,7 @@ func runLog(c *cmdEnv) int {
 	report()
 	if !o.follow {
 		if t := r.scan.Tail; t != nil {
-			c.notef("incomplete tail: %s", tailText(t))
+			c.notef("tail: %s", tailText(t, r.scan.Last+1, qf.format1()))
 		}
 		return exitOK
 	}
@@ -149,7 +188,7 @@ func runLog(c *cmdEnv) int {
 			return exitFailed // the reader went away
 		}
 		time.Sleep(o.interval)
-		now, err := segmentsSignature(filepath.Join(c.dir, layout.LogDirName))
+		now, err := segmentsSignature(qf.reader())
 		if err != nil {
 			return c.errorf("%v", err)
 		}
@@ -166,8 +205,8 @@ func runLog(c *cmdEnv) int {
 }
 
 // segmentsSignature changes whenever a segment is added, removed or grows.
-func segmentsSignature(logDir string) (string, error) {
-	segs, _, err := wal.ListSegments(logDir)
+func segmentsSignature(lr *logReader) (string, error) {
+	segs, err := lr.segments()
 	if err != nil {
 		return "", err
 	}
@@ -178,8 +217,75 @@ func segmentsSignature(logDir string) (string, error) {
 	return b.String(), nil
 }
 
-// tailText describes an incomplete tail.
-func tailText(t *wal.TailInfo) string {
-	return fmt.Sprintf("%d bytes at offset %d of segment %s (%s): a record being written, or a torn write that the next open cuts",
-		t.Bytes, t.Offset, t.File, t.Reason)
+// tailText describes the bytes at the end of the newest segment that
+// recovery cuts (wal/repair.go); first is the LSN the cut starts at.
+func tailText(t *wal.TailInfo, first uint64, format1 bool) string {
+	if format1 {
+		return fmt.Sprintf("the next open would leave out %d bytes at offset %d of segment %s (no valid record follows them): %s: a record being written, or a write torn by a crash",
+			t.Bytes, t.Offset, t.File, t.Reason)
+	}
+	mark := fmt.Sprintf("above the highest watermark stated, %d", t.Watermark)
+	if t.Watermark == 0 {
+		mark = "and no frame states any record fsynced"
+	}
+	return fmt.Sprintf("recovery would cut %d bytes at offset %d of segment %s (no frame states them promised; %s verify): %s; the cut starts at index %d, %s: a frame being written, or a write torn by a crash",
+		t.Bytes, t.Offset, t.File, plural(t.Later, "later frame", "later frames"), t.Reason, first, mark)
+}
+
+// frameLister prints each frame once, when the replay visits its first
+// record.
+type frameLister struct {
+	fr   frameReader
+	json *json.Encoder
+	out  io.Writer
+	text bool
+
+	headed bool
+	last   struct {
+		segment string
+		offset  int64
+	}
+}
+
+// framesLine is the layout of a line of --frames' text output.
+const framesLine = "%-24s  %9v  %8v  %-15v  %7v  %9v\n"
+
+// framesHeader heads --frames' text output.
+var framesHeader = fmt.Sprintf(framesLine, "SEGMENT", "OFFSET", "SIZE", "LSN", "RECORDS", "WATERMARK")
+
+type jsonFrame struct {
+	Segment   string `json:"segment"`
+	Offset    int64  `json:"offset"`
+	Size      int64  `json:"size"`
+	First     uint64 `json:"first"`
+	Last      uint64 `json:"last"`
+	Records   uint32 `json:"records"`
+	Watermark uint64 `json:"watermark"`
+}
+
+func (l *frameLister) visit(ev *event) error {
+	if ev.Pos.File == l.last.segment && ev.Pos.Frame == l.last.offset {
+		return nil
+	}
+	fi, err := l.fr.header(ev.Pos)
+	if err != nil {
+		return err
+	}
+	l.last.segment, l.last.offset = ev.Pos.File, ev.Pos.Frame
+	if !l.text {
+		return l.json.Encode(jsonFrame{Segment: fi.Segment, Offset: fi.Offset, Size: fi.Size, First: fi.First,
+			Last: fi.last(), Records: fi.Records, Watermark: fi.Watermark})
+	}
+	if !l.headed {
+		l.headed = true
+		if _, err := io.WriteString(l.out, framesHeader); err != nil {
+			return err
+		}
+	}
+	lsns := fmt.Sprintf("%d..%d", fi.First, fi.last())
+	if fi.Records == 1 {
+		lsns = fmt.Sprintf("%d", fi.First)
+	}
+	_, err = fmt.Fprintf(l.out, framesLine, fileName(fi.Segment), fi.Offset, fi.Size, lsns, fi.Records, fi.Watermark)
+	return err
 }

@@ -22,9 +22,11 @@ var spaceCmd = &command{
 	args:  "DIR",
 	short: "bytes on disk by kind, live bytes, and how far off the next compaction is",
 	long: `
-Prints the bytes on disk by kind of file (segments, snapshots, leftovers of
-interrupted compactions or truncations, .broken copies of cut tails, the
-reserve file), the live data, and where the log stands against the
+Prints the bytes on disk by kind of file (segments, snapshots, the format
+marker, temp files of interrupted snapshots, segment creations or marker
+writes, format-1 files left by an interrupted migration, .broken copies of
+cut tails, the reserve file), the live data, and where the log stands
+against the
 automatic compaction trigger: a compaction runs once the log is at least
 CompactMinBytes and more than CompactRatio times the live data.
 
@@ -59,7 +61,12 @@ func runSpace(c *cmdEnv) int {
 	if err != nil {
 		return c.errorf("%v", err)
 	}
+	c.noteFormat(qf)
 	w := c.stdout
+	format1Label := "format-1 leftovers"
+	if qf.format1() {
+		format1Label = "log segments (format 1)"
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	var total int64
 	for _, k := range []struct {
@@ -67,17 +74,21 @@ func runSpace(c *cmdEnv) int {
 		label string
 	}{
 		{layout.Segment, "log segments"},
+		{layout.Format1, format1Label},
 		{layout.Snapshot, "snapshots"},
 		{layout.SnapshotTemp, "snapshot temp files"},
-		{layout.Truncation, "truncation leftovers"},
+		{layout.SegmentTemp, "segment temp files"},
 		{layout.Broken, "broken tails"},
+		{layout.Marker, "format marker"},
+		{layout.MarkerTmp, "format marker temp"},
 		{layout.Reserve, "reserve"},
 		{layout.Lock, "lock"},
 		{layout.Foreign, "foreign files"},
 		{layout.Reserved, "files of a newer walq"},
 	} {
 		files := qf.of(k.kind)
-		if len(files) == 0 && k.kind != layout.Segment && k.kind != layout.Snapshot {
+		always := k.kind == qf.segmentKind() || k.kind == layout.Snapshot
+		if len(files) == 0 && !always {
 			continue
 		}
 		n := qf.bytes(k.kind)
@@ -87,11 +98,11 @@ func runSpace(c *cmdEnv) int {
 	fmt.Fprintf(tw, "total\t\t%s\n", fmtBytes(total))
 	tw.Flush()
 
-	st, _, err := loadState(c.dir, 0)
+	st, _, err := loadState(qf, 0)
 	if err != nil {
 		return c.errorf("%v", err)
 	}
-	logBytes := qf.bytes(layout.Segment)
+	logBytes := qf.bytes(qf.segmentKind())
 	live := liveBytes(st)
 	fmt.Fprintf(w, "\nlive data   ~%s: %s of bodies in %s, plus 64 B per item\n",
 		fmtBytes(live), fmtBytes(st.Bytes()), plural(st.Len(), "item", "items"))

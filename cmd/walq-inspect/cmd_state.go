@@ -44,10 +44,12 @@ func runState(c *cmdEnv) int {
 	if !c.wantArgs(0) {
 		return c.usageErrorf("state takes one argument, the queue directory")
 	}
-	if _, err := listQueue(c.dir); err != nil {
+	qf, err := listQueue(c.dir)
+	if err != nil {
 		return c.errorf("%v", err)
 	}
-	st, _, err := loadState(c.dir, o.at)
+	c.noteFormat(qf)
+	st, _, err := loadState(qf, o.at)
 	if err != nil {
 		return c.errorf("%v", err)
 	}

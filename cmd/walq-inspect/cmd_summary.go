@@ -11,13 +11,16 @@ import (
 var summaryCmd = &command{
 	name:  "summary",
 	args:  "DIR",
-	short: "segments, snapshots, items by state, dead letters, keys, counters (the default)",
+	short: "format and directory ID, segments, snapshots, items by state, dead letters, keys, counters (the default)",
 	long: `
-Prints what is in the queue directory: the log's segments and index range,
-an incomplete tail, the snapshots, leftover files, what earlier recoveries
-left behind, the items by state with the oldest ready one, the next delayed
-one and the next lease to end, dead letters, idempotency keys, the counters,
-and the log's size against the live data.
+Prints what is in the queue directory: its format and directory ID (from
+the marker file WALQ-FORMAT), the log's segments and index range, bytes at
+its end that recovery would cut, the snapshots, leftover files, what earlier
+recoveries left behind, the items by state with the oldest ready one, the
+next delayed one and the next lease to end, dead letters, idempotency keys,
+the counters, and the log's size against the live data.
+
+A directory of format 1 (no marker) is read as format 1 wrote it.
 
 A waiting item counts as ready once its due time has come (as of --now).`,
 	flags: func(fs *flag.FlagSet) any { return nowFlag(fs) },
@@ -41,7 +44,7 @@ func runSummary(c *cmdEnv) int {
 	// recovery's cause, all at one time.
 	var recFirst, recLast uint64
 	var recTime int64
-	r := newReplayer(c.dir, 0, 0, func(ev *event) error {
+	r := newReplayer(qf, 0, 0, func(ev *event) error {
 		if e, ok := ev.Rec.(*state.End); ok && e.Kind == state.TypeExpire && e.Cause == recoveryCause {
 			if ev.Pos.Index != recLast+1 || e.Time != recTime {
 				recFirst, recTime = ev.Pos.Index, e.Time
@@ -57,8 +60,21 @@ func runSummary(c *cmdEnv) int {
 		fmt.Fprintf(w, "%-9s %s\n", label, clean(fmt.Sprintf(format, args...)))
 	}
 	line("queue", "%s", c.dir)
-	segs := qf.of(layout.Segment)
-	segments := fmt.Sprintf("%s, %s", plural(len(segs), "segment", "segments"), fmtSize(qf.bytes(layout.Segment)))
+	failed := false
+	if err := qf.Format.Problem; err != nil {
+		line("format", "PROBLEM: %v", err)
+		failed = true
+	} else {
+		line("format", "%s", formatText(qf.Format))
+	}
+	segs := qf.of(qf.segmentKind())
+	nsegs := 0
+	for _, f := range segs {
+		if !truncationLeftover(f.Name) {
+			nsegs++
+		}
+	}
+	segments := fmt.Sprintf("%s, %s", plural(nsegs, "segment", "segments"), fmtSize(qf.bytes(qf.segmentKind())))
 	switch first, last := r.logFirst, r.scan.Last; {
 	case !qf.HasLog:
 		line("log", "none yet")
@@ -70,7 +86,7 @@ func runSummary(c *cmdEnv) int {
 		line("log", "%s, index %d..%d (%d records)", segments, first, last, last-first+1)
 	}
 	if t := r.scan.Tail; t != nil {
-		line("tail", "incomplete: %s", tailText(t))
+		line("tail", "%s", tailText(t, r.scan.Last+1, qf.format1()))
 	}
 	if len(r.snaps) == 0 {
 		line("snapshot", "none")
@@ -83,15 +99,18 @@ func runSummary(c *cmdEnv) int {
 		line("snapshot", "%s covers index %d, %s", s.File.Name, s.File.LSN, fmtSize(s.File.Size))
 	}
 	for _, f := range qf.Files {
+		switch note := qf.leftoverNote(f); {
+		case note == "":
+		case f.Kind == layout.Broken:
+			line("recovery", "%s (%s): %s", fileName(f.Name), fmtSize(f.Size), note)
+		default:
+			line("leftover", "%s (%s): %s", fileName(f.Name), fmtSize(f.Size), note)
+		}
 		switch f.Kind {
-		case layout.SnapshotTemp, layout.Truncation:
-			line("leftover", "%s (%s): %s", fileName(f.Name), fmtSize(f.Size), leftoverNote(f.Kind))
 		case layout.Foreign:
 			line("foreign", "%s (%s): %s", fileName(f.Name), fmtSize(f.Size), leftoverNote(f.Kind))
 		case layout.Reserved:
 			line("newer", "%s (%s): %s", fileName(f.Name), fmtSize(f.Size), leftoverNote(f.Kind))
-		case layout.Broken:
-			line("recovery", "%s (%s): %s", fileName(f.Name), fmtSize(f.Size), leftoverNote(f.Kind))
 		}
 	}
 	if recLast != 0 {
@@ -110,7 +129,10 @@ func runSummary(c *cmdEnv) int {
 	}
 	summarizeState(line, st, now)
 	line("space", "log %s, live data ~%s (\"walq-inspect space\" for more)",
-		fmtSize(qf.bytes(layout.Segment)), fmtSize(liveBytes(st)))
+		fmtSize(qf.bytes(qf.segmentKind())), fmtSize(liveBytes(st)))
+	if failed {
+		return exitFailed
+	}
 	return exitOK
 }
 

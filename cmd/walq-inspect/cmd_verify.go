@@ -12,7 +12,7 @@ import (
 var verifyCmd = &command{
 	name:  "verify",
 	args:  "DIR",
-	short: "check every record's CRC and framing, the LSN sequence, the snapshots and the state",
+	short: "check the marker, every frame and record, the LSN sequence, the snapshots and the state",
 	long: `
 Checks, without changing anything:
 
@@ -20,10 +20,14 @@ Checks, without changing anything:
             of a newer walq, or one of walq's names of the wrong type
             (entries that are not walq's are warnings: walq leaves them
             alone; lost+found and dotfiles are not listed)
-  log       the framing and CRC of every record in every segment, that each
-            record's LSN is its index, and that segments follow each other
-            without gap or overlap
-  snapshot  each snapshot file's header, CRC and body
+  format    the format marker WALQ-FORMAT: its version and CRC, and the
+            directory ID it holds (a format-2 directory without one is
+            corruption; a directory of format 1 has none)
+  log       every segment's header, and that it carries the directory's
+            ID; every frame's MAC and LSNs; every record's header and body
+            CRC; that segments follow each other without gap or overlap
+  snapshot  each snapshot file's header, CRC and body, and that it is a
+            snapshot of this directory
   state     that the state rebuilds like recovery rebuilds it: the newest
             snapshot that verifies, which the log must reach back to, then
             every record after it, each of which must apply
@@ -31,13 +35,20 @@ Checks, without changing anything:
 Every problem is printed with its file, index and offset. The exit status is
 0 when none is found and 1 otherwise.
 
-An incomplete tail (bytes at the end of the last segment that are not a
-whole record, with nothing valid after them) is a warning, not a problem:
-it is either a record that a running queue is writing right now or the torn
-last write of a crash, which no caller was told was durable and which the
-next open cuts off (keeping the bytes in a .broken file). Leftover temp
-files of an interrupted compaction or truncation are harmless too: the next
-open removes or finishes them.`,
+Damage in the log is judged as recovery judges it (the rule at the top of
+wal/repair.go), by the watermarks the frames state: the last LSN fsynced
+when each was written. Damage at the end of the newest segment that no
+frame states promised (above every watermark) is a warning, not a problem:
+it is a frame a running queue is writing right now, or a write a crash
+tore, which no caller was told was durable; the next open cuts it (keeping
+its first 64 KiB in a .broken file), and verify says how many bytes at which
+offset, and how many frames after the damage verify. Damage at or below a
+watermark, or in a segment older than the newest, is corruption that
+recovery refuses; verify names the frame that states the watermark.
+Leftover temp files of an interrupted compaction, segment creation or
+marker write are harmless too: the next open removes them.
+
+A directory of format 1 (no marker) is verified as format 1 wrote it.`,
 	run: runVerify,
 }
 
@@ -51,17 +62,19 @@ func runVerify(c *cmdEnv) int {
 	}
 	w := c.stdout
 	problems, warnings := 0, 0
-	seen := make(map[string]bool) // problems already printed, by text
+	seen := make(map[string]bool) // problems already printed, by the text of the error
 	line := func(label, format string, args ...any) {
 		fmt.Fprintf(w, "%-9s %s\n", label, clean(fmt.Sprintf(format, args...)))
 	}
-	problem := func(label string, err error) {
+	// problemf prints a problem once; text is how it reads, err what it is.
+	problemf := func(label string, err error, format string, args ...any) {
 		if !seen[err.Error()] {
 			seen[err.Error()] = true
 			problems++
-			line(label, "PROBLEM: %v", err)
+			line(label, "PROBLEM: %s", fmt.Sprintf(format, args...))
 		}
 	}
+	problem := func(label string, err error) { problemf(label, err, "%v", err) }
 
 	// Files.
 	newer := 0
@@ -78,23 +91,52 @@ func runVerify(c *cmdEnv) int {
 	if problems == 0 {
 		line("files", "ok: nothing that walq.Open would refuse")
 	}
+
+	// Format.
+	switch {
+	case qf.Format.Problem != nil:
+		problemf("format", qf.Format.Problem, "%v: walq.Open refuses the directory", qf.Format.Problem)
+	case qf.Format.Version == wal.FormatVersion:
+		line("format", "ok: %s", formatText(qf.Format))
+	default:
+		line("format", "%s", formatText(qf.Format))
+	}
 	for _, f := range qf.Files {
-		switch f.Kind {
-		case layout.Foreign:
+		if f.Kind == layout.Foreign {
 			warnings++
 			line("foreign", "warning: %s: %s; not corruption", fileName(f.Name), leftoverNote(f.Kind))
-		case layout.SnapshotTemp, layout.Truncation, layout.Broken:
-			line("leftover", "%s (%s): %s; harmless", fileName(f.Name), fmtSize(f.Size), leftoverNote(f.Kind))
+		}
+		if note := qf.leftoverNote(f); note != "" {
+			line("leftover", "%s (%s): %s; harmless", fileName(f.Name), fmtSize(f.Size), note)
+		}
+	}
+
+	// Snapshots are read first: which one recovery takes decides which
+	// segments it reads.
+	snaps, err := readSnapshots(c.dir, qf.Format.ID)
+	if err != nil {
+		return c.errorf("%v", err)
+	}
+	var base *snapshot
+	var newestLSN uint64 // of any snapshot file: each says the log reached it
+	for i := range snaps {
+		newestLSN = max(newestLSN, snaps[i].File.LSN)
+		if base == nil && snaps[i].St != nil {
+			base = &snaps[i]
 		}
 	}
 
 	// Log.
-	lc, err := checkLog(qf.LogDir)
+	lc, err := checkLog(qf.reader())
 	if err != nil {
 		return c.errorf("%v", err)
 	}
 	for _, ce := range lc.problems {
-		problem("log", ce)
+		if s := lc.covered(ce, base); s != "" {
+			problemf("log", ce, "%v (recovery does not read this segment: %s covers it wholly, and the next open removes it)", ce, s)
+			continue
+		}
+		problemf("log", ce, "recovery would refuse: %v", ce)
 	}
 	if len(lc.problems) == 0 {
 		switch {
@@ -102,21 +144,25 @@ func runVerify(c *cmdEnv) int {
 			line("log", "ok: no log yet")
 		case lc.last < lc.first:
 			line("log", "ok: %s, no records yet", plural(lc.segments, "segment", "segments"))
+		case qf.format1():
+			line("log", "ok: %s of format 1, index %d..%d: framing, CRC and LSN of every record",
+				plural(lc.segments, "segment", "segments"), lc.first, lc.last)
 		default:
-			line("log", "ok: %s, index %d..%d: framing, CRC and LSN of every record",
+			line("log", "ok: %s, index %d..%d: segment headers and directory ID, frame MACs and LSNs, record headers and body CRCs",
 				plural(lc.segments, "segment", "segments"), lc.first, lc.last)
 		}
 	}
-	if lc.tail != nil {
-		warnings++
-		line("tail", "warning: incomplete tail, not corruption: %s", tailText(lc.tail))
+	if t := lc.tail; t != nil {
+		if newestLSN > lc.last {
+			err := &wal.CorruptionError{Dir: qf.LogDir, File: t.File, Index: lc.last + 1, Offset: t.Offset, Err: errors.New(t.Reason)}
+			problemf("tail", err, "recovery would refuse: %d bytes at offset %d of segment %s do not verify (%s), and %s covers index %d: a snapshot is written only once the log is fsynced that far, so the records from %d on were promised durable",
+				t.Bytes, t.Offset, t.File, t.Reason, wal.SnapshotName(newestLSN), newestLSN, lc.last+1)
+		} else {
+			warnings++
+			line("tail", "warning: %s; not corruption", tailText(t, lc.last+1, qf.format1()))
+		}
 	}
 
-	// Snapshots.
-	snaps, err := readSnapshots(c.dir)
-	if err != nil {
-		return c.errorf("%v", err)
-	}
 	if len(snaps) == 0 {
 		line("snapshot", "none")
 	}
@@ -129,7 +175,7 @@ func runVerify(c *cmdEnv) int {
 	}
 
 	// State.
-	st, r, err := loadState(c.dir, 0)
+	st, r, err := loadState(qf, 0)
 	switch {
 	case err != nil && !isCorruption(err):
 		return c.errorf("%v", err)
@@ -178,30 +224,47 @@ func baseLSN(r *replayer) uint64 {
 
 // logCheck is what checkLog found.
 type logCheck struct {
+	segs        []wal.Segment // the last listing
 	segments    int
 	first, last uint64
 	tail        *wal.TailInfo
-	problems    []error
+	problems    []*wal.CorruptionError
 }
 
-// checkLog verifies every segment. wal.Scan stops at the first corruption,
+// covered returns the name of the snapshot that covers the segment ce is
+// in wholly, so that recovery, which replays from the LSN after it, does
+// not read the segment; "" when it reads it.
+func (lc *logCheck) covered(ce *wal.CorruptionError, base *snapshot) string {
+	if base == nil {
+		return ""
+	}
+	for i, s := range lc.segs {
+		if s.Name == ce.File && i+1 < len(lc.segs) && lc.segs[i+1].First <= base.File.LSN+1 {
+			return base.File.Name
+		}
+	}
+	return ""
+}
+
+// checkLog verifies every segment. A scan stops at the first corruption,
 // so after one it goes on from the segment after the damaged one (or, for
 // damage at the very start of a segment, from that segment itself) to find
 // the others.
-func checkLog(logDir string) (logCheck, error) {
+func checkLog(lr *logReader) (logCheck, error) {
 	var lc logCheck
 	tried := make(map[uint64]bool) // indexes scanned from
 	from, restarts := uint64(0), 0
 	tried[from] = true
 	for {
-		segs, _, err := wal.ListSegments(logDir)
+		segs, err := lr.segments()
 		if errors.Is(err, fs.ErrNotExist) {
 			return lc, nil
 		}
 		if err != nil {
 			return lc, err
 		}
-		res, err := wal.Scan(logDir, from, 0, nil)
+		lc.segs = segs
+		res, err := lr.scan(from, 0, nil)
 		if from == 0 || lc.first == 0 {
 			lc.segments, lc.first, lc.last, lc.tail = countPlain(segs), res.First, res.Last, res.Tail
 		} else {
@@ -211,6 +274,9 @@ func checkLog(logDir string) (logCheck, error) {
 			restarts++
 			from = 0 // problems already found are printed once
 			continue
+		}
+		if err == nil {
+			return lc, nil
 		}
 		var ce *wal.CorruptionError
 		if !errors.As(err, &ce) {

@@ -11,19 +11,54 @@ import (
 // a text line lists.
 const maxPutItemsShown = 8
 
-// formatEvent renders a record as one line:
+// formatEvent renders a record as one line (item's history):
 //
 //	INDEX  TIME                      TYPE        DETAILS
 //	   12  2026-01-02T03:04:05.000Z  lease       item 3 attempt 1 until +30s
 //
 // Times in details are relative to the record's own time.
 func formatEvent(ev *event, bodyMax int) string {
-	typ := state.TypeName(ev.Type)
-	if ev.Rec == nil {
-		return fmt.Sprintf("%7d  %-24s  %-10s  body does not decode: %s", ev.Pos.Index, "-", typ, ev.Err)
+	return fmt.Sprintf("%7d  %s  %-10s  %s", ev.Pos.Index, eventTime(ev), state.TypeName(ev.Type), eventText(ev, bodyMax))
+}
+
+// logHeader heads log's text output; formatLogLine fills its columns.
+var logHeader = fmt.Sprintf("%7s  %-24s  %-10s  %5s  %7s  %8s  %8s  %s",
+	"LSN", "TIME", "TYPE", "QUEUE", "SEGMENT", "FRAME", "BODY", "DETAILS")
+
+// formatLogLine renders a record as one line of log, with where it is: its
+// queue, its segment (by the first LSN the segment's name gives), the
+// offset of its frame in the segment and that of its body (format 1: both
+// the offset of its entry).
+func formatLogLine(ev *event, bodyMax int) string {
+	return fmt.Sprintf("%7d  %s  %-10s  %5d  %7s  %8d  %8d  %s", ev.Pos.Index, eventTime(ev), state.TypeName(ev.Type),
+		ev.Queue, segmentNumber(ev.Pos.File), ev.Pos.Frame, ev.Pos.Offset, eventText(ev, bodyMax))
+}
+
+// segmentNumber shortens a segment's name to the first LSN it gives:
+// "00000000000000000028.seg" is "28".
+func segmentNumber(name string) string {
+	n := strings.TrimLeft(name, "0")
+	if i := strings.IndexFunc(n, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		n = n[:i]
 	}
-	at := ev.Rec.At()
-	return fmt.Sprintf("%7d  %s  %-10s  %s", ev.Pos.Index, fmtTime(at), typ, eventDetails(ev, bodyMax))
+	if n == "" {
+		return fileName(name)
+	}
+	return n
+}
+
+func eventTime(ev *event) string {
+	if ev.Rec == nil {
+		return fmt.Sprintf("%-24s", "-")
+	}
+	return fmtTime(ev.Rec.At())
+}
+
+func eventText(ev *event, bodyMax int) string {
+	if ev.Rec == nil {
+		return fmt.Sprintf("body does not decode: %s", ev.Err)
+	}
+	return eventDetails(ev, bodyMax)
 }
 
 // itemRef names the item a single-item record changes.
@@ -121,8 +156,10 @@ func eventDetails(ev *event, bodyMax int) string {
 // items cannot be told (see event.IDsKnown).
 type jsonEvent struct {
 	Index    uint64        `json:"index"`
+	Queue    uint64        `json:"queue"`
 	Segment  string        `json:"segment"`
-	Offset   int64         `json:"offset"`
+	Frame    int64         `json:"frame"`  // offset of the record's frame in the segment
+	Offset   int64         `json:"offset"` // offset of the record's body in the segment
 	Type     string        `json:"type"`
 	Time     jsonTime      `json:"time,omitempty"`
 	Item     *uint64       `json:"item,omitempty"`
@@ -148,7 +185,8 @@ type jsonPutItem struct {
 }
 
 func newJSONEvent(ev *event) jsonEvent {
-	j := jsonEvent{Index: ev.Pos.Index, Segment: ev.Pos.File, Offset: ev.Pos.Offset, Type: state.TypeName(ev.Type)}
+	j := jsonEvent{Index: ev.Pos.Index, Queue: ev.Queue, Segment: ev.Pos.File, Frame: ev.Pos.Frame, Offset: ev.Pos.Offset,
+		Type: state.TypeName(ev.Type)}
 	if ev.Rec == nil {
 		j.Error = jsonString(ev.Err.Error())
 		return j

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,8 +37,15 @@ var fixtures = []*fixture{
 	{name: "empty", build: buildEmpty},
 	{name: "torn", build: buildTorn},
 	{name: "segments", build: buildSegments},
+	{name: "twin", build: buildSegments}, // the same records in a directory of another ID; before foreign
 	{name: "badcrc", build: buildBadCRC},
 	{name: "compacting", build: buildCompacting},
+	{name: "synced", build: buildSynced},
+	{name: "promised", build: buildPromised},
+	{name: "outoforder", build: buildOutOfOrder},
+	{name: "future", build: buildFuture},
+	{name: "foreign", build: buildForeignSegment},
+	{name: "format1", build: buildFormat1},
 }
 
 func fixtureNamed(t *testing.T, name string) *fixture {
@@ -212,8 +221,9 @@ func buildEmpty(dir string) (time.Time, error) {
 	return clock.Now(), q.Close()
 }
 
-// buildTorn leaves the last record cut short, as a crash in the middle of a
-// write would.
+// buildTorn leaves the last frame cut short, as a crash in the middle of a
+// write would: the frame runs past the end of the segment, and no frame
+// states its record promised, so recovery would cut it.
 func buildTorn(dir string) (time.Time, error) {
 	clock := walq.NewManualClock(epoch)
 	q, err := walq.Open(dir, testOptions(clock))
@@ -243,11 +253,11 @@ func cutLastSegment(dir string, n int64) error {
 	return os.Truncate(last.Path, last.Size-n)
 }
 
-// buildSegments fills four segments of 4 KiB with puts, leases and acks.
+// buildSegments fills three segments of 8 KiB with puts, leases and acks.
 func buildSegments(dir string) (time.Time, error) {
 	clock := walq.NewManualClock(epoch)
 	opts := testOptions(clock)
-	opts.SegmentSize = 4096
+	opts.SegmentSize = 8192
 	q, err := walq.Open(dir, opts)
 	if err != nil {
 		return time.Time{}, err
@@ -264,7 +274,8 @@ func buildSegments(dir string) (time.Time, error) {
 }
 
 // buildBadCRC flips one byte in the body of record 10, in the oldest of
-// several segments.
+// several segments: every record of an older segment was fsynced before the
+// next segment was made, so recovery refuses it.
 func buildBadCRC(dir string) (time.Time, error) {
 	now, err := buildSegments(dir)
 	if err != nil {
@@ -273,8 +284,9 @@ func buildBadCRC(dir string) (time.Time, error) {
 	return now, damageRecord(dir, 10, 0x40)
 }
 
-// damageRecord xors mask into the last byte of record index (its body, so
-// the framing stays intact and only the CRC catches it).
+// damageRecord xors mask into the last byte of record index's body, so
+// that the frame and the record headers stay intact and only the body's CRC
+// catches it.
 func damageRecord(dir string, index uint64, mask byte) error {
 	pos, err := recordPositions(dir)
 	if err != nil {
@@ -283,28 +295,159 @@ func damageRecord(dir string, index uint64, mask byte) error {
 	return flipRecordByte(dir, pos, index, mask)
 }
 
-func flipRecordByte(dir string, pos map[uint64]wal.Position, index uint64, mask byte) error {
-	next, ok := pos[index+1]
-	if !ok || next.File != pos[index].File {
-		return fmt.Errorf("record %d is the last of its segment", index)
+func flipRecordByte(dir string, pos map[uint64]recordPos, index uint64, mask byte) error {
+	p, ok := pos[index]
+	if !ok {
+		return fmt.Errorf("no record %d", index)
 	}
-	path := filepath.Join(dir, layout.LogDirName, next.File)
+	path := filepath.Join(dir, layout.LogDirName, p.File)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	data[next.Offset-1] ^= mask
+	data[p.End()-1] ^= mask
 	return os.WriteFile(path, data, 0o600)
 }
 
+// recordPos is where a record is, and how long its body is.
+type recordPos struct {
+	wal.Position
+	BodyLen int64
+}
+
+// End is the offset just after the record's body.
+func (p recordPos) End() int64 { return p.Offset + p.BodyLen }
+
 // recordPositions returns where each record of a sound log is.
-func recordPositions(dir string) (map[uint64]wal.Position, error) {
-	pos := make(map[uint64]wal.Position)
-	_, err := wal.Scan(filepath.Join(dir, layout.LogDirName), 0, 0, func(p wal.Position, _ wal.Record) error {
-		pos[p.Index] = p
+func recordPositions(dir string) (map[uint64]recordPos, error) {
+	pos := make(map[uint64]recordPos)
+	_, err := wal.Scan(filepath.Join(dir, layout.LogDirName), 0, 0, func(p wal.Position, rec wal.Record) error {
+		pos[p.Index] = recordPos{Position: p, BodyLen: int64(len(rec.Body))}
 		return nil
 	})
 	return pos, err
+}
+
+// syncedOptions are testOptions with every commit fsynced, so that each
+// frame's watermark is the last LSN of the frame before it.
+func syncedOptions(clock walq.Clock) walq.Options {
+	opts := testOptions(clock)
+	opts.Sync = walq.SyncAlways
+	return opts
+}
+
+// buildSynced makes a queue whose every commit was fsynced: one frame per
+// call, each stating the records before it promised.
+func buildSynced(dir string) (time.Time, error) {
+	clock := walq.NewManualClock(epoch)
+	q, err := walq.Open(dir, syncedOptions(clock))
+	if err != nil {
+		return time.Time{}, err
+	}
+	s := &script{q: q}
+	for i := 1; i <= 4; i++ {
+		s.put(fmt.Sprintf("synced job %d", i))
+	}
+	if s.err == nil {
+		_, err := q.PutBatch(context.Background(), []walq.Item{{Body: []byte("batch x")}, {Body: []byte("batch y")}})
+		s.do("put batch", err)
+	}
+	m := s.get(1)
+	clock.Advance(time.Second)
+	s.do("ack", q.Ack(m.Receipt))
+	m = s.get(2)
+	s.do("nack", q.Nack(m.Receipt, errors.New("later")))
+	s.put("synced job 7")
+	return clock.Now(), s.close()
+}
+
+// buildPromised flips a bit in the body of record 3 of a synced queue: the
+// frame of record 5 (and every one after it) states that records up to 4
+// were fsynced, so recovery refuses the damage rather than cut it.
+func buildPromised(dir string) (time.Time, error) {
+	now, err := buildSynced(dir)
+	if err != nil {
+		return now, err
+	}
+	return now, damageRecord(dir, 3, 0x10)
+}
+
+// buildOutOfOrder flips a bit in the body of the third frame from the end
+// of a queue that never fsynced between commits (SyncNever): as if power
+// was lost while the last three frames' pages were reaching the disk in any
+// order. Every watermark on disk is below the damage, so recovery would cut
+// from there, with the two frames after it that still verify.
+func buildOutOfOrder(dir string) (time.Time, error) {
+	clock := walq.NewManualClock(epoch)
+	q, err := walq.Open(dir, testOptions(clock))
+	if err != nil {
+		return time.Time{}, err
+	}
+	s := &script{q: q}
+	for i := 1; i <= 6; i++ {
+		s.put(fmt.Sprintf("unsynced job %d", i))
+	}
+	if err := s.close(); err != nil {
+		return time.Time{}, err
+	}
+	return clock.Now(), damageRecord(dir, 4, 0x02)
+}
+
+// buildFuture gives a queue a marker of format version 3, as a later walq
+// would write it.
+func buildFuture(dir string) (time.Time, error) {
+	now, err := buildEmpty(dir)
+	if err != nil {
+		return now, err
+	}
+	marker := append([]byte("WALQDIR\n"), 0, 0, 0, 3)
+	marker = append(marker, bytes.Repeat([]byte{0xab}, 16)...)
+	marker = binary.BigEndian.AppendUint32(marker, crc32.Checksum(marker, crc32.MakeTable(crc32.Castagnoli)))
+	return now, os.WriteFile(filepath.Join(dir, layout.MarkerName), marker, 0o600)
+}
+
+// buildForeignSegment makes the segments fixture and puts in place of its
+// first segment the first segment of another queue with the same records
+// (the twin fixture): every frame verifies, but the segment carries the
+// other directory's ID.
+func buildForeignSegment(dir string) (time.Time, error) {
+	now, err := buildSegments(dir)
+	if err != nil {
+		return now, err
+	}
+	twin := filepath.Join(filepath.Dir(dir), "twin") // built before this one
+	name := wal.SegmentName(1)
+	data, err := os.ReadFile(filepath.Join(twin, layout.LogDirName, name))
+	if err != nil {
+		return now, err
+	}
+	return now, os.WriteFile(filepath.Join(dir, layout.LogDirName, name), data, 0o600)
+}
+
+// format1Time is the wall clock at which the root package's
+// testdata/format1 was written (fixtureTime in format_test.go).
+var format1Time = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+
+// buildFormat1 copies the root package's format-1 fixture, a directory
+// written by walq before format 2 (no marker, tidwall/wal segments).
+func buildFormat1(dir string) (time.Time, error) {
+	src := filepath.Join("..", "..", "testdata", "format1")
+	err := filepath.Walk(src, func(path string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		target := filepath.Join(dir, rel)
+		if info.IsDir() {
+			return os.MkdirAll(target, 0o700)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, 0o600)
+	})
+	return format1Time.Add(2 * time.Hour), err
 }
 
 // buildCompacting leaves a compacted queue with the temp file of a second
@@ -312,7 +455,7 @@ func recordPositions(dir string) (map[uint64]wal.Position, error) {
 func buildCompacting(dir string) (time.Time, error) {
 	clock := walq.NewManualClock(epoch)
 	opts := testOptions(clock)
-	opts.SegmentSize = 4096
+	opts.SegmentSize = 8192
 	q, err := walq.Open(dir, opts)
 	if err != nil {
 		return time.Time{}, err

@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walq/walq/internal/layout"
+	"github.com/walq/walq/wal"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -66,6 +70,34 @@ var goldenCases = []goldenCase{
 	{"compacting", "state-at-before-log", []string{"state", "--at", "5"}, nil},
 	{"compacting", "verify", []string{"verify"}, nil},
 	{"compacting", "space", []string{"space"}, nil},
+
+	{"synced", "log", []string{"log"}, nil},
+	{"synced", "log-frames", []string{"log", "--frames"}, nil},
+	{"synced", "log-frames-json", []string{"log", "--frames", "--json", "--from", "5", "--to", "8"}, nil},
+	{"synced", "verify", []string{"verify"}, nil},
+
+	{"torn", "log-frames", []string{"log", "--frames"}, nil},
+
+	{"outoforder", "summary", []string{"summary", "--now", "{now}"}, nil},
+	{"outoforder", "log-frames", []string{"log", "--frames"}, nil},
+	{"outoforder", "verify", []string{"verify"}, nil},
+
+	{"promised", "summary", []string{"summary", "--now", "{now}"}, nil},
+	{"promised", "log-frames", []string{"log", "--frames"}, nil},
+	{"promised", "verify", []string{"verify"}, nil},
+
+	{"future", "summary", []string{"summary"}, nil},
+	{"future", "verify", []string{"verify"}, nil},
+
+	{"foreign", "summary", []string{"summary", "--now", "{now}"}, nil},
+	{"foreign", "verify", []string{"verify"}, nil},
+
+	{"format1", "summary", []string{"summary", "--now", "{now}"}, nil},
+	{"format1", "log", []string{"log", "--to", "30"}, nil},
+	{"format1", "verify", []string{"verify"}, nil},
+	{"format1", "state", []string{"state", "--now", "{now}"}, nil},
+	{"format1", "dead", []string{"dead"}, nil},
+	{"format1", "space", []string{"space"}, nil},
 }
 
 func TestGolden(t *testing.T) {
@@ -82,9 +114,23 @@ func TestGolden(t *testing.T) {
 			got := fmt.Sprintf("$ walq-inspect %s\n%s--- stderr\n%s--- exit %d\n",
 				strings.Join(args, " "), stdout, stderr, code)
 			got = strings.ReplaceAll(got, f.dir, "$DIR")
+			got = hideDirIDs(got, f.dir)
 			checkGolden(t, filepath.Join("testdata", gc.fixture+"-"+gc.name+".golden"), got)
 		})
 	}
+}
+
+// A directory ID is random: goldens show the fixture's own as $DIRID and any
+// other (of a segment or snapshot copied in) as $OTHERID.
+var dirIDPattern = regexp.MustCompile(`\b[0-9a-f]{32}\b`)
+
+func hideDirIDs(out, dir string) string {
+	if data, err := os.ReadFile(filepath.Join(dir, layout.MarkerName)); err == nil {
+		if id, err := wal.DecodeMarker(data); err == nil {
+			out = strings.ReplaceAll(out, id.String(), "$DIRID")
+		}
+	}
+	return dirIDPattern.ReplaceAllString(out, "$$OTHERID")
 }
 
 func checkGolden(t *testing.T, path, got string) {

@@ -64,6 +64,7 @@ func TestLiveQueueNoFalseCorruption(t *testing.T) {
 		for _, args := range [][]string{
 			{"summary", dir},
 			{"log", "--json", dir},
+			{"log", "--frames", "--json", dir},
 			{"verify", dir},
 			{"state", "--json", dir},
 			{"item", dir, "1"},
@@ -76,10 +77,13 @@ func TestLiveQueueNoFalseCorruption(t *testing.T) {
 				strings.Contains(stderr, "not known from here on") {
 				t.Fatalf("%v on a live queue: exit %d\n%s\n--- stderr\n%s", args, code, stdout, stderr)
 			}
-			if strings.Contains(stdout+stderr, "incomplete tail") {
+			if strings.Contains(stdout+stderr, "recovery would cut") {
 				tails++
 			}
-			if args[0] == "log" {
+			switch {
+			case args[0] == "log" && args[1] == "--frames":
+				moves += checkFramesConsecutive(t, stdout, stderr)
+			case args[0] == "log":
 				moves += checkConsecutive(t, stdout, stderr)
 			}
 		}
@@ -106,7 +110,7 @@ func TestLiveQueueNoFalseCorruption(t *testing.T) {
 		t.Fatalf("log --follow stopped before index %d:\n%s", liveTarget, follow.stderr)
 	}
 	st := q.Stats()
-	t.Logf("%d runs over %d records, %d compactions; %d runs saw an incomplete tail, %d reads lost records to a compaction",
+	t.Logf("%d runs over %d records, %d compactions; %d runs saw a frame being written, %d reads lost records to a compaction",
 		runs, st.LastLSN, st.Compactions, tails, moves)
 	if st.Compactions < 10 {
 		t.Fatalf("the load did not compact enough to test anything: %d compactions", st.Compactions)
@@ -191,6 +195,43 @@ func checkConsecutive(t *testing.T, stdout, stderr string) int {
 	}
 	if jumps > gaps {
 		t.Fatalf("log skipped records %d times but reported %d gaps\n%s", jumps, gaps, stderr)
+	}
+	return gaps
+}
+
+// checkFramesConsecutive checks that JSON lines of log --frames follow each
+// other (each frame's first LSN one past the last of the frame before, its
+// watermark below its first LSN), except where stderr reports records
+// compacted away; it returns how many such reports there were.
+func checkFramesConsecutive(t *testing.T, stdout, stderr string) int {
+	t.Helper()
+	gaps := strings.Count(stderr, "compacted away before they could be read")
+	var prev uint64
+	jumps := 0
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		if line == "" {
+			continue
+		}
+		var f struct {
+			First, Last, Watermark uint64
+			Records                uint64
+			Size                   int64
+		}
+		if err := json.Unmarshal([]byte(line), &f); err != nil {
+			t.Fatalf("log --frames --json printed a line that is not JSON: %v\n%s", err, line)
+		}
+		switch {
+		case f.Records == 0 || f.Last != f.First+f.Records-1 || f.Watermark >= f.First || f.Size <= 0:
+			t.Fatalf("log --frames printed an impossible frame: %s", line)
+		case prev != 0 && f.First <= prev:
+			t.Fatalf("log --frames printed LSN %d after %d", f.First, prev)
+		case prev != 0 && f.First != prev+1:
+			jumps++
+		}
+		prev = f.Last
+	}
+	if jumps > gaps {
+		t.Fatalf("log --frames skipped records %d times but reported %d gaps\n%s", jumps, gaps, stderr)
 	}
 	return gaps
 }

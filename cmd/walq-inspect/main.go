@@ -1,21 +1,28 @@
 // Command walq-inspect shows what is inside a walq queue directory — its
-// segments and snapshots, every record, one item's history, the state at any
-// index, the dead letters, where the disk space went — and verifies that the
-// log is sound.
+// format marker and directory ID, its segments, frames and snapshots, every
+// record, one item's history, the state at any index, the dead letters,
+// where the disk space went — and verifies the directory as recovery would
+// judge it.
 //
 // It only reads: it opens every file read-only, takes no lock, repairs
 // nothing and never calls wal.Open, so it can run next to a live queue while
-// that queue appends and compacts. A record still being written at the end
-// of the log is an "incomplete tail" and a segment that vanishes under the
-// reader was compacted away; neither is corruption.
+// that queue appends and compacts. A frame still being written at the end
+// of the log shows as bytes that recovery would cut, and a segment that a
+// compaction removes under the reader (segments go whole; nothing is
+// rewritten) makes it read again from the new start; neither is corruption.
 //
 // Usage:
 //
 //	walq-inspect [command] [flags] DIR [ARG]
 //
-// The commands are summary (the default), log, item, state, dead, verify
-// and space; "walq-inspect COMMAND -h" describes each. Exit status: 0 ok, 1
-// an error or (verify) corruption found, 2 a usage error.
+// The commands are summary (the default), log (with --frames, the frames
+// and their watermarks), item, state, dead, verify and space;
+// "walq-inspect COMMAND -h" describes each. A directory of format 2 is
+// checked against the directory ID in its marker (WALQ-FORMAT); one of
+// format 1 (no marker) is read as format 1 wrote it, read-only, until the
+// next walq.Open carries it forward; one whose marker is of a newer format
+// is refused. Exit status: 0 ok, 1 an error, a refusal or (verify,
+// summary) corruption found, 2 a usage error.
 package main
 
 import (
@@ -117,8 +124,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 func topUsage(w io.Writer) {
 	fmt.Fprintf(w, `usage: %s [command] [flags] DIR [ARG]
 
-Shows what is inside a walq queue directory and verifies it. It only reads
-(no lock, no repair, never wal.Open), so it is safe next to a running queue.
+Shows what is inside a walq queue directory and verifies it as recovery
+would judge it. It only reads (no lock, no repair, never wal.Open), so it is
+safe next to a running queue. A directory of format 1 (no WALQ-FORMAT
+marker) is read as format 1 wrote it; one of a newer walq is refused.
 
 commands:
 `, programName)
@@ -128,7 +137,8 @@ commands:
 	fmt.Fprintf(w, `
 Without a command, summary runs (a directory named like a command needs
 its path: ./log). "%s COMMAND -h" describes a command.
-Exit status: 0 ok, 1 an error or corruption found, 2 a usage error.
+Exit status: 0 ok, 1 an error, a refusal or corruption found, 2 a usage
+error.
 `, programName)
 }
 

@@ -28,7 +28,7 @@ func TestExitCodes(t *testing.T) {
 		{"top help", []string{"-h"}, exitOK, "commands:", ""},
 		{"help command", []string{"help", "log"}, exitOK, "usage: walq-inspect log [flags] DIR", ""},
 		{"help unknown", []string{"help", "nope"}, exitUsage, "", "unknown command"},
-		{"command help", []string{"verify", "-h"}, exitOK, "incomplete tail", ""},
+		{"command help", []string{"verify", "-h"}, exitOK, "by the watermarks the frames state", ""},
 		{"every command has help", []string{"space", "--help"}, exitOK, "--min-bytes", ""},
 		{"no directory", []string{"log"}, exitUsage, "", "no queue directory given"},
 		{"unknown flag", []string{"log", "--nope", normal}, exitUsage, "", "flag provided but not defined: -nope"},
@@ -44,6 +44,22 @@ func TestExitCodes(t *testing.T) {
 		{"the log directory itself", []string{"summary", filepath.Join(normal, layout.LogDirName)}, exitFailed, "",
 			"looks like the log directory itself"},
 		{"state past the end", []string{"state", "--at", "999", normal}, exitFailed, "", "past the end of the log"},
+		{"frames with a type", []string{"log", "--frames", "--type", "put", normal}, exitUsage, "", "--frames lists frames"},
+		{"frames of format 1", []string{"log", "--frames", fixtureNamed(t, "format1").dir}, exitFailed, "", "is of format 1, which has no frames"},
+	}
+	for _, c := range commands {
+		args := []string{c.name, fixtureNamed(t, "future").dir}
+		if c.name == "item" {
+			args = append(args, "1")
+		}
+		cases = append(cases, struct {
+			name   string
+			args   []string
+			code   int
+			stdout string
+			stderr string
+		}{"a marker of a newer walq: " + c.name, args, exitFailed, "",
+			"WALQ-FORMAT: written by a newer walq (format version 3, this build reads up to 2)"})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,6 +162,32 @@ func TestFmtIDs(t *testing.T) {
 	for want, ids := range cases {
 		if got := fmtIDs(ids); got != want {
 			t.Errorf("fmtIDs(%v) = %q, want %q", ids, got, want)
+		}
+	}
+}
+
+// A damaged marker is corruption (verify, summary: exit 1); the commands
+// that print what the directory holds go on without the directory ID and
+// say so on stderr.
+func TestDamagedMarker(t *testing.T) {
+	dir := copyDir(t, fixtureNamed(t, "normal").dir)
+	flipMarkerByte(20)(t, dir)
+	for _, tc := range []struct {
+		args   []string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{[]string{"summary", dir}, exitFailed, "format    PROBLEM: walq: corrupt directory " + dir + ": file WALQ-FORMAT offset 0: format marker crc mismatch", ""},
+		{[]string{"verify", dir}, exitFailed, "format marker crc mismatch: walq.Open refuses the directory", ""},
+		{[]string{"log", dir}, exitOK, "resize image 1", "the directory ID is not known"},
+		{[]string{"state", dir}, exitOK, "state at index 27", "the directory ID is not known"},
+		{[]string{"item", dir, "2"}, exitOK, "dead since", "the directory ID is not known"},
+	} {
+		stdout, stderr, code := inspect(tc.args...)
+		if code != tc.code || !strings.Contains(stdout, tc.stdout) || !strings.Contains(stderr, tc.stderr) {
+			t.Errorf("%v: exit %d, want %d; want %q in stdout, %q in stderr\n--- stdout\n%s--- stderr\n%s",
+				tc.args, code, tc.code, tc.stdout, tc.stderr, stdout, stderr)
 		}
 	}
 }

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"path/filepath"
 	"strings"
 
-	"github.com/walq/walq/internal/layout"
 	"github.com/walq/walq/internal/rebuild"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
@@ -16,20 +14,23 @@ import (
 
 // Reading a queue that may be running.
 //
-// Everything here only reads: wal.Scan, wal.ListSegments, wal.ListSnapshots
-// and wal.ReadSnapshot open files read-only and never call wal.Open. A
-// running queue changes the directory under the reader in three ways, and
-// none of them is corruption:
+// Everything here only reads: wal.Scan, wal.ScanFormat1, wal.ListSegments,
+// wal.ListSnapshots and wal.ReadSnapshot open files read-only and never
+// call wal.Open. A running queue changes the directory under the reader in
+// three ways, and none of them is corruption:
 //
-//   - Records are appended to the last segment. Bytes at its end that do not
-//     make a whole record yet are reported by wal.Scan as a tail (a torn
-//     tail after a crash looks the same, and the next open cuts it).
-//   - A compaction writes a newer snapshot, truncates the front of the log and
-//     deletes older snapshots. A snapshot that vanishes before it is read is
-//     skipped; a segment that vanishes makes wal.Scan start over from the
-//     new listing; records that were truncated before they were read make
-//     the replay start over from the newest snapshot (see replayer.run).
-//   - Segments roll: a new, empty last segment appears.
+//   - Frames are appended to the last segment, one write per commit batch.
+//     Bytes at its end that do not make a whole frame yet are reported by
+//     wal.Scan as a tail that recovery would cut (a torn write after a
+//     crash looks the same, and the next open cuts it).
+//   - A compaction writes a newer snapshot, removes whole segments at the
+//     front of the log and deletes older snapshots; nothing is rewritten.
+//     A snapshot that vanishes before it is read is skipped; a segment that
+//     vanishes makes wal.Scan start over from the new listing; records that
+//     were removed before they were read make the replay start over from
+//     the newest snapshot (see replayer.run).
+//   - Segments roll: a new last segment appears, created whole with its
+//     header (a temp file renamed once the header is durable).
 //
 // What a replay rebuilds is what recovery in the root package rebuilds: a
 // snapshot read and verified by rebuild.ReadSnapshot, then every record
@@ -49,17 +50,18 @@ type snapshot struct {
 	Err  error        // why not
 }
 
-// readSnapshots reads and verifies every snapshot in dir, newest first. A
-// file that vanishes before it is read was removed by a compaction and is
+// readSnapshots reads and verifies every snapshot in dir, newest first,
+// each of directory want when want is not zero (see rebuild.ReadSnapshot).
+// A file that vanishes before it is read was removed by a compaction and is
 // left out.
-func readSnapshots(dir string) ([]snapshot, error) {
+func readSnapshots(dir string, want wal.DirID) ([]snapshot, error) {
 	files, err := wal.ListSnapshots(dir)
 	if err != nil {
 		return nil, err
 	}
 	var out []snapshot
 	for _, f := range files {
-		st, err := rebuild.ReadSnapshot(dir, f)
+		st, err := rebuild.ReadSnapshot(dir, f, want)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -72,35 +74,13 @@ func readSnapshots(dir string) ([]snapshot, error) {
 	return out, nil
 }
 
-// logStart returns the index of the first record of the log as its files
-// are named, without reading them (1 for a log with no segment yet). An
-// interrupted TruncateFront leaves "<index>.START", which then is the start.
-func logStart(logDir string) (uint64, error) {
-	segs, _, err := wal.ListSegments(logDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return 1, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	if len(segs) == 0 {
-		return 1, nil
-	}
-	first := segs[0].First
-	for _, s := range segs {
-		if strings.HasSuffix(s.Name, ".START") {
-			first = s.First
-		}
-	}
-	return first, nil
-}
-
 // event is one record with what the replay knows about it.
 type event struct {
-	Pos  wal.Position
-	Type byte
-	Rec  state.Record // nil when the body does not decode
-	Err  error        // why it does not decode
+	Pos   wal.Position
+	Type  byte
+	Queue uint64       // the queue the record belongs to (0: the default queue)
+	Rec   state.Record // nil when the body does not decode
+	Err   error        // why it does not decode
 	// IDs are the items the record changes, in record order. IDsKnown is
 	// false when they cannot be told: before the replay has a state, the
 	// items behind a receipt whose lease record was compacted away are not
@@ -134,7 +114,9 @@ func (ev *event) touches(id uint64) bool {
 // snapshot, the items of leases seen in the log.
 type replayer struct {
 	dir, logDir string
-	from, to    uint64 // visit records with from <= index <= to (to 0: to the end)
+	log         *logReader
+	want        wal.DirID // the directory ID snapshots must carry (zero: any)
+	from, to    uint64    // visit records with from <= index <= to (to 0: to the end)
 	visit       func(*event) error
 
 	st      *state.State // exact state after index next-1; nil while not known
@@ -166,8 +148,9 @@ type replayer struct {
 // read again before the replay reports it.
 const maxShortLogs = 5
 
-func newReplayer(dir string, from, to uint64, visit func(*event) error) *replayer {
-	return &replayer{dir: dir, logDir: filepath.Join(dir, layout.LogDirName), from: from, to: to, visit: visit}
+func newReplayer(qf *queueFiles, from, to uint64, visit func(*event) error) *replayer {
+	return &replayer{dir: qf.Dir, logDir: qf.LogDir, log: qf.reader(), want: qf.Format.ID,
+		from: from, to: to, visit: visit}
 }
 
 // errLogMoved means the log no longer starts where the replay needs it:
@@ -215,14 +198,14 @@ func (r *replayer) run() error {
 // start picks what to build the state from, the way recovery does.
 func (r *replayer) start() error {
 	for restarts := 0; ; restarts++ {
-		snaps, err := readSnapshots(r.dir)
+		snaps, err := readSnapshots(r.dir, r.want)
 		if err != nil {
 			return err
 		}
 		if snaps == nil {
 			snaps = []snapshot{}
 		}
-		first, err := logStart(r.logDir)
+		first, err := r.log.start()
 		if err != nil {
 			return err
 		}
@@ -235,7 +218,7 @@ func (r *replayer) start() error {
 		// No snapshot reaches the log. A compaction may have written a new
 		// snapshot and truncated the log after the snapshots were listed:
 		// look again before calling it corruption.
-		again, err := readSnapshots(r.dir)
+		again, err := readSnapshots(r.dir, r.want)
 		if err != nil {
 			return err
 		}
@@ -308,7 +291,7 @@ func (r *replayer) unreachable() error {
 		reason = fmt.Sprintf("the log starts at index %d, after every snapshot that verifies: records are missing",
 			r.logFirst)
 	}
-	return &wal.CorruptionError{Dir: r.logDir, File: wal.SegmentName(r.logFirst), Index: r.logFirst, Err: errors.New(reason)}
+	return &wal.CorruptionError{Dir: r.logDir, File: r.log.segmentName(r.logFirst), Index: r.logFirst, Err: errors.New(reason)}
 }
 
 // scanLog reads the log from r.next.
@@ -322,8 +305,8 @@ func (r *replayer) scanLog() error {
 		}
 		r.counted = true
 	}
-	res, err := wal.Scan(r.logDir, r.next, r.to, r.record)
-	if errors.Is(err, fs.ErrNotExist) && !r.logExists() {
+	res, err := r.log.scan(r.next, r.to, r.record)
+	if errors.Is(err, fs.ErrNotExist) && !r.log.exists() {
 		return nil // a queue created but never opened far enough to make its log
 	}
 	r.scan = res
@@ -349,18 +332,13 @@ func (r *replayer) scanLog() error {
 	return nil
 }
 
-func (r *replayer) logExists() bool {
-	_, _, err := wal.ListSegments(r.logDir)
-	return !errors.Is(err, fs.ErrNotExist)
-}
-
 // countPuts counts the items put from r.next up to the pending snapshot, so
 // that the IDs of those puts can be counted back from the snapshot's next
 // ID.
 func (r *replayer) countPuts() error {
 	want := r.next
 	var n uint64
-	_, err := wal.Scan(r.logDir, r.next, r.pending.File.LSN, func(pos wal.Position, rec wal.Record) error {
+	_, err := r.log.scan(r.next, r.pending.File.LSN, func(pos wal.Position, rec wal.Record) error {
 		if pos.Index != want {
 			return errLogMoved{want: want, got: pos.Index}
 		}
@@ -407,7 +385,7 @@ func (r *replayer) record(pos wal.Position, rec wal.Record) error {
 
 // annotate decodes a record and works out the items it changes.
 func (r *replayer) annotate(pos wal.Position, rec wal.Record) *event {
-	ev := &event{Pos: pos, Type: rec.Type}
+	ev := &event{Pos: pos, Type: rec.Type, Queue: rec.Queue}
 	sr, err := state.Decode(rec.Type, rec.Body)
 	if err != nil {
 		ev.Err = err
@@ -491,7 +469,15 @@ func (r *replayer) apply(ev *event) {
 	if r.st == nil {
 		return
 	}
-	if err := rebuild.ApplyDecoded(r.st, r.logDir, ev.Pos, ev.Type, ev.Rec, ev.Err); err != nil {
+	var err error
+	if ev.Queue != 0 {
+		// As rebuild.Apply, which recovery uses, refuses it.
+		err = fmt.Errorf("%w: record %d in %s belongs to queue %d, and this build has only the default queue",
+			wal.ErrNewerFormat, ev.Pos.Index, ev.Pos.File, ev.Queue)
+	} else {
+		err = rebuild.ApplyDecoded(r.st, r.logDir, ev.Pos, ev.Type, ev.Rec, ev.Err)
+	}
+	if err != nil {
 		r.stErr = err
 		r.st, r.nextID = nil, 0
 		return
@@ -515,12 +501,12 @@ func (r *replayer) state() (*state.State, error) {
 func isCorruption(err error) bool { return errors.Is(err, wal.ErrCorrupt) }
 
 // loadState rebuilds the state at index at (0: at the end of the log).
-func loadState(dir string, at uint64) (*state.State, *replayer, error) {
+func loadState(qf *queueFiles, at uint64) (*state.State, *replayer, error) {
 	from := uint64(math.MaxUint64)
 	if at != 0 {
 		from = at + 1
 	}
-	r := newReplayer(dir, from, at, nil)
+	r := newReplayer(qf, from, at, nil)
 	if err := r.run(); err != nil {
 		return nil, r, err
 	}

@@ -129,7 +129,7 @@ func (k Kind) String() string {
 }
 
 // Own reports whether k is a file (or directory) of this build of walq.
-func (k Kind) Own() bool { return k >= Lock }
+func (k Kind) Own() bool { return k >= Marker }
 
 // IsDir reports whether walq keeps an entry of kind k as a directory.
 func (k Kind) IsDir() bool { return k == LogDir }

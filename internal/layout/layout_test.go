@@ -23,7 +23,10 @@ func TestClassify(t *testing.T) {
 		{"lost+found", Ignored},
 		{".DS_Store", Ignored},
 		{".", Ignored},
-		{"WALQ-FORMAT", Reserved},
+		{"WALQ-FORMAT", Marker},
+		{"WALQ-FORMAT.tmp", MarkerTmp},
+		{"walq-format", Reserved},
+		{"WALQ-FORMAT.bak", Reserved},
 		{"walq.id", Reserved},
 		{"WalqSomething", Reserved},
 		{"README", Foreign},
@@ -54,10 +57,19 @@ func TestClassifyLog(t *testing.T) {
 		want Kind
 	}{
 		{wal.SegmentName(1), Segment},
-		{"00000000000000000146.START", Truncation},
-		{"00000000000000000146.END", Truncation},
-		{"00000000000000000146.START.TEMP", Truncation},
-		{"00000000000000000146.END.TEMP", Truncation},
+		{"00000000000000000146.seg", Segment},
+		{"00000000000000000146.seg.tmp", SegmentTemp},
+		{"00000000000000000146.seg.broken", Broken},
+		{"00000000000000000146.seg.broken.3", Broken},
+		{"00000000000000000146.seg.index", Reserved},
+		{"00000000000000000146.seg.tmp.1", Reserved},
+		{"00000000000000000146.seg.broken.", Reserved},
+		{"00000000000000000000.seg", Reserved}, // LSN 0 is never a segment
+		{"00000000000000000146", Format1},
+		{"00000000000000000146.START", Format1},
+		{"00000000000000000146.END", Format1},
+		{"00000000000000000146.START.TEMP", Format1},
+		{"00000000000000000146.END.TEMP", Format1},
 		{"00000000000000000146.broken", Broken},
 		{"00000000000000000146.broken.3", Broken},
 		{".swp", Ignored},
@@ -82,12 +94,13 @@ func TestClassifyLog(t *testing.T) {
 
 func TestList(t *testing.T) {
 	dir := t.TempDir()
-	for _, d := range []string{"log", "lost+found", "LOCK.d", "log/00000000000000000009"} {
+	for _, d := range []string{"log", "lost+found", "LOCK.d", "WALQ-FORMAT.tmp", "log/00000000000000000009.seg"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{"LOCK", ".hidden", wal.SnapshotName(5), "log/" + wal.SegmentName(1), "log/.x", "log/README", "WALQ-FORMAT"} {
+	for _, f := range []string{"LOCK", ".hidden", "WALQ-FORMAT", wal.SnapshotName(5), "log/" + wal.SegmentName(1),
+		"log/00000000000000000003", "log/00000000000000000011.seg.tmp", "log/.x", "log/README"} {
 		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -102,11 +115,14 @@ func TestList(t *testing.T) {
 	want := []Entry{
 		{Name: "LOCK", Kind: Lock},
 		{Name: "LOCK.d", Kind: Foreign, IsDir: true},
-		{Name: "WALQ-FORMAT", Kind: Reserved},
+		{Name: "WALQ-FORMAT", Kind: Marker},
+		{Name: "WALQ-FORMAT.tmp", Kind: MarkerTmp, IsDir: true},
 		{Name: "linked", Kind: Foreign, IsDir: true},
 		{Name: "log", Kind: LogDir, IsDir: true},
-		{Name: "log/00000000000000000001", Kind: Segment},
-		{Name: "log/00000000000000000009", Kind: Segment, IsDir: true},
+		{Name: "log/00000000000000000001.seg", Kind: Segment},
+		{Name: "log/00000000000000000003", Kind: Format1},
+		{Name: "log/00000000000000000009.seg", Kind: Segment, IsDir: true},
+		{Name: "log/00000000000000000011.seg.tmp", Kind: SegmentTemp},
 		{Name: "log/README", Kind: Foreign},
 		{Name: wal.SnapshotName(5), Kind: Snapshot},
 	}
@@ -122,8 +138,16 @@ func TestList(t *testing.T) {
 			wrong = append(wrong, e.Name)
 		}
 	}
-	if !slices.Equal(wrong, []string{"log/00000000000000000009"}) {
+	if !slices.Equal(wrong, []string{"WALQ-FORMAT.tmp", "log/00000000000000000009.seg"}) {
 		t.Fatalf("wrong types %q", wrong)
+	}
+
+	// The marker alone makes a directory a queue.
+	marked := t.TempDir()
+	os.WriteFile(filepath.Join(marked, MarkerName), nil, 0o600)
+	os.WriteFile(filepath.Join(marked, "notes"), nil, 0o600)
+	if l, err = List(wal.OSFS(), marked); err != nil || !l.Queue() {
+		t.Fatalf("a directory with a marker: Queue %v, %v", l != nil && l.Queue(), err)
 	}
 
 	empty := t.TempDir()

@@ -70,6 +70,20 @@ func queueDir(t *testing.T) (dir string, first, newest uint64) {
 	return dir, first, snaps[0].LSN
 }
 
+// dirID reads the directory ID from a queue directory's marker.
+func dirID(t *testing.T, dir string) wal.DirID {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, layout.MarkerName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := wal.DecodeMarker(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
 func stateBytes(t *testing.T, st *state.State) []byte {
 	t.Helper()
 	b, err := st.MarshalSnapshot()
@@ -81,20 +95,21 @@ func stateBytes(t *testing.T, st *state.State) []byte {
 
 func TestNewestAndStateAt(t *testing.T) {
 	dir, first, newest := queueDir(t)
-	base, err := rebuild.Newest(dir)
+	id := dirID(t, dir)
+	base, err := rebuild.Newest(dir, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if base.LSN != newest || base.File != wal.SnapshotName(newest) || len(base.Newer) != 0 {
 		t.Fatalf("Newest = LSN %d file %s newer %v, want %d", base.LSN, base.File, base.Newer, newest)
 	}
-	end, err := rebuild.StateAt(dir, newest, 0, nil)
+	end, err := rebuild.StateAt(dir, id, newest, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The same state at the end, whatever it is built from.
 	for _, from := range []uint64{0, first} {
-		st, err := rebuild.StateAt(dir, from, end.LastLSN(), nil)
+		st, err := rebuild.StateAt(dir, id, from, end.LastLSN(), nil)
 		if err != nil {
 			t.Fatalf("from %d: %v", from, err)
 		}
@@ -104,7 +119,7 @@ func TestNewestAndStateAt(t *testing.T) {
 	}
 	// The state at the newest snapshot's LSN, built from the older one, is
 	// the snapshot's.
-	st, err := rebuild.StateAt(dir, first, newest, nil)
+	st, err := rebuild.StateAt(dir, id, first, newest, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,13 +127,13 @@ func TestNewestAndStateAt(t *testing.T) {
 		t.Fatal("replaying up to the newest snapshot does not give its state")
 	}
 
-	if _, err := rebuild.StateAt(dir, first, end.LastLSN()+5, nil); err == nil ||
+	if _, err := rebuild.StateAt(dir, id, first, end.LastLSN()+5, nil); err == nil ||
 		!strings.Contains(err.Error(), "replay reached LSN") {
 		t.Fatalf("StateAt past the end = %v", err)
 	}
 	stop := errors.New("stop")
 	var seen []uint64
-	_, err = rebuild.StateAt(dir, first, 0, func(lsn uint64) error {
+	_, err = rebuild.StateAt(dir, id, first, 0, func(lsn uint64) error {
 		seen = append(seen, lsn)
 		return stop
 	})
@@ -133,7 +148,7 @@ func TestNewestPassesOverBadNewer(t *testing.T) {
 	data, _ := os.ReadFile(path)
 	data[len(data)-1] ^= 1
 	os.WriteFile(path, data, 0o600)
-	base, err := rebuild.Newest(dir)
+	base, err := rebuild.Newest(dir, dirID(t, dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,10 +163,82 @@ func TestReadSnapshotChecksItsName(t *testing.T) {
 	data, _ := os.ReadFile(filepath.Join(dir, wal.SnapshotName(first)))
 	renamed := wal.SnapshotFile{Name: wal.SnapshotName(first + 1), Path: filepath.Join(dir, "renamed"), LSN: first + 1}
 	os.WriteFile(renamed.Path, data, 0o600)
-	_, err := rebuild.ReadSnapshot(dir, renamed)
+	_, err := rebuild.ReadSnapshot(dir, renamed, dirID(t, dir))
 	var ce *wal.CorruptionError
 	if !errors.As(err, &ce) || ce.File != renamed.Name || !strings.Contains(err.Error(), "the file name says") {
 		t.Fatalf("ReadSnapshot of a renamed snapshot = %v", err)
+	}
+}
+
+// TestReadSnapshotChecksTheDirectory: with want set, a format-2 snapshot of
+// another directory and a format-1 snapshot are refused, each as a
+// *wal.CorruptionError naming the file; with want zero (a directory of
+// format 1) both are read.
+func TestReadSnapshotChecksTheDirectory(t *testing.T) {
+	dir, _, newest := queueDir(t)
+	other, _, otherNewest := queueDir(t)
+	id, otherID := dirID(t, dir), dirID(t, other)
+	if id == otherID {
+		t.Fatal("two queues got the same directory ID")
+	}
+	foreign, err := os.ReadFile(filepath.Join(other, wal.SnapshotName(otherNewest)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	format1, err := os.ReadFile(filepath.Join("..", "..", "testdata", "format1", wal.SnapshotName(28)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		data []byte
+		lsn  uint64
+		want string
+	}{
+		{"format 2 of another directory", foreign, otherNewest,
+			"snapshot of directory " + otherID.String() + ", this directory is " + id.String()},
+		{"format 1 in a directory of format 2", format1, 28, "a format-1 snapshot in a directory of format 2"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := wal.SnapshotFile{Name: wal.SnapshotName(tc.lsn), Path: filepath.Join(t.TempDir(), "copied"), LSN: tc.lsn}
+			if err := os.WriteFile(f.Path, tc.data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := rebuild.ReadSnapshot(dir, f, id)
+			var ce *wal.CorruptionError
+			if !errors.As(err, &ce) || ce.Dir != dir || ce.File != f.Name || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("ReadSnapshot with want set = %v, want a *CorruptionError for %s with %q", err, f.Name, tc.want)
+			}
+			st, err := rebuild.ReadSnapshot(dir, f, wal.DirID{})
+			if err != nil || st.LastLSN() != tc.lsn {
+				t.Fatalf("ReadSnapshot with want zero = %v, want the state at %d", err, tc.lsn)
+			}
+		})
+	}
+
+	// Newest passes over a snapshot of another directory put in place of
+	// the newest one, and falls back to the older one; without want it
+	// would take it.
+	if otherNewest != newest {
+		t.Fatalf("the two queues' newest snapshots cover %d and %d", newest, otherNewest)
+	}
+	if err := os.WriteFile(filepath.Join(dir, wal.SnapshotName(newest)), foreign, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base, err := rebuild.Newest(dir, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base.LSN == newest || len(base.Newer) != 1 || !errors.Is(base.Newer[0].Err, wal.ErrCorrupt) ||
+		!strings.Contains(base.Newer[0].Err.Error(), "snapshot of directory") {
+		t.Fatalf("Newest with a foreign newest snapshot = LSN %d, passed over %+v", base.LSN, base.Newer)
+	}
+	if base, err = rebuild.Newest(dir, wal.DirID{}); err != nil || base.LSN != newest {
+		t.Fatalf("Newest without want = LSN %d, %v; want %d", base.LSN, err, newest)
+	}
+	if _, err := rebuild.StateAt(dir, id, newest, 0, nil); !errors.Is(err, wal.ErrCorrupt) {
+		t.Fatalf("StateAt from a foreign snapshot = %v, want corruption", err)
 	}
 }
 
@@ -209,11 +296,12 @@ func TestReplayRefusesMissingRecords(t *testing.T) {
 	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), "replay needs index 1 but the log starts at") {
 		t.Fatalf("Replay of a log that starts at %d = %v", segs[0].First, err)
 	}
-	base, err := rebuild.Newest(dir)
+	id := dirID(t, dir)
+	base, err := rebuild.Newest(dir, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rebuild.StateAt(dir, base.LSN, 0, nil); err != nil {
+	if _, err := rebuild.StateAt(dir, id, base.LSN, 0, nil); err != nil {
 		t.Fatalf("StateAt from the snapshot the log reaches: %v", err)
 	}
 }
