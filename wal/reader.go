@@ -122,7 +122,7 @@ type ScanResult struct {
 	First   uint64    // LSN the log starts at (the first segment's first LSN)
 	Last    uint64    // LSN of the last record verified (First-1 when none)
 	Records int       // records passed to fn
-	Frames  int       // frames read whole, skipped records' included
+	Frames  int       // frames read whole in the last pass over the listing, skipped records' included
 	Dir     DirID     // the directory ID the segments carry (zero when no segment was read)
 	Tail    *TailInfo // bytes at the end of the last segment to be cut (see repair.go), or nil
 }
@@ -213,7 +213,7 @@ func (s *scanner) run() (ScanResult, error) {
 
 // pass scans one listing of the directory.
 func (s *scanner) pass(segs []Segment) error {
-	s.res.Tail = nil
+	s.res.Tail, s.res.Frames = nil, 0
 	if len(segs) == 0 {
 		return nil
 	}
