@@ -75,6 +75,10 @@ func readFormat(fsys wal.FS, dir string, files *layout.Listing) (dirFormat, erro
 		return dirFormat{}, nil
 	}
 	data, err := readSmall(fsys, filepath.Join(dir, layout.MarkerName), 4096)
+	if errors.Is(err, errTooLarge) {
+		return dirFormat{}, &CorruptionError{Dir: dir, File: layout.MarkerName,
+			Err: fmt.Errorf("format marker of more than 4096 bytes, want %d", wal.MarkerSize)}
+	}
 	if err != nil {
 		return dirFormat{}, fmt.Errorf("walq: read %s: %w", filepath.Join(dir, layout.MarkerName), err)
 	}
@@ -96,6 +100,8 @@ func emptySegment(fsys wal.FS, path string) bool {
 	return err == nil && info.Size() <= wal.SegmentHeaderSize
 }
 
+var errTooLarge = errors.New("file too large")
+
 // readSmall reads a file that must be at most max bytes.
 func readSmall(fsys wal.FS, path string, max int64) ([]byte, error) {
 	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
@@ -108,7 +114,7 @@ func readSmall(fsys wal.FS, path string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > max {
-		return nil, fmt.Errorf("larger than %d bytes", max)
+		return nil, fmt.Errorf("%w: more than %d bytes", errTooLarge, max)
 	}
 	return data, nil
 }
