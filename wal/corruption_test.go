@@ -175,6 +175,31 @@ func flipCase(name, base string, lsn uint64, off func(f frameInfo) int64) corrup
 	}}
 }
 
+// field names the field at byte i of a layout given as (end, name) pairs.
+func field(i int64, layout ...any) string {
+	for j := 0; j < len(layout); j += 2 {
+		if i < int64(layout[j].(int)) {
+			return layout[j+1].(string)
+		}
+	}
+	return "past_the_end"
+}
+
+func frameField(i int64) string {
+	return field(i, frOffCount, "magic", frOffFirst, "count", frOffWatermark, "first_lsn", frOffPayload, "watermark",
+		frOffHeaderCRC, "payload_length", frOffMAC, "header_crc", FrameHeaderSize, "mac")
+}
+
+func recordField(i int64) string {
+	return field(i, rhOffFlags, "type", 2, "flags", rhOffLength, "reserved", rhOffQueue, "body_length",
+		rhOffCRC, "queue", 20, "body_crc", RecordHeaderSize, "reserved")
+}
+
+func segmentField(i int64) string {
+	return field(i, segOffVersion, "magic", segOffDir, "version", segOffFirst, "directory_id", segOffSalt, "first_lsn",
+		segOffCRC, "salt", SegmentHeaderSize, "crc")
+}
+
 // flipCases flips a bit in the frame holding lsn: in every byte of its
 // frame header and of lsn's record header when full is set (else in a
 // sample), and in the first, a middle and the last byte of lsn's body.
@@ -193,11 +218,11 @@ func flipCases(base string, lsn uint64, full bool) []corruptionCase {
 	prefix := fmt.Sprintf("flip/%s/lsn_%d/", base, lsn)
 	var cases []corruptionCase
 	for _, i := range hdrBytes {
-		cases = append(cases, flipCase(fmt.Sprintf("%sframe_header_byte_%d", prefix, i), base, lsn,
+		cases = append(cases, flipCase(fmt.Sprintf("%sframe_header_byte_%d_%s", prefix, i, frameField(i)), base, lsn,
 			func(frameInfo) int64 { return i }))
 	}
 	for _, i := range recBytes {
-		cases = append(cases, flipCase(fmt.Sprintf("%srecord_header_byte_%d", prefix, i), base, lsn,
+		cases = append(cases, flipCase(fmt.Sprintf("%srecord_header_byte_%d_%s", prefix, i, recordField(i)), base, lsn,
 			func(f frameInfo) int64 { return f.recHeaderOff(int(lsn-f.First)) - f.Off + i }))
 	}
 	n := int64(len(testBody(lsn)))
@@ -217,7 +242,7 @@ func headerFlipCases(base string, lsn uint64, what string) []corruptionCase {
 	var cases []corruptionCase
 	for i := range int64(SegmentHeaderSize) {
 		cases = append(cases, corruptionCase{
-			name: fmt.Sprintf("segment_header/%s/%s_byte_%d", base, what, i), base: base,
+			name: fmt.Sprintf("segment_header/%s/%s_byte_%d_%s", base, what, i, segmentField(i)), base: base,
 			run: func(t *testing.T, ll logLayout) want {
 				seg := ll.seg(ll.frameOf(lsn).Seg)
 				flipBit(t, seg.Path, i, uint(i%8))
