@@ -887,6 +887,11 @@ func TestRecoveryCorruptionTable(t *testing.T) {
 		}
 		panic("unreachable")
 	}})
+	add(corruptionCase{name: "older_segment/never/last_frame_removed", base: "never", run: func(t *testing.T, ll logLayout) want {
+		f := ll.frameOf(15)
+		cutFile(t, ll.path(f.Seg), f.Off) // the segment ends cleanly, one record short
+		return want{refused: true, file: ll.segs[1].Name, index: 16, reason: "lsn gap: segment starts at 16, want 15"}
+	}})
 	add(corruptionCase{name: "older_segment/always/frame_removed", base: "always", run: func(t *testing.T, ll logLayout) want {
 		f := ll.frameOf(20)
 		spliceFile(t, ll.path(f.Seg), f.Off, f.End(), nil)

@@ -338,3 +338,46 @@ func TestOpenOptions(t *testing.T) {
 		}
 	})
 }
+
+// TestTruncateFrontCrashGapInCoveredSegments: TruncateFront removes the
+// oldest segments first, but a crash before its directory fsync may keep
+// any subset of the removals. Every removed segment lay wholly before the
+// index, which the owner's snapshot covers, so a gap there is among the
+// covered segments, which Open (from the snapshot) and Scan (from there)
+// never read: no refusal. Only a replay from before the gap sees it.
+func TestTruncateFrontCrashGapInCoveredSegments(t *testing.T) {
+	template, ll := baseLog(t, "never", testDir)
+	dir := copyDir(t, template)
+	// TruncateFront(tail.First) removed segments 1 and 2; only the removal
+	// of 2 reached the disk.
+	if err := os.Remove(filepath.Join(dir, ll.segs[1].Name)); err != nil {
+		t.Fatal(err)
+	}
+	from := ll.tail().First
+	var r replayed
+	l, info, err := Open(dir, withDir(Options{}), from, r.apply)
+	if err != nil {
+		t.Fatalf("open from %d: %v", from, err)
+	}
+	checkRecords(t, r.recs, from, ll.last)
+	if info.Covered != 1 || info.CoveredLast != from-1 {
+		t.Fatalf("info %+v", info)
+	}
+	if err := l.TruncateFront(info.CoveredLast + 1); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if segs, _, _ := ListSegments(dir); len(segs) != 1 || segs[0].First != from {
+		t.Fatalf("segments %+v", segs)
+	}
+
+	dir = copyDir(t, template)
+	os.Remove(filepath.Join(dir, ll.segs[1].Name))
+	if res, err := Scan(dir, from, 0, nil); err != nil || res.Records != int(ll.last-from+1) {
+		t.Fatalf("scan from %d: %+v %v", from, res, err)
+	}
+	_, _, err = Open(dir, withDir(Options{}), 0, nil)
+	if ce := asCorruption(t, "open from 0", err); !strings.Contains(ce.Err.Error(), "lsn gap: segment starts at 31, want 16") {
+		t.Fatalf("got %v", err)
+	}
+}
