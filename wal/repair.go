@@ -89,6 +89,13 @@ type verdict struct {
 func judgeDamage(data []byte, hdr segmentHeader, w frameWalk, promised uint64) verdict {
 	v := verdict{watermark: max(promised, w.watermark), laterAt: -1, statedAt: -1}
 	m := newMacer(hdr.salt)
+	// The damaged frame's own header states a watermark too when it
+	// verifies (the frame failed on its LSN, a record or a body): a frame
+	// at the wrong LSN, after a lost one, can be the only statement that
+	// the lost records were fsynced. It is not a later frame.
+	if h, err := checkFrameHeader(m, data[w.end:]); err == nil && h.watermark > v.watermark {
+		v.watermark, v.statedAt = h.watermark, w.end
+	}
 	magic := []byte(frameMagic)
 	for off := w.end + 1; off+FrameHeaderSize <= int64(len(data)); off++ {
 		i := bytes.Index(data[off:], magic)
