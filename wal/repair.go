@@ -15,8 +15,10 @@ package wal
 // Open walks the frames of each segment from its header. At the first frame
 // that does not verify (a bad magic, MAC, LSN, record header or body CRC, or
 // a frame that runs past the end of the file) it looks for the highest
-// watermark the segment states: that of every frame before the damage and
-// of every frame header after it that verifies (found by trying each offset
+// watermark the segment states: that of every frame before the damage, of
+// the damaged frame's own header when it verifies (it may fail only on its
+// LSN, a record header or a body), and of every frame header after it that
+// verifies (found by trying each offset
 // that holds the frame magic; a copy of a real frame in a body is a real
 // frame's true statement, so it may count too). Then:
 //
