@@ -331,41 +331,48 @@ type decodedFrame struct {
 // decodeFrame verifies the whole frame at the start of data: header (as
 // checkFrameHeader), record headers and every body. Record bodies alias data.
 func decodeFrame(m *macer, data []byte) (decodedFrame, error) {
+	var f decodedFrame
+	err := decodeFrameInto(m, data, &f)
+	return f, err
+}
+
+// decodeFrameInto is decodeFrame into f, whose slices it reuses, so that a
+// walk over many frames does not allocate per frame.
+func decodeFrameInto(m *macer, data []byte, f *decodedFrame) error {
 	h, err := checkFrameHeader(m, data)
 	if err != nil {
-		return decodedFrame{}, err
+		return err
 	}
-	f := decodedFrame{frameHeader: h}
+	f.frameHeader = h
+	f.records, f.offsets = f.records[:0], f.offsets[:0]
 	if h.size() > int64(len(data)) {
-		return f, reasonf("frame of %d bytes runs past the end of the segment (%d bytes left)", h.size(), len(data))
+		return reasonf("frame of %d bytes runs past the end of the segment (%d bytes left)", h.size(), len(data))
 	}
 	hdrs := data[FrameHeaderSize : FrameHeaderSize+int(h.count)*RecordHeaderSize]
 	if crc32.Checksum(hdrs, castagnoli) != h.headerCRC {
-		return f, corruptReason("record headers crc mismatch")
+		return corruptReason("record headers crc mismatch")
 	}
 	off := int64(len(hdrs)) + FrameHeaderSize
-	f.records = make([]Record, h.count)
-	f.offsets = make([]int64, h.count)
-	for i := range f.records {
+	for i := range int(h.count) {
 		rh, err := decodeRecordHeader(hdrs[i*RecordHeaderSize:])
 		if err != nil {
-			return f, fmt.Errorf("record %d: %w", h.first+uint64(i), err)
+			return fmt.Errorf("record %d: %w", h.first+uint64(i), err)
 		}
 		if off+int64(rh.length) > h.size() {
-			return f, reasonf("record %d: body runs past its frame", h.first+uint64(i))
+			return reasonf("record %d: body runs past its frame", h.first+uint64(i))
 		}
 		body := data[off : off+int64(rh.length)]
 		if crc32.Checksum(body, castagnoli) != rh.crc {
-			return f, reasonf("record %d: body crc mismatch", h.first+uint64(i))
+			return reasonf("record %d: body crc mismatch", h.first+uint64(i))
 		}
-		f.records[i] = Record{Type: rh.typ, LSN: h.first + uint64(i), Queue: rh.queue, Body: body}
-		f.offsets[i] = off
+		f.records = append(f.records, Record{Type: rh.typ, LSN: h.first + uint64(i), Queue: rh.queue, Body: body})
+		f.offsets = append(f.offsets, off)
 		off += int64(rh.length)
 	}
 	if off != h.size() {
-		return f, reasonf("frame payload of %d bytes, its records hold %d", h.payload, off-FrameHeaderSize)
+		return reasonf("frame payload of %d bytes, its records hold %d", h.payload, off-FrameHeaderSize)
 	}
-	return f, nil
+	return nil
 }
 
 // frameBuilder accumulates one batch's records and seals them into a frame.

@@ -329,8 +329,9 @@ type frameWalk struct {
 func walkFrames(data []byte, hdr segmentHeader, fn func(Position, Record) error) (frameWalk, error) {
 	w := frameWalk{next: hdr.first, end: SegmentHeaderSize}
 	m := newMacer(hdr.salt)
+	var f decodedFrame
 	for w.end < int64(len(data)) {
-		f, err := decodeFrame(m, data[w.end:])
+		err := decodeFrameInto(m, data[w.end:], &f)
 		if err == nil && f.first != w.next {
 			err = lsnMismatch(w.next, f.first)
 		}
