@@ -1,7 +1,6 @@
 package crashtest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -157,15 +156,8 @@ func (c *child) produce(rng *rand.Rand) {
 	items := make([]walq.Item, n)
 	descs := make([]string, n)
 	for i := range items {
-		tok := fmt.Sprintf("c%d.%d", c.cfg.Cycle, c.toks.Add(1))
-		if pct(rng, c.mix.Hostile) {
-			kind := bodyRandom
-			if rng.IntN(2) == 0 {
-				kind = bodyFramed
-			}
-			tok = hostileToken(tok, kind, c.q.Stats().LastLSN+1)
-		}
-		it := walq.Item{Body: bodyOf(tok), Priority: rng.IntN(4)}
+		tok, body := c.body(rng)
+		it := walq.Item{Body: body, Priority: rng.IntN(4)}
 		if pct(rng, c.mix.Delay) {
 			it.Delay = time.Duration(1+rng.Int64N(int64(maxDelay/time.Millisecond))) * time.Millisecond
 		}
@@ -224,6 +216,31 @@ func (c *child) produce(rng *rand.Rand) {
 	c.done(call, strings.Join(results, ",")+" "+c.putWindow(steps, start))
 }
 
+// body makes the next item's token and body: Mix.Hostile% of them random
+// bytes, lookalike records, or copies of real frames read from the
+// queue's own segments just now (bodies.go).
+func (c *child) body(rng *rand.Rand) (string, []byte) {
+	base := fmt.Sprintf("c%d.%d", c.cfg.Cycle, c.toks.Add(1))
+	if !pct(rng, c.mix.Hostile) {
+		return base, bodyOf(base)
+	}
+	switch rng.IntN(4) {
+	case 0:
+		tok := hostileToken(base, bodyRandom, 0)
+		return tok, bodyOf(tok)
+	case 1, 2:
+		kind := bodyMirror
+		if rng.IntN(2) == 0 {
+			kind = bodyStart
+		}
+		if tok, body := mirrorBody(base, kind, readFrames(c.cfg.Dir, rng), rng); tok != "" {
+			return tok, body
+		}
+	}
+	tok := hostileToken(base, bodyFramed, c.q.Stats().LastLSN+1)
+	return tok, bodyOf(tok)
+}
+
 // putWindow is the put's report of how its deadlines can be checked:
 // "w<ns>", the call's true duration, when no clock step fell inside it, or
 // "w?" when one did (a step between the child's reading of the wall clock
@@ -273,7 +290,7 @@ func (c *child) consume(rng *rand.Rand) {
 func (c *child) delivered(call uint64, m walq.Message) string {
 	tok := tokenOf(m.Body)
 	c.done(call, fmt.Sprintf("%s %d %d %d", tok, m.Receipt, m.Attempt, m.Deliveries))
-	if tok == "" || !bytes.Equal(m.Body, bodyOf(tok)) {
+	if tok == "" || !checkBody(tok, m.Body) {
 		c.fatal("get", fmt.Errorf("item %d has a body the workload never put: %q", m.ID, truncate(m.Body, 80)))
 	}
 	return tok

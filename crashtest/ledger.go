@@ -1,7 +1,6 @@
 package crashtest
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"strconv"
@@ -480,7 +479,7 @@ func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
 		l.resurrected++
 		bad("purged and reported done, but it came back (%s)", it.Status)
 	}
-	if !bytes.Equal(it.Body, bodyOf(e.tok)) {
+	if !checkBody(e.tok, it.Body) {
 		bad("body differs from what was put")
 	}
 	if it.Priority != e.priority || it.Key != e.key {

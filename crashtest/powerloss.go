@@ -1,7 +1,9 @@
 package crashtest
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -97,8 +99,8 @@ func (h *harness) fsynced(events []event, always bool) (fsyncedPoint, error) {
 	}
 	logDir := filepath.Join(h.queueDir, layout.LogDirName)
 	p.segs, _, err = wal.ListSegments(logDir)
-	if os.IsNotExist(err) {
-		return p, nil
+	if errors.Is(err, fs.ErrNotExist) {
+		return p, nil // killed before the log directory was made
 	}
 	if err != nil || len(p.segs) == 0 {
 		return p, err

@@ -1,6 +1,7 @@
 package crashtest
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
@@ -174,16 +175,25 @@ func verifyFrame(data []byte, off int64, salt []byte, want uint64) (frameInfo, e
 // framesAfter counts the authentic frame headers at or after from (what
 // recovery weighs after damage: frames that reached the disk past a hole).
 func framesAfter(data []byte, from int64, salt []byte) int {
-	n := 0
+	return len(authenticHeaders(data, from, salt))
+}
+
+// authenticHeaders returns the frame headers at or after from that verify
+// under salt (magic and MAC), wherever they lie: frames, or copies of
+// frames inside bodies.
+func authenticHeaders(data []byte, from int64, salt []byte) []frameInfo {
+	var out []frameInfo
 	for off := from; off+frHeaderSize <= int64(len(data)); off++ {
-		if string(data[off:off+4]) != frameMagic {
-			continue
+		i := bytes.Index(data[off:], []byte(frameMagic))
+		if i < 0 {
+			break
 		}
-		if _, _, _, ok := checkFrameHeader(data, off, salt); ok {
-			n++
+		off += int64(i)
+		if f, _, _, ok := checkFrameHeader(data, off, salt); ok {
+			out = append(out, f)
 		}
 	}
-	return n
+	return out
 }
 
 // rawFrames returns copies of the frames of a segment's bytes, walked from
