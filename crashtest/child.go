@@ -59,6 +59,7 @@ type child struct {
 	seq     atomic.Uint64 // call numbers
 	toks    atomic.Uint64 // item numbers within the cycle
 	running runningSet    // items whose Work handler is running
+	stalls  stallWatch    // stretches in which the child could not run
 }
 
 func runChild(cfg childConfig) int {
@@ -83,7 +84,8 @@ func runChild(cfg childConfig) int {
 		rep.line("X open: %s", oneLine(err))
 		return 3
 	}
-	c := &child{cfg: cfg, mix: cfg.Mix, q: q, clock: clock, rep: rep, running: runningSet{m: make(map[string]walq.Receipt)}}
+	c := &child{cfg: cfg, mix: cfg.Mix, q: q, clock: clock, rep: rep, running: runningSet{m: make(map[string]running)}}
+	go c.stalls.run()
 	rep.line("R %d %d %d", time.Now().UnixNano(), q.Stats().DurableLSN, wall)
 	fmt.Println("ready") // the parent times some kills from here
 
@@ -267,8 +269,8 @@ func (c *child) consume(rng *rand.Rand) {
 	}
 	tok := c.delivered(call, m)
 	if other, running := c.running.has(tok); running {
-		c.rep.line("V item %s (id %d) delivered to a consumer as receipt %d while its Work handler of receipt %d runs and heartbeats",
-			tok, m.ID, m.Receipt, other)
+		c.workViolation(other.start, "item %s (id %d) delivered to a consumer as receipt %d while its Work handler of receipt %d runs and heartbeats",
+			tok, m.ID, m.Receipt, other.receipt)
 	}
 	time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond) // the work
 	if pct(rng, c.mix.Extend) {

@@ -51,9 +51,15 @@ type Summary struct {
 	ClockBehind      int // children started with their wall clock behind the previous child's
 	DeadlinesChecked int // stored deadlines checked exactly by span
 	WorkRuns         int // Work handler calls
-	Violations       []string
-	Dir              string // kept when there are violations
-	Elapsed          time.Duration
+	// Starved counts lost leases and second runs under Work that came
+	// while the child was starved longer than Visibility - HeartbeatEvery
+	// (work.go): the README's one exception, not violations. StarvedSeen
+	// keeps the first few.
+	Starved     int
+	StarvedSeen []string
+	Violations  []string
+	Dir         string // kept when there are violations
+	Elapsed     time.Duration
 }
 
 func (s Summary) String() string {
@@ -66,11 +72,18 @@ func (s Summary) String() string {
 	}
 	return fmt.Sprintf("walq crashtest: seed=%d sync=%s powerloss=%s stepclock=%v cycles=%d kills=%d in-compaction=%d in-recovery=%d "+
 		"tails-cut=%d segments-dropped=%d pages-lost=%d unsynced-kib=%d holes=%d frames-past-holes=%d checks=%d ops-checked=%d item-checks=%d "+
-		"deadlines-checked=%d clock-steps=%d clock-behind=%d work-runs=%d drained=%d refused=%d lost=%d resurrected=%d violations=%d elapsed=%s",
+		"deadlines-checked=%d clock-steps=%d clock-behind=%d work-runs=%d starved=%d drained=%d refused=%d lost=%d resurrected=%d violations=%d elapsed=%s cycles-per-sec=%.2f",
 		s.Seed, s.syncString(), loss, s.StepClock, s.Cycles, s.Kills, s.KillsInCompaction, s.KillsInRecovery, s.TailsCut,
 		s.SegmentsDropped, s.PagesLost, s.UnsyncedBytes>>10, s.Holes, s.FramesPastHoles, s.Checks, s.Ops, s.ItemChecks,
-		s.DeadlinesChecked, s.ClockSteps, s.ClockBehind, s.WorkRuns, s.Drained, s.Refused, s.Lost, s.Resurrected,
-		len(s.Violations), s.Elapsed.Round(time.Second))
+		s.DeadlinesChecked, s.ClockSteps, s.ClockBehind, s.WorkRuns, s.Starved, s.Drained, s.Refused, s.Lost, s.Resurrected,
+		len(s.Violations), s.Elapsed.Round(time.Second), s.rate())
+}
+
+func (s Summary) rate() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Cycles) / s.Elapsed.Seconds()
 }
 
 // syncString is the policy, or for a run that changes it per cycle the
@@ -210,6 +223,8 @@ func (h *harness) finish(start time.Time) Summary {
 	h.sum.KillsInCompaction = h.led.compactionsCut
 	h.sum.Violations = h.led.violations
 	h.sum.Lost = h.led.lost
+	h.sum.Starved = len(h.led.starved)
+	h.sum.StarvedSeen = h.led.starved[:min(len(h.led.starved), 5)]
 	h.sum.Resurrected = h.led.resurrected
 	h.sum.Dir = h.root
 	h.sum.Elapsed = time.Since(start)

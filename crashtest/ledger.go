@@ -87,6 +87,9 @@ type ledger struct {
 	compactionsCut int // cycles killed with a Compact call in flight
 	lost           int // promised items missing at a check
 	resurrected    int // items back, or delivered, after they were gone for good
+	// starved are the Work events the child saw while it was starved for
+	// longer than the heartbeat can cover: the README's one exception.
+	starved []string
 
 	// Queue time. checkTime is the newest time in the log at the last
 	// check: queue time never goes back, so every later record is at or
@@ -135,6 +138,8 @@ func (l *ledger) ingest(events []event, trusted func(event) bool) cycleReport {
 			l.violate("child failed: %s", ev.args[0])
 		case 'V':
 			l.violate("child saw: %s", ev.args[0])
+		case 'S':
+			l.starved = append(l.starved, ev.args[0])
 		case 'I':
 			intents[ev.n] = ev
 			l.calls++

@@ -61,6 +61,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
+	for _, s := range sum.StarvedSeen {
+		fmt.Fprintln(os.Stderr, "starved (not a violation):", s)
+	}
 	for i, v := range sum.Violations {
 		if i == 20 {
 			fmt.Fprintf(os.Stderr, "... and %d more\n", len(sum.Violations)-i)
