@@ -85,7 +85,8 @@ func runChild(cfg childConfig) int {
 		return 3
 	}
 	c := &child{cfg: cfg, mix: cfg.Mix, q: q, clock: clock, rep: rep, running: runningSet{m: make(map[string]running)}}
-	go c.stalls.run()
+	c.stalls.probe = func() { q.DeadLetters(1) }
+	c.stalls.start()
 	rep.line("R %d %d %d", time.Now().UnixNano(), q.Stats().DurableLSN, wall)
 	fmt.Println("ready") // the parent times some kills from here
 
