@@ -369,6 +369,18 @@ func (w *workRun) run(m Message) result {
 		cancel(cause)
 	}
 
+	// A first beat already due means Get (or the ack before it) waited long
+	// for the disk. Beat before the handler starts: a lease that ended in
+	// that wait went back to the queue and may be another worker's now, so
+	// the handler must not run on it.
+	if b.wait() <= 0 {
+		if err := b.beat(); errors.Is(err, ErrLeaseLost) {
+			q.work.leaseLost.Add(1)
+			q.opts.Logger.Warn("walq: work: the lease ended while it waited for the disk; the handler is not called",
+				"id", m.ID, "attempt", m.Attempt, "receipt", m.Receipt.String())
+			return result{leaseLost: true}
+		}
+	}
 	done := make(chan error, 1) // the handler goroutine never blocks
 	go w.call(ctx, m, done)
 	for {

@@ -754,3 +754,39 @@ func TestWorkLeavesNoGoroutines(t *testing.T) {
 		t.Fatalf("handler errors %d, panics %d; want 3, 2", e, p)
 	}
 }
+
+// A lease that ends while Get waits for its fsync (a disk slower than the
+// visibility) goes back to the queue, and the item may be another worker's
+// at once: Work must not run the handler on it. (Found by the crash
+// harness: an 8 KiB segment roll's fsyncs held a lease's batch for 170 ms
+// against a visibility of 150 ms, and the handler ran for an instant under
+// a lease already expired, beside the worker that had the item next.)
+func TestWorkSkipsALeaseThatEndedWhileItWaitedForTheDisk(t *testing.T) {
+	fsys := &stallFS{FS: wal.OSFS()}
+	q, clock, _ := testQueue(t, Options{Visibility: 10 * time.Second, fs: fsys})
+	t.Cleanup(fsys.resume)
+	mustPut(t, q, "x")
+	fsys.stall() // the lease's fsync outlasts the visibility
+	type start struct {
+		attempt int
+		cause   error
+	}
+	started := make(chan start, 4)
+	startWork(t, q, 1, func(ctx context.Context, m Message) error {
+		time.Sleep(10 * time.Millisecond) // room for a beat that finds the lease gone
+		started <- start{m.Attempt, context.Cause(ctx)}
+		return nil
+	}, WorkOptions{Timeout: time.Minute})
+	waitFor(t, "the lease", func() bool { return q.Stats().Leased == 1 })
+	advance(t, q, clock, 11*time.Second) // the lease expires, its record still unwritten
+	waitFor(t, "the expiry", func() bool { return q.Stats().Expired == 1 })
+	fsys.resume()
+	advance(t, q, clock, time.Second) // the backoff after the expiry
+	s := recv(t, "the handler to start", started)
+	if s.attempt != 2 || s.cause != nil {
+		t.Fatalf("the first handler call saw attempt %d, cause %v: want the delivery after the expiry, with a live lease", s.attempt, s.cause)
+	}
+	if got := q.work.leaseLost.Load(); got != 1 {
+		t.Errorf("leases lost %d, want 1 (the one that ended before its handler)", got)
+	}
+}

@@ -2,33 +2,55 @@ package crashtest
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
+	"hash/crc32"
 	"hash/fnv"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/walq/walq/internal/layout"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
 
-// Bodies are "walq-crashtest <token> " and a filler whose length and bytes
-// follow from the token, so the parent can check every byte of every body
-// it finds without having been told it (nor keeping it). The token's
-// suffix says what the filler is:
+// Bodies carry a token: "walq-crashtest <token> " and then a filler, or
+// for one kind the filler first and " walq-crashtest <token>" at the end.
+// The token's suffix says what the filler is, so the parent can check
+// every byte of every body it finds without having been told it (nor
+// keeping it):
 //
-//	c3.17        lower-case letters
-//	c3.17r       random bytes, any value (newlines, zeros, 0xff...)
-//	c3.17f1234   hostile: framed, CRC-valid walq log records, each as the
-//	             tidwall/wal entry it would be on disk (uvarint length,
-//	             envelope), with LSNs from 1234 on, the log's next LSN when
-//	             the body was made, so they look like the records that
-//	             follow it in the segment; real record types and bodies
-//	             (a put, a lease, an ack, an expiry) encoded as the queue
-//	             encodes them, with random bytes in between
+//	c3.17        lower-case letters, regenerated from the token
+//	c3.17r       random bytes, any value (newlines, zeros, 0xff...), regenerated
+//	c3.17f1234   hostile, regenerated: lookalike log records with LSNs from
+//	             1234 on (the log's next LSN when the body was made, so they
+//	             look like what follows it in the segment), each either a
+//	             format-1 entry as tidwall/wal framed it (uvarint length,
+//	             CRC-valid envelope) or a format-2 frame with valid record
+//	             headers, header CRC and body CRCs, a watermark claiming
+//	             its own records fsynced, and a MAC made without the
+//	             segment's salt; real record types and bodies (a put, a
+//	             lease, an ack, an expiry) encoded as the queue encodes
+//	             them, with random bytes in between
+//	c3.17m<hash> hostile: copies of real frames of this queue, read by the
+//	             child from the queue's own segment files while it runs,
+//	             whole or cut short as a torn write leaves a frame, with
+//	             random bytes in between
+//	c3.17s<hash> the same, but the body starts with a frame copy and the
+//	             token comes last
 //
-// A hostile body must change nothing recovery decides: a body is opaque.
+// Frame copies cannot be regenerated from the token: for m and s the token
+// carries the first 8 bytes of the SHA-256 of the filler, and the check
+// compares that. A frame copy that lands in the segment it was copied from
+// verifies as a frame header (MAC and all) and states its original's
+// watermark: recovery must still take it for body bytes, or for a true
+// statement about the disk after damage (wal/repair.go). A hostile body
+// must change nothing recovery decides: a body is opaque.
 const bodyPrefix = "walq-crashtest "
 
 // Body kinds, the token suffix that marks them.
@@ -36,10 +58,12 @@ const (
 	bodyLetters = ""
 	bodyRandom  = "r"
 	bodyFramed  = "f"
+	bodyMirror  = "m" // copies of real frames after the token
+	bodyStart   = "s" // copies of real frames before the token, one at the very start
 )
 
-// hostileToken returns the token of an item whose body is of kind; lsn is
-// the log's next LSN, for framed bodies.
+// hostileToken returns the token of an item whose body is of a kind
+// bodyOf regenerates; lsn is the log's next LSN, for framed bodies.
 func hostileToken(base, kind string, lsn uint64) string {
 	switch kind {
 	case bodyRandom:
@@ -50,6 +74,8 @@ func hostileToken(base, kind string, lsn uint64) string {
 	return base
 }
 
+// bodyOf returns the body of a token of a regenerated kind (nil for the
+// frame-copy kinds, which checkBody checks by their hash).
 func bodyOf(token string) []byte {
 	h := fnv.New64a()
 	h.Write([]byte(token))
@@ -66,12 +92,44 @@ func bodyOf(token string) []byte {
 		}
 	case bodyFramed:
 		b = appendFramedRecords(b, rng, lsn, token)
+	case bodyMirror, bodyStart:
+		return nil
 	default:
 		for n := rng.IntN(200); n > 0; n-- {
 			b = append(b, byte('a'+rng.IntN(26)))
 		}
 	}
 	return b
+}
+
+// checkBody reports whether body is the body of token.
+func checkBody(token string, body []byte) bool {
+	kind, _ := tokenKind(token)
+	var filler []byte
+	switch kind {
+	case bodyMirror:
+		rest, ok := bytes.CutPrefix(body, []byte(bodyPrefix+token+" "))
+		if !ok {
+			return false
+		}
+		filler = rest
+	case bodyStart:
+		rest, ok := bytes.CutSuffix(body, []byte(" "+bodyPrefix+token))
+		if !ok {
+			return false
+		}
+		filler = rest
+	default:
+		return bytes.Equal(body, bodyOf(token))
+	}
+	_, seq, _ := strings.Cut(token, ".")
+	i := strings.IndexAny(seq, bodyMirror+bodyStart)
+	return len(filler) > 0 && seq[i+1:] == fillerHash(filler)
+}
+
+func fillerHash(filler []byte) string {
+	sum := sha256.Sum256(filler)
+	return hex.EncodeToString(sum[:8])
 }
 
 // tokenKind returns the body kind of a token, and for a framed body the
@@ -85,9 +143,9 @@ func tokenKind(token string) (string, uint64) {
 	if i < 0 {
 		return bodyLetters, 0
 	}
-	switch seq[i : i+1] {
-	case bodyRandom:
-		return bodyRandom, 0
+	switch k := seq[i : i+1]; k {
+	case bodyRandom, bodyMirror, bodyStart:
+		return k, 0
 	case bodyFramed:
 		lsn, _ := strconv.ParseUint(seq[i+1:], 10, 64)
 		return bodyFramed, lsn
@@ -95,9 +153,9 @@ func tokenKind(token string) (string, uint64) {
 	return bodyLetters, 0
 }
 
-// appendFramedRecords appends one to four framed records with consecutive
-// LSNs from lsn, the last one ending the body, so that a tail cut inside
-// the body leaves well-formed records after the cut.
+// appendFramedRecords appends one to four lookalike records with
+// consecutive LSNs from lsn, the last one ending the body, so that a tail
+// cut inside the body leaves well-formed lookalikes after the cut.
 func appendFramedRecords(b []byte, rng *rand.Rand, lsn uint64, token string) []byte {
 	now := int64(1_760_000_000_000_000_000) + rng.Int64N(1e15)
 	n := 1 + rng.IntN(4)
@@ -123,21 +181,120 @@ func appendFramedRecords(b []byte, rng *rand.Rand, lsn uint64, token string) []b
 		if err != nil {
 			panic(err) // every record above encodes
 		}
-		entry := wal.AppendRecord(nil, rec.Type(), lsn+uint64(i), body)
-		b = binary.AppendUvarint(b, uint64(len(entry)))
-		b = append(b, entry...)
+		if rng.IntN(2) == 0 {
+			entry := wal.AppendRecord(nil, rec.Type(), lsn+uint64(i), body)
+			b = binary.AppendUvarint(b, uint64(len(entry)))
+			b = append(b, entry...)
+		} else {
+			b = appendLookalikeFrame(b, rng, lsn+uint64(i), rec.Type(), body)
+		}
 	}
 	return b
 }
 
+// appendLookalikeFrame appends a format-2 frame of one record at lsn that is
+// right in every field a producer can compute (record header, its CRC, the
+// body CRC, the payload length) and claims the record fsynced (a watermark
+// at or past it), with a MAC that is not the segment's: it made its MAC
+// with a salt of its own, or it is random bytes.
+func appendLookalikeFrame(b []byte, rng *rand.Rand, lsn uint64, typ byte, body []byte) []byte {
+	var rh [recHeaderSize]byte
+	rh[0] = typ
+	binary.BigEndian.PutUint32(rh[4:], uint32(len(body)))
+	binary.BigEndian.PutUint32(rh[16:], crc32.Checksum(body, castagnoli))
+	start := len(b)
+	b = append(b, frameMagic...)
+	b = binary.BigEndian.AppendUint32(b, 1)
+	b = binary.BigEndian.AppendUint64(b, lsn)
+	b = binary.BigEndian.AppendUint64(b, lsn+rng.Uint64N(1000))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(rh)+len(body)))
+	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(rh[:], castagnoli))
+	if rng.IntN(2) == 0 {
+		salt := make([]byte, 16)
+		for i := range salt {
+			salt[i] = byte(rng.Uint32())
+		}
+		b = append(b, frameMAC(salt, b[start:])...)
+	} else {
+		for range 8 {
+			b = append(b, byte(rng.Uint32()))
+		}
+	}
+	b = append(b, rh[:]...)
+	return append(b, body...)
+}
+
+// maxCopiedFrame bounds a frame the child copies into a body (copies of
+// bodies that hold copies would otherwise grow without end).
+const maxCopiedFrame = 4 << 10
+
+// readFrames returns copies of the frames of one of the queue's segment
+// files as they are now, walked by their payload length (rawFrames): the
+// newest segment most often, another one sometimes.
+func readFrames(queueDir string, rng *rand.Rand) [][]byte {
+	segs, _, err := wal.ListSegments(filepath.Join(queueDir, layout.LogDirName))
+	if err != nil || len(segs) == 0 {
+		return nil
+	}
+	s := segs[len(segs)-1]
+	if rng.IntN(4) == 0 {
+		s = segs[rng.IntN(len(segs))]
+	}
+	data, err := os.ReadFile(s.Path)
+	if err != nil {
+		return nil // removed by a compaction meanwhile
+	}
+	return rawFrames(data, maxCopiedFrame)
+}
+
+// mirrorBody makes a body of kind bodyMirror or bodyStart from frames
+// copied out of the queue's segments, and returns its token (base plus the
+// kind and the hash of the filler). With no frames it returns "".
+func mirrorBody(base, kind string, frames [][]byte, rng *rand.Rand) (string, []byte) {
+	if len(frames) == 0 {
+		return "", nil
+	}
+	var filler []byte
+	for i := range 1 + rng.IntN(3) {
+		if i > 0 || (kind == bodyMirror && rng.IntN(2) == 0) {
+			for k := rng.IntN(24); k > 0; k-- {
+				filler = append(filler, byte(rng.Uint32()))
+			}
+		}
+		// The newest frames most often: copies of the frames right before
+		// the body's own are the likeliest to meet it in recovery.
+		f := frames[len(frames)-1-min(rng.IntN(len(frames)), rng.IntN(4))]
+		if rng.IntN(3) == 0 {
+			f = f[:1+rng.IntN(len(f)-1)] // torn: a prefix of the frame
+		}
+		filler = append(filler, f...)
+	}
+	tok := base + kind + fillerHash(filler)
+	if kind == bodyStart {
+		return tok, append(filler, " "+bodyPrefix+tok...)
+	}
+	return tok, append([]byte(bodyPrefix+tok+" "), filler...)
+}
+
 // tokenOf returns the token of a body, or "" when it is not a harness body.
 func tokenOf(body []byte) string {
-	rest, ok := bytes.CutPrefix(body, []byte(bodyPrefix))
-	if !ok {
+	if rest, ok := bytes.CutPrefix(body, []byte(bodyPrefix)); ok {
+		tok, _, ok := bytes.Cut(rest, []byte(" "))
+		if !ok {
+			return ""
+		}
+		return string(tok)
+	}
+	// A body that starts with a frame copy ends with its token.
+	i := bytes.LastIndex(body, []byte(" "+bodyPrefix))
+	if i < 0 {
 		return ""
 	}
-	tok, _, ok := bytes.Cut(rest, []byte(" "))
-	if !ok {
+	tok := body[i+1+len(bodyPrefix):]
+	if len(tok) == 0 || bytes.IndexByte(tok, ' ') >= 0 {
+		return ""
+	}
+	if kind, _ := tokenKind(string(tok)); kind != bodyStart {
 		return ""
 	}
 	return string(tok)

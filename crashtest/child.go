@@ -1,7 +1,6 @@
 package crashtest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,6 +59,7 @@ type child struct {
 	seq     atomic.Uint64 // call numbers
 	toks    atomic.Uint64 // item numbers within the cycle
 	running runningSet    // items whose Work handler is running
+	stalls  stallWatch    // stretches in which the child could not run
 }
 
 func runChild(cfg childConfig) int {
@@ -84,7 +84,9 @@ func runChild(cfg childConfig) int {
 		rep.line("X open: %s", oneLine(err))
 		return 3
 	}
-	c := &child{cfg: cfg, mix: cfg.Mix, q: q, clock: clock, rep: rep, running: runningSet{m: make(map[string]walq.Receipt)}}
+	c := &child{cfg: cfg, mix: cfg.Mix, q: q, clock: clock, rep: rep, running: runningSet{m: make(map[string]running)}}
+	c.stalls.probe = func() { q.DeadLetters(1) }
+	c.stalls.start()
 	rep.line("R %d %d %d", time.Now().UnixNano(), q.Stats().DurableLSN, wall)
 	fmt.Println("ready") // the parent times some kills from here
 
@@ -157,15 +159,8 @@ func (c *child) produce(rng *rand.Rand) {
 	items := make([]walq.Item, n)
 	descs := make([]string, n)
 	for i := range items {
-		tok := fmt.Sprintf("c%d.%d", c.cfg.Cycle, c.toks.Add(1))
-		if pct(rng, c.mix.Hostile) {
-			kind := bodyRandom
-			if rng.IntN(2) == 0 {
-				kind = bodyFramed
-			}
-			tok = hostileToken(tok, kind, c.q.Stats().LastLSN+1)
-		}
-		it := walq.Item{Body: bodyOf(tok), Priority: rng.IntN(4)}
+		tok, body := c.body(rng)
+		it := walq.Item{Body: body, Priority: rng.IntN(4)}
 		if pct(rng, c.mix.Delay) {
 			it.Delay = time.Duration(1+rng.Int64N(int64(maxDelay/time.Millisecond))) * time.Millisecond
 		}
@@ -224,6 +219,31 @@ func (c *child) produce(rng *rand.Rand) {
 	c.done(call, strings.Join(results, ",")+" "+c.putWindow(steps, start))
 }
 
+// body makes the next item's token and body: Mix.Hostile% of them random
+// bytes, lookalike records, or copies of real frames read from the
+// queue's own segments just now (bodies.go).
+func (c *child) body(rng *rand.Rand) (string, []byte) {
+	base := fmt.Sprintf("c%d.%d", c.cfg.Cycle, c.toks.Add(1))
+	if !pct(rng, c.mix.Hostile) {
+		return base, bodyOf(base)
+	}
+	switch rng.IntN(4) {
+	case 0:
+		tok := hostileToken(base, bodyRandom, 0)
+		return tok, bodyOf(tok)
+	case 1, 2:
+		kind := bodyMirror
+		if rng.IntN(2) == 0 {
+			kind = bodyStart
+		}
+		if tok, body := mirrorBody(base, kind, readFrames(c.cfg.Dir, rng), rng); tok != "" {
+			return tok, body
+		}
+	}
+	tok := hostileToken(base, bodyFramed, c.q.Stats().LastLSN+1)
+	return tok, bodyOf(tok)
+}
+
 // putWindow is the put's report of how its deadlines can be checked:
 // "w<ns>", the call's true duration, when no clock step fell inside it, or
 // "w?" when one did (a step between the child's reading of the wall clock
@@ -250,8 +270,8 @@ func (c *child) consume(rng *rand.Rand) {
 	}
 	tok := c.delivered(call, m)
 	if other, running := c.running.has(tok); running {
-		c.rep.line("V item %s (id %d) delivered to a consumer as receipt %s while its Work handler of receipt %s runs and heartbeats",
-			tok, m.ID, m.Receipt, other)
+		c.workViolation(other.start, "item %s (id %d) delivered to a consumer as receipt %s while its Work handler of receipt %s runs and heartbeats",
+			tok, m.ID, m.Receipt, other.receipt)
 	}
 	time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond) // the work
 	if pct(rng, c.mix.Extend) {
@@ -273,7 +293,7 @@ func (c *child) consume(rng *rand.Rand) {
 func (c *child) delivered(call uint64, m walq.Message) string {
 	tok := tokenOf(m.Body)
 	c.done(call, fmt.Sprintf("%s %s %d %d", tok, m.Receipt, m.Attempt, m.Deliveries))
-	if tok == "" || !bytes.Equal(m.Body, bodyOf(tok)) {
+	if tok == "" || !checkBody(tok, m.Body) {
 		c.fatal("get", fmt.Errorf("item %d has a body the workload never put: %q", m.ID, truncate(m.Body, 80)))
 	}
 	return tok

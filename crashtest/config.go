@@ -11,10 +11,12 @@ import (
 
 // Config is one run of the harness.
 type Config struct {
-	Cycles    int    // kill -9 cycles
-	Seed      uint64 // 0: chosen from the clock (and printed)
-	Sync      string // "always", "interval:<duration>" or "never"
-	PowerLoss bool   // cut unsynced segment tails after each kill
+	Cycles int    // kill -9 cycles
+	Seed   uint64 // 0: chosen from the clock (and printed)
+	// Sync is "always", "interval:<duration>", "never", or "cycle": one of
+	// always, interval:100ms and never drawn for each child.
+	Sync      string
+	PowerLoss bool // cut unsynced segment tails after each kill
 	// PageLoss makes the power loss keep random pages of the unsynced range
 	// and not others (zeros or garbage in their place), as a disk that
 	// writes a page cache back out of order would; implies PowerLoss.
@@ -25,6 +27,7 @@ type Config struct {
 	StepClock bool
 	Mix       Mix // the child's workload
 	// SegmentSize of the queue under test; small, so segments roll often.
+	// Under PageLoss each child gets it times 1, 4 or 16.
 	SegmentSize int64
 	// MaxRun bounds how long a child runs before it is killed.
 	MaxRun time.Duration

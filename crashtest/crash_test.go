@@ -74,6 +74,7 @@ func TestCrash(t *testing.T) {
 		stepClock bool
 	}{
 		{"kill/always/stepclock", "always", false, true},
+		{"kill/never", "never", false, false},
 		{"powerloss/always/stepclock", "always", true, true},
 		{"powerloss/interval", "interval:20ms", true, false},
 	} {
@@ -81,7 +82,7 @@ func TestCrash(t *testing.T) {
 			cfg := envConfig(t, tc.sync, tc.powerLoss)
 			cfg.StepClock = tc.stepClock
 			cfg.Log = func(format string, args ...any) {
-				if !strings.Contains(format, "power loss keeping") || testing.Verbose() {
+				if !strings.Contains(format, "): power loss: ") || testing.Verbose() {
 					t.Logf(format, args...)
 				}
 			}
@@ -116,8 +117,9 @@ func TestCatchesEarlyAck(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the broken child: %v\n%s", err, out)
 	}
-	for _, powerLoss := range []bool{true, false} {
-		cfg := envConfig(t, "always", powerLoss)
+	for _, mode := range []string{"powerloss", "pageloss", "kill"} {
+		cfg := envConfig(t, "always", mode != "kill")
+		cfg.PageLoss = mode == "pageloss"
 		cfg.Cycles = 30
 		cfg.Child = []string{bin}
 		cfg.Log = nil
@@ -127,42 +129,54 @@ func TestCatchesEarlyAck(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(sum.Violations) == 0 {
-			t.Fatalf("power loss %v: the harness did not notice a queue that acknowledges before fsync: %s", powerLoss, sum)
+			t.Fatalf("%s: the harness did not notice a queue that acknowledges before fsync: %s", mode, sum)
 		}
 		os.RemoveAll(sum.Dir)
-		t.Logf("power loss %v: caught at cycle %d in %v, e.g. %q", powerLoss, sum.Cycles,
+		t.Logf("%s: caught at cycle %d in %v, e.g. %q", mode, sum.Cycles,
 			time.Since(start).Round(time.Millisecond), sum.Violations[0])
 	}
 }
 
-// TestPageLossFindsTheFormat1Limit shows that the page-loss mode can find
-// what the README calls the known limit of log format 1: after a power loss
-// that wrote unsynced pages back out of order (a later page on the disk, an
-// earlier one not), recovery finds a valid record after bad bytes and
-// refuses the open, although none of the lost records was promised durable.
-// Under SyncInterval the unsynced range spans many pages, so a few dozen
-// cycles find it. The next log format (frames with a durability watermark)
-// must turn this test around: 0 refused opens.
-func TestPageLossFindsTheFormat1Limit(t *testing.T) {
-	cfg := envConfig(t, "interval:200ms", true)
-	cfg.PageLoss = true
-	cfg.Cycles = 500 // it stops at the first violation: a few dozen cycles at most, in every run so far
-	cfg.Seed = 3
-	cfg.Log = nil
-	sum, err := Run(cfg)
-	if err != nil {
-		t.Fatal(err)
+// TestPageLossEveryPolicy turns around what TestPageLossFindsTheFormat1Limit
+// showed of log format 1, which refused to open after a power loss that
+// wrote unsynced pages back out of order (a later page on the disk, an
+// earlier one not), within 2 to 63 cycles of this mode in every run. Format
+// 2 tells such holes from corruption by the watermarks its frames carry:
+// under each sync policy, page loss in the unsynced range of the tail (and
+// only there) must never refuse an open, lose a promised record or bring
+// back an acked item.
+func TestPageLossEveryPolicy(t *testing.T) {
+	for _, sync := range []string{"always", "interval:100ms", "never"} {
+		t.Run(sync, func(t *testing.T) {
+			cfg := envConfig(t, sync, true)
+			cfg.PageLoss = true
+			if os.Getenv("WALQ_CRASH_CYCLES") == "" {
+				cfg.Cycles = 70 // more than format 1 ever needed to refuse an open
+				if testing.Short() {
+					cfg.Cycles = 12
+				}
+			}
+			cfg.StepClock = true
+			// Work's checks run in TestCrash and in the soak. Here, 210
+			// cycles under -race on a loaded two-core machine would meet
+			// heartbeats held up for longer than the visibility, which the
+			// child cannot always tell from a bug (work.go).
+			cfg.Mix.Workers = 0
+			cfg.Log = nil
+			sum, err := Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(sum)
+			if sum.Refused != 0 || sum.Lost != 0 || sum.Resurrected != 0 || len(sum.Violations) > 0 {
+				t.Errorf("seed %d, cycle %d, directory kept: %s", sum.Seed, sum.Cycles, sum.Dir)
+				for _, v := range sum.Violations {
+					t.Error(v)
+				}
+			}
+			if sum.Kills < cfg.Cycles || sum.Checks == 0 || sum.Ops == 0 {
+				t.Errorf("the run proved little: %s", sum)
+			}
+		})
 	}
-	defer os.RemoveAll(sum.Dir)
-	if sum.PagesLost == 0 {
-		t.Fatalf("no page was lost: %s", sum)
-	}
-	refused := false
-	for _, v := range sum.Violations {
-		refused = refused || strings.Contains(v, "recovery failed") && strings.Contains(v, "a valid record follows")
-	}
-	if !refused {
-		t.Fatalf("page loss found no refused open in %d cycles: %s\n%q", sum.Cycles, sum, sum.Violations)
-	}
-	t.Logf("refused at cycle %d after %d pages lost: %s", sum.Cycles, sum.PagesLost, sum.Violations[0])
 }

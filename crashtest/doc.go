@@ -16,7 +16,7 @@
 // most cycles then recovers the directory with walq.Open and checks:
 //
 //   - the directory verifies as walq-inspect verify would: every snapshot
-//     decodes, every record of the log has a good CRC and the next LSN,
+//     decodes, every frame of the log verifies and its LSNs follow on,
 //     the snapshot plus the log replays, and the state adds up (verify.go);
 //   - the recovered queue reports what the replayed directory holds;
 //   - the three-state ledger (ledger.go): every put reported done is stored
@@ -34,9 +34,13 @@
 // Work runs alongside the plain consumers, with a heartbeat and handlers
 // that outlast the visibility; the child reports a second run of an item
 // while its first handler lives, and a lease lost under a live handler
-// (work.go). Some bodies are random bytes and some embed framed, CRC-valid
-// log records; all are regenerated from their token and checked byte for
-// byte (bodies.go).
+// (work.go); a child that was itself starved for longer than the
+// heartbeat can cover (the README's one exception) reports such an event
+// apart, and the summary counts it as starved, not as a violation. Some
+// bodies are random bytes, some lookalike format-1 and format-2 records, and
+// some copies of real frames the child reads from the queue's own segment
+// files while it runs (whole or torn, at the start of the body or after
+// the token); all are checked byte for byte (bodies.go).
 //
 // Some cycles skip the parent's check, so that the next child's own
 // recovery, with leases to expire and a tail to cut, can be killed too.
@@ -44,24 +48,24 @@
 // checks again. A run with a violation keeps its directory, with every
 // child's report, and prints the seed and the cycle.
 //
-// Power loss: the child reports Stats().DurableLSN with each completed
-// call. After the kill, the segment holding the highest durable LSN is cut
-// back to a random length at or past the end of that record, and what
-// follows is zeros, garbage or nothing; later segments survive whole, are
-// cut, or vanish (their directory entries were never fsynced). Under
-// SyncAlways every completed call must survive that. Under SyncInterval the
-// check is relaxed: the durable point is the highest one reported an
-// interval (plus 20 ms) before the kill, and completions after it are only
-// "maybe".
-//
-// Page loss (Config.PageLoss, -pageloss): the power loss keeps a random
-// half of the pages written after the torn segment's last fsync and zeroes
-// or garbles the others, and may leave the file's size short at a page
-// boundary, as a disk that writes a page cache back out of order would (in
-// the manner of pebble's crashable file system). Log format 1 cannot tell
-// such a hole from corruption, so this mode finds refused opens under
-// SyncInterval (TestPageLossFindsTheFormat1Limit); it is not in soak.sh
-// until the log format can tell them apart.
+// Power loss (powerloss.go): after the kill the harness computes the LSN
+// that was provably fsynced: what was on disk when the child started, the
+// DurableLSN of completed calls under SyncAlways, snapshot LSNs, the
+// highest watermark any frame on disk states (the log writes into every
+// frame the last LSN fsynced when it was written), and the newest
+// segment's first LSN less one. Older segments stay whole; in the tail,
+// every byte up to the end of the frame holding that LSN stays, and only
+// what follows may be damaged; only completions whose records lie at or
+// below it are promised. The plain power loss (Config.PowerLoss, -powerloss)
+// cuts the tail at a random point past that and fills the rest with zeros,
+// garbage or nothing. Page loss (Config.PageLoss, -pageloss), in the
+// manner of pebble's crashable file system that keeps a random share of
+// unsynced writes, keeps a random subset of the tail's unsynced 4 KiB pages
+// and zeroes or garbles the others, sometimes also cutting the file at a
+// page boundary: a disk that wrote its page cache back out of order. Log
+// format 1 refused such opens within a few dozen cycles; format 2 must not
+// (TestPageLossEveryPolicy, under each sync policy). Config.Sync "cycle"
+// draws each child's policy from always, interval:100ms and never.
 //
 // The harness must be able to fail: built with the tag walq_bug_early_ack
 // the queue returns from every call before its record is durable, and

@@ -24,49 +24,100 @@ type Summary struct {
 	Seed              uint64
 	Sync              string
 	PowerLoss         bool
+	PageLoss          bool
 	StepClock         bool
 	Cycles            int
 	Kills             int // children killed (the others failed on their own)
 	KillsInCompaction int // kills with a Compact call in flight
 	KillsInRecovery   int // kills before the child's Open returned
-	TailsCut          int // power-loss cuts applied
+	TailsCut          int // power losses that damaged the tail
 	SegmentsDropped   int // power-loss: segment files removed
 	PagesLost         int // page loss: unsynced pages that did not reach the disk
-	Checks            int // recoveries checked against the ledger
-	Ops               int // completed calls whose outcome was checked
-	ItemChecks        int // item-by-item comparisons of ledger and state
-	Drained           int // items the final drain delivered and acked
-	ClockSteps        int // wall-clock steps the children made (start offsets apart)
-	ClockBehind       int // children started with their wall clock behind the previous child's
-	DeadlinesChecked  int // stored deadlines checked exactly by span
-	WorkRuns          int // Work handler calls
-	Violations        []string
-	Dir               string // kept when there are violations
-	Elapsed           time.Duration
+	UnsyncedBytes     int64
+	// Holes counts power losses after which authentic frames lay past the
+	// first damage (pages written back out of order), FramesPastHoles
+	// those frames: what log format 1 could not tell from corruption.
+	Holes, FramesPastHoles int
+	// PolicyCycles counts the cycles run under each sync policy.
+	PolicyCycles     map[string]int
+	Refused          int // opens (the child's or the parent's) that failed
+	Lost             int // promised items missing at a check
+	Resurrected      int // items back after an ack, purge or absence that was final
+	Checks           int // recoveries checked against the ledger
+	Ops              int // completed calls whose outcome was checked
+	ItemChecks       int // item-by-item comparisons of ledger and state
+	Drained          int // items the final drain delivered and acked
+	ClockSteps       int // wall-clock steps the children made (start offsets apart)
+	ClockBehind      int // children started with their wall clock behind the previous child's
+	DeadlinesChecked int // stored deadlines checked exactly by span
+	WorkRuns         int // Work handler calls
+	// Starved counts lost leases and second runs under Work that came
+	// while the child was starved longer than Visibility - HeartbeatEvery
+	// (work.go): the README's one exception, not violations. StarvedSeen
+	// keeps the first few.
+	Starved     int
+	StarvedSeen []string
+	Violations  []string
+	Dir         string // kept when there are violations
+	Elapsed     time.Duration
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("walq crashtest: seed=%d sync=%s powerloss=%v stepclock=%v cycles=%d kills=%d in-compaction=%d in-recovery=%d "+
-		"tails-cut=%d segments-dropped=%d pages-lost=%d checks=%d ops-checked=%d item-checks=%d deadlines-checked=%d clock-steps=%d clock-behind=%d "+
-		"work-runs=%d drained=%d violations=%d elapsed=%s",
-		s.Seed, s.Sync, s.PowerLoss, s.StepClock, s.Cycles, s.Kills, s.KillsInCompaction, s.KillsInRecovery, s.TailsCut,
-		s.SegmentsDropped, s.PagesLost, s.Checks, s.Ops, s.ItemChecks, s.DeadlinesChecked, s.ClockSteps, s.ClockBehind,
-		s.WorkRuns, s.Drained, len(s.Violations), s.Elapsed.Round(time.Second))
+	loss := "none"
+	switch {
+	case s.PageLoss:
+		loss = "pages"
+	case s.PowerLoss:
+		loss = "cut"
+	}
+	return fmt.Sprintf("walq crashtest: seed=%d sync=%s powerloss=%s stepclock=%v cycles=%d kills=%d in-compaction=%d in-recovery=%d "+
+		"tails-cut=%d segments-dropped=%d pages-lost=%d unsynced-kib=%d holes=%d frames-past-holes=%d checks=%d ops-checked=%d item-checks=%d "+
+		"deadlines-checked=%d clock-steps=%d clock-behind=%d work-runs=%d starved=%d drained=%d refused=%d lost=%d resurrected=%d violations=%d elapsed=%s cycles-per-sec=%.2f",
+		s.Seed, s.syncString(), loss, s.StepClock, s.Cycles, s.Kills, s.KillsInCompaction, s.KillsInRecovery, s.TailsCut,
+		s.SegmentsDropped, s.PagesLost, s.UnsyncedBytes>>10, s.Holes, s.FramesPastHoles, s.Checks, s.Ops, s.ItemChecks,
+		s.DeadlinesChecked, s.ClockSteps, s.ClockBehind, s.WorkRuns, s.Starved, s.Drained, s.Refused, s.Lost, s.Resurrected,
+		len(s.Violations), s.Elapsed.Round(time.Second), s.rate())
 }
+
+func (s Summary) rate() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Cycles) / s.Elapsed.Seconds()
+}
+
+// syncString is the policy, or for a run that changes it per cycle the
+// cycles under each.
+func (s Summary) syncString() string {
+	if len(s.PolicyCycles) < 2 {
+		return s.Sync
+	}
+	out := s.Sync + "("
+	for i, p := range cyclePolicies {
+		if i > 0 {
+			out += ","
+		}
+		out += fmt.Sprintf("%s:%d", p, s.PolicyCycles[p])
+	}
+	return out + ")"
+}
+
+// cyclePolicies are the policies of Config.Sync "cycle", one drawn for
+// each child.
+var cyclePolicies = []string{"always", "interval:100ms", "never"}
 
 type harness struct {
 	cfg      Config
-	sync     walq.SyncPolicy
-	lag      time.Duration // power loss: how long before the kill a completion must be to count
+	policies []string        // Config.Sync, or cyclePolicies
+	sync     walq.SyncPolicy // the policy of the cycle under way
 	rng      *rand.Rand
 	root     string
 	queueDir string
 	led      *ledger
 	sum      Summary
-	// floor is an LSN that is durable whatever happens next: the highest
-	// DurableLSN a child reported (and that the simulation keeps), the end
-	// of the log at the parent's last clean close, or the LSN of a snapshot
-	// on disk (compaction syncs the log before it writes one).
+	// floor is an LSN that is durable whatever happens next: every record
+	// on the disk when the next child starts (what the last power loss
+	// left, or the end of the log at the parent's last clean close).
 	floor uint64
 	// offset is the last wall-clock offset of the previous child (StepClock).
 	offset time.Duration
@@ -96,23 +147,28 @@ func Run(cfg Config) (Summary, error) {
 	if len(cfg.Child) == 0 {
 		return Summary{}, errors.New("crashtest: Config.Child is empty")
 	}
-	sync, interval, err := parseSync(cfg.Sync)
-	if err != nil {
-		return Summary{}, err
+	policies := []string{cfg.Sync}
+	if cfg.Sync == "cycle" {
+		policies = cyclePolicies
 	}
-	h := &harness{cfg: cfg, sync: sync, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), led: newLedger(), logf: cfg.Log}
+	for _, p := range policies {
+		if _, _, err := parseSync(p); err != nil {
+			return Summary{}, err
+		}
+	}
+	sync, _, _ := parseSync(policies[0])
+	h := &harness{cfg: cfg, policies: policies, sync: sync, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), led: newLedger(), logf: cfg.Log}
 	if h.logf == nil {
 		h.logf = func(string, ...any) {}
 	}
-	switch {
-	case cfg.Sync == "never":
-		h.lag = 1 << 62 // nothing is known synced but what compaction and clean closes synced
-	case interval > 0:
-		h.lag = interval + 20*time.Millisecond // the fsync itself and scheduling
+	h.sum = Summary{Seed: cfg.Seed, Sync: sync.String(), PowerLoss: cfg.PowerLoss, PageLoss: cfg.PageLoss, StepClock: cfg.StepClock,
+		PolicyCycles: make(map[string]int)}
+	if cfg.Sync == "cycle" {
+		h.sum.Sync = "cycle"
 	}
-	h.sum = Summary{Seed: cfg.Seed, Sync: sync.String(), PowerLoss: cfg.PowerLoss, StepClock: cfg.StepClock}
 	h.root = cfg.Dir
 	if h.root == "" {
+		var err error
 		if h.root, err = os.MkdirTemp("", "walq-crashtest-"); err != nil {
 			return h.sum, err
 		}
@@ -121,7 +177,7 @@ func Run(cfg Config) (Summary, error) {
 	if err := os.MkdirAll(filepath.Join(h.root, "reports"), 0o700); err != nil {
 		return h.sum, err
 	}
-	h.logf("crashtest: seed %d, sync %s, power loss %v, %d cycles, dir %s", cfg.Seed, h.sum.Sync, cfg.PowerLoss, cfg.Cycles, h.root)
+	h.logf("crashtest: seed %d, sync %s, power loss %v (pages %v), %d cycles, dir %s", cfg.Seed, h.sum.Sync, cfg.PowerLoss, cfg.PageLoss, cfg.Cycles, h.root)
 
 	for cycle := 1; cycle <= cfg.Cycles; cycle++ {
 		h.sum.Cycles = cycle
@@ -166,6 +222,10 @@ func (h *harness) finish(start time.Time) Summary {
 	h.sum.WorkRuns = h.led.workRuns
 	h.sum.KillsInCompaction = h.led.compactionsCut
 	h.sum.Violations = h.led.violations
+	h.sum.Lost = h.led.lost
+	h.sum.Starved = len(h.led.starved)
+	h.sum.StarvedSeen = h.led.starved[:min(len(h.led.starved), 5)]
+	h.sum.Resurrected = h.led.resurrected
 	h.sum.Dir = h.root
 	h.sum.Elapsed = time.Since(start)
 	return h.sum
@@ -174,8 +234,17 @@ func (h *harness) finish(start time.Time) Summary {
 // cycle runs one child to its kill and checks what it left.
 func (h *harness) cycle(cycle int) error {
 	reportPath := filepath.Join(h.root, "reports", fmt.Sprintf("cycle-%05d.log", cycle))
+	policy := h.policies[h.rng.IntN(len(h.policies))]
+	h.sync, _, _ = parseSync(policy)
+	h.sum.PolicyCycles[policy]++
+	segSize := h.cfg.SegmentSize
+	if h.cfg.PageLoss {
+		// Some children get longer segments, so that what is unsynced at the
+		// kill spans many pages and can come back with holes inside.
+		segSize *= []int64{1, 4, 16}[h.rng.IntN(3)]
+	}
 	ccfg := childConfig{Dir: h.queueDir, Report: reportPath, Seed: h.rng.Uint64(), Cycle: cycle,
-		Sync: h.cfg.Sync, SegmentSize: h.cfg.SegmentSize, Mix: h.cfg.Mix}
+		Sync: policy, SegmentSize: segSize, Mix: h.cfg.Mix}
 	if h.cfg.StepClock {
 		ccfg.StepClock = true
 		ccfg.WallOffset = h.startOffset()
@@ -244,7 +313,6 @@ func (h *harness) cycle(cycle int) error {
 		waitErr = <-exited
 	case waitErr = <-exited:
 	}
-	death := time.Now()
 	killed := false
 	var ee *exec.ExitError
 	if errors.As(waitErr, &ee) {
@@ -267,40 +335,34 @@ func (h *harness) cycle(cycle int) error {
 	if err != nil {
 		return err
 	}
-	// What may the simulated power loss drop? Everything past the highest
-	// durable LSN reported early enough before the kill.
-	durable := h.floor
-	for _, ev := range events {
-		if (ev.kind == 'D' || ev.kind == 'R') && ev.ts <= death.Add(-h.lag).UnixNano() {
-			durable = max(durable, ev.dlsn)
-		}
-	}
-	snaps, err := listSnapshotLSNs(h.queueDir)
-	if err != nil {
-		return err
-	}
-	for _, lsn := range snaps {
-		durable = max(durable, lsn)
-	}
+	// A power loss may damage what was not shown fsynced, and only the
+	// calls whose records were are promised (powerloss.go).
 	trusted := func(event) bool { return true }
+	var point fsyncedPoint
 	if h.cfg.PowerLoss {
-		trusted = func(ev event) bool { return ev.dlsn <= durable }
+		point, err = h.fsynced(events, policy == "always")
+		if err != nil {
+			return err
+		}
+		trusted = func(ev event) bool { return ev.dlsn <= point.lsn }
 	}
 	rep := h.led.ingest(events, trusted)
 	if !rep.ready {
 		h.sum.KillsInRecovery++
+	}
+	if rep.refused {
+		h.sum.Refused++
 	}
 	h.sum.ClockSteps += rep.clockSteps
 	if rep.stepped {
 		h.offset = time.Duration(rep.offset)
 	}
 	if h.cfg.PowerLoss {
-		h.floor = durable
-		what, err := h.powerLoss(durable)
+		what, err := h.powerLoss(point)
 		if err != nil {
-			h.led.violate("cycle %d: power loss at durable LSN %d: %v", cycle, durable, err)
+			h.led.violate("cycle %d (sync %s): power loss with LSN %d fsynced: %v", cycle, policy, point.lsn, err)
 		}
-		h.logf("cycle %d: power loss keeping LSN %d: %s", cycle, durable, what)
+		h.logf("cycle %d (sync %s): power loss: %s", cycle, policy, what)
 	}
 	// Most cycles are checked; some leave the recovery to the next child,
 	// so that kills also land in a recovery with work to do.
@@ -326,6 +388,7 @@ func (h *harness) check(where string) (int, error) {
 	opts := queueOptions(h.sync, h.cfg.SegmentSize)
 	q, err := walq.Open(h.queueDir, opts)
 	if err != nil {
+		h.sum.Refused++
 		h.led.violate("%s: recovery failed: %v", where, err)
 		return len(h.led.violations) - before, nil
 	}
@@ -373,6 +436,7 @@ func (h *harness) drain() error {
 	opts.Visibility = time.Minute // a slow fsync must not cost the drain its lease
 	q, err := walq.Open(h.queueDir, opts)
 	if err != nil {
+		h.sum.Refused++
 		h.led.violate("drain: open: %v", err)
 		return nil
 	}

@@ -1,7 +1,6 @@
 package crashtest
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"strconv"
@@ -86,6 +85,11 @@ type ledger struct {
 	opsChecked     int // completed calls whose outcome was checked
 	itemsChecked   int
 	compactionsCut int // cycles killed with a Compact call in flight
+	lost           int // promised items missing at a check
+	resurrected    int // items back, or delivered, after they were gone for good
+	// starved are the Work events the child saw while it was starved for
+	// longer than the heartbeat can cover: the README's one exception.
+	starved []string
 
 	// Queue time. checkTime is the newest time in the log at the last
 	// check: queue time never goes back, so every later record is at or
@@ -107,6 +111,7 @@ func (l *ledger) violate(format string, args ...any) {
 // cycleReport is what the parent learned from one child.
 type cycleReport struct {
 	ready      bool // the queue opened before the kill
+	refused    bool // the child's open failed
 	inCompact  bool // a Compact call was in flight at the kill
 	clockSteps int  // wall-clock steps the child made
 	offset     int64
@@ -129,9 +134,12 @@ func (l *ledger) ingest(events []event, trusted func(event) bool) cycleReport {
 			rep.clockSteps++
 			rep.offset, rep.stepped = ev.wall, true
 		case 'X':
+			rep.refused = rep.refused || strings.HasPrefix(ev.args[0], "open:")
 			l.violate("child failed: %s", ev.args[0])
 		case 'V':
 			l.violate("child saw: %s", ev.args[0])
+		case 'S':
+			l.starved = append(l.starved, ev.args[0])
 		case 'I':
 			intents[ev.n] = ev
 			l.calls++
@@ -273,6 +281,7 @@ func (l *ledger) done(in, ev event, trusted bool, started uint64) {
 		attempt, _ := strconv.Atoi(ev.args[2])
 		deliveries, _ := strconv.Atoi(ev.args[3])
 		if e.gone {
+			l.resurrected++
 			l.violate("item %s delivered (attempt %d) after it was gone (%s)", e.tok, attempt, e.goneWhy)
 		}
 		if int32(deliveries) <= e.checkedDeliveries {
@@ -361,6 +370,7 @@ func (l *ledger) check(st *state.State, where string) int {
 					e.goneWhy = "discarded at its deadline"
 				default:
 					e.goneWhy = "LOST"
+					l.lost++
 					l.violate("%s: item %s lost: its put was reported done (or it was stored) and it was neither acked, purged nor past its deadline",
 						where, tok)
 				}
@@ -463,15 +473,18 @@ func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
 	}
 	switch {
 	case e.gone:
+		l.resurrected++
 		bad("stored again after it was gone (%s)", e.goneWhy)
 	case e.put == putRefused:
 		bad("stored although its put was refused")
 	case e.ackDone:
+		l.resurrected++
 		bad("acked and reported done, but it came back (%s)", it.Status)
 	case e.purgeDone:
+		l.resurrected++
 		bad("purged and reported done, but it came back (%s)", it.Status)
 	}
-	if !bytes.Equal(it.Body, bodyOf(e.tok)) {
+	if !checkBody(e.tok, it.Body) {
 		bad("body differs from what was put")
 	}
 	if it.Priority != e.priority || it.Key != e.key {
@@ -506,6 +519,7 @@ func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
 func (l *ledger) drained(tok string, attempt, deliveries int) {
 	e := l.lookup(tok, "drain")
 	if e.gone {
+		l.resurrected++
 		l.violate("drain: item %s delivered after it was gone (%s)", tok, e.goneWhy)
 	}
 	if int32(deliveries) <= e.checkedDeliveries {

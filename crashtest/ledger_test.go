@@ -3,6 +3,7 @@ package crashtest
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -172,6 +173,34 @@ func TestBodyToken(t *testing.T) {
 	}
 	if tokenOf([]byte("something else")) != "" {
 		t.Fatal("a foreign body has a token")
+	}
+	// Frame-copy bodies: the token is found (at the end for bodyStart) and
+	// every byte is checked by the filler's hash.
+	rng := rand.New(rand.NewPCG(1, 1))
+	frame := func() []byte {
+		f := []byte(frameMagic + " walq-crashtest c9.9 inside a copied frame ")
+		for range 20 + rng.IntN(100) {
+			f = append(f, byte(rng.Uint32()))
+		}
+		return f
+	}
+	for i := range 100 {
+		kind := []string{bodyMirror, bodyStart}[i%2]
+		tok, body := mirrorBody(fmt.Sprintf("c1.%d", i), kind, [][]byte{frame(), frame(), frame()}, rng)
+		if got := tokenOf(body); got != tok || !checkBody(tok, body) {
+			t.Fatalf("%s body: tokenOf = %q, want %q; checks %v", kind, got, tok, checkBody(tok, body))
+		}
+		if kind == bodyStart && !bytes.HasPrefix(body, []byte(frameMagic)) {
+			t.Fatalf("a %s body does not start with a frame copy: %q", kind, body[:8])
+		}
+		bad := bytes.Clone(body)
+		bad[len(bad)/2] ^= 1
+		if checkBody(tok, bad) {
+			t.Fatalf("%s body with a flipped bit checks", kind)
+		}
+	}
+	if tok, _ := mirrorBody("c1.1", bodyMirror, nil, rng); tok != "" {
+		t.Fatal("a frame-copy body made of no frames")
 	}
 }
 

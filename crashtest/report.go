@@ -30,6 +30,7 @@ import (
 //	E <n> <reason>                     call n returned an expected error
 //	X <message>                        the child hit an unexpected error
 //	V <message>                        the child saw a violation (Work: an item ran twice)
+//	S <message>                        the same, while the child was starved (work.go)
 //	C <offset>                         the child stepped its wall clock to true time + offset (ns)
 //
 // ts is the true wall clock in Unix nanoseconds when the call returned and
@@ -72,7 +73,7 @@ func (w *reportWriter) line(format string, args ...any) {
 
 // event is one parsed report line.
 type event struct {
-	kind byte // 'R', 'I', 'D', 'E', 'X', 'V', 'C'
+	kind byte // 'R', 'I', 'D', 'E', 'X', 'V', 'S', 'C'
 	n    uint64
 	op   string   // I: the call
 	args []string // I: its arguments; D: the result fields; E: the reason; X, V: the message
@@ -122,7 +123,7 @@ func parseLine(line string) (event, error) {
 		ev.n, ev.ts, ev.dlsn, ev.args = num(f[1]), int64(num(f[2])), num(f[3]), f[4:]
 	case ev.kind == 'E' && len(f) == 3:
 		ev.n, ev.args = num(f[1]), f[2:]
-	case ev.kind == 'X' || ev.kind == 'V':
+	case ev.kind == 'X' || ev.kind == 'V' || ev.kind == 'S':
 		ev.args = []string{line[min(2, len(line)):]}
 	default:
 		return ev, fmt.Errorf("malformed")

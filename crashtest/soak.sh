@@ -1,27 +1,43 @@
 #!/usr/bin/env bash
 # soak.sh runs the kill -9 crash harness for thousands of cycles and prints
 # one summary line per mode, with its seed: cycles, kills inside
-# compaction, operations and deadlines checked, clock steps, Work handler
-# runs, violations. It exits non-zero if any mode found a violation, or if
-# the deliberately broken build (walq_bug_early_ack) was NOT caught.
+# compaction, power losses and the pages they lost, operations and
+# deadlines checked, clock steps, Work handler runs, refused opens, lost
+# and resurrected items, violations, cycles per second. It exits non-zero if
+# any mode found a violation, or if the deliberately broken build
+# (walq_bug_early_ack) was NOT caught.
 #
-#   crashtest/soak.sh                 # 1000 cycles of kill and powerloss, 200 of interval
-#   crashtest/soak.sh 2000            # 2000 kill -9 and 2000 power-loss cycles
-#   crashtest/soak.sh 5000 powerloss  # one mode, more cycles
-#   SEED=42 crashtest/soak.sh 100     # reproduce a run (each mode is seeded with SEED)
+#   crashtest/soak.sh                  # 1000 kill and 1000 power-loss cycles, 200 each of interval and never
+#   crashtest/soak.sh 10000            # 10000 kill -9 and 10000 power-loss cycles, 2000 each of interval and never
+#   crashtest/soak.sh 5000 powerloss   # one mode, more cycles
+#   crashtest/soak.sh 300 kill interval=300 never=300   # mode=cycles sets one mode's cycles
+#   SEED=42 crashtest/soak.sh 100      # reproduce a run (each mode is seeded with SEED)
 #
 # Every mode steps the children's wall clocks (back and forward, 1s to 1h,
 # within a run and across restarts, each child often starting behind the
 # previous one), runs Work with a heartbeat and handlers longer than the
-# visibility, and puts hostile bodies (random bytes, framed CRC-valid log
-# records) among the others (crashtest.DefaultMix).
+# visibility, and puts hostile bodies (random bytes, lookalike format-1 and
+# format-2 records, copies of real frames read from the queue's own
+# segments) among the others (crashtest.DefaultMix).
 #
-# Modes: kill (kill -9, SyncAlways, compaction forced every few ms),
-# powerloss (the same, then the log cut back to what was fsynced),
-# interval (SyncInterval(20ms) with power loss: only the last interval may
-# be missing), never (SyncNever, kill -9 only: a call returns once its record
-# is written to the OS, and that survives the process), early-ack (the queue built to return before fsync: the run
-# must report violations).
+# Modes:
+#   kill                kill -9, SyncAlways, compaction forced every few ms
+#   powerloss           kill -9, then a power loss that keeps a random share
+#                       of the unsynced 4 KiB pages of the log's tail and
+#                       zeroes or garbles the others (sometimes cutting the
+#                       file at a page boundary); each child's sync policy is
+#                       drawn from always, interval:100ms and never
+#   powerloss-always    the same under one policy
+#   powerloss-interval
+#   powerloss-never
+#   interval            SyncInterval(20ms), kill -9 then the log cut back to
+#                       what was fsynced, the rest zeros, garbage or nothing
+#   never               SyncNever, kill -9 only: a call returns once its
+#                       record is written to the OS, and that survives the
+#                       process
+#   early-ack           the queue built to return before fsync, under page
+#                       loss: the run must report violations
+# interval and never run a fifth of the cycles (at least 200), early-ack 50.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,15 +52,24 @@ bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/walq-crashtest" ./crashtest/cmd/walq-crashtest
 go build -tags walq_bug_early_ack -o "$bin/walq-crashtest-early-ack" ./crashtest/cmd/walq-crashtest
+echo "soak.sh: commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo +dirty)," \
+	"$(go env GOVERSION), $(nproc) cores, SEED=${SEED:-clock}"
 
+fifth=$(( cycles / 5 > 200 ? cycles / 5 : 200 ))
 status=0
-for mode in "${modes[@]}"; do
+for spec in "${modes[@]}"; do
+	mode=${spec%%=*}
+	n=
+	[ "$spec" != "$mode" ] && n=${spec#*=}
 	case $mode in
-	kill) args=(-cycles "$cycles" -sync always) ;;
-	powerloss) args=(-cycles "$cycles" -sync always -powerloss) ;;
-	interval) args=(-cycles "$(( cycles / 5 > 200 ? cycles / 5 : 200 ))" -sync interval:20ms -powerloss) ;;
-	never) args=(-cycles "$(( cycles / 5 > 200 ? cycles / 5 : 200 ))" -sync never) ;;
-	early-ack) args=(-cycles 50 -sync always -powerloss -expect-violations) ;;
+	kill) args=(-cycles "${n:-$cycles}" -sync always) ;;
+	powerloss) args=(-cycles "${n:-$cycles}" -sync cycle -pageloss) ;;
+	powerloss-always) args=(-cycles "${n:-$cycles}" -sync always -pageloss) ;;
+	powerloss-interval) args=(-cycles "${n:-$cycles}" -sync interval:100ms -pageloss) ;;
+	powerloss-never) args=(-cycles "${n:-$cycles}" -sync never -pageloss) ;;
+	interval) args=(-cycles "${n:-$fifth}" -sync interval:20ms -powerloss) ;;
+	never) args=(-cycles "${n:-$fifth}" -sync never) ;;
+	early-ack) args=(-cycles "${n:-50}" -sync always -pageloss -expect-violations) ;;
 	*) echo "soak.sh: unknown mode $mode" >&2; exit 2 ;;
 	esac
 	exe=$bin/walq-crashtest

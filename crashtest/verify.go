@@ -3,6 +3,7 @@ package crashtest
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/walq/walq/internal/layout"
@@ -46,9 +47,13 @@ func verifyDir(dir string, at uint64) (*dirState, error) {
 	if err != nil {
 		return nil, err
 	}
+	id, err := readDirID(dir)
+	if err != nil {
+		return nil, err
+	}
 	ds := &dirState{st: state.New()}
 	for i, s := range snaps {
-		st, err := rebuild.ReadSnapshot(dir, s)
+		st, err := rebuild.ReadSnapshot(dir, s, id)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot %s: %w", s.Name, err)
 		}
@@ -96,6 +101,20 @@ func verifyDir(dir string, at uint64) (*dirState, error) {
 		return nil, fmt.Errorf("replay ended at %d, log at %d", ds.st.LastLSN(), whole.Last)
 	}
 	return ds, checkState(ds.st)
+}
+
+// readDirID reads the directory ID from the queue directory's format
+// marker (every snapshot and segment must carry it).
+func readDirID(dir string) (wal.DirID, error) {
+	data, err := os.ReadFile(filepath.Join(dir, layout.MarkerName))
+	if err != nil {
+		return wal.DirID{}, fmt.Errorf("format marker: %w", err)
+	}
+	id, err := wal.DecodeMarker(data)
+	if err != nil {
+		return wal.DirID{}, fmt.Errorf("format marker: %w", err)
+	}
+	return id, nil
 }
 
 // checkState checks what must hold of any state: each stored item in

@@ -3,7 +3,11 @@ package crashtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"runtime/metrics"
+	"sort"
 	"sync"
 	"time"
 
@@ -20,39 +24,205 @@ import (
 // first is alive and heartbeating, which the child reports with a V line.
 // A handler whose heartbeat found its lease gone is reported too: nothing
 // but a late heartbeat ends a live handler's lease here.
+//
+// The one case the README allows is a process that cannot extend the lease
+// in time: stopped or starved for longer than Visibility - HeartbeatEvery.
+// On a loaded machine (two cores, other processes on them, the race
+// detector) a child is starved that long often enough: runs under -race
+// with a load of 9 on two cores showed heartbeats whose timer fired 70 ms
+// to 600 ms late and whose call then waited 130 ms for its turn, while the
+// queue did nothing wrong. So the child watches how well it runs:
+//
+//   - watchers (two per P) wait on a channel timer Reset after each wake,
+//     as the heartbeat does, then take the queue's lock (DeadLetters(1));
+//     a round that ends starveWatch or more after its timer was due is a
+//     stall from the due time to its end;
+//   - a sampler reads the runtime's histogram of how long goroutines waited
+//     to run once runnable (runtime/metrics /sched/latencies:seconds) every
+//     watchEvery; a wait of starveWatch or more is a stall of that length
+//     ending at the sample.
+//
+// A lost lease or a second run is a violation (V) unless stalls cover at
+// least starveLimit of the visibility before it was seen (their union:
+// the child could run freely for less than the heartbeat needs); then it is
+// an S line with what was seen, counted apart (Summary.Starved). A queue
+// that held its lock across I/O could be taken for a starved one here; the
+// library's own tests hold a stalled fsync against the heartbeat
+// (TestWorkHeartbeatOutlastsAStalledFsync), and every run prints its
+// starved count.
 const (
 	workHeartbeat = 20 * time.Millisecond
 	workTimeout   = 2 * time.Second
+	starveWatch   = 5 * time.Millisecond
+	watchEvery    = 5 * time.Millisecond
+	// starveLimit is Visibility - HeartbeatEvery, less 10 ms of slack.
+	starveLimit = visibility - workHeartbeat - 10*time.Millisecond
 )
 
-// runningSet is the set of items whose Work handler is running, with the
-// receipt it runs under.
-type runningSet struct {
-	mu sync.Mutex
-	m  map[string]walq.Receipt
+// stallWatch records the recent stretches in which the child could not
+// run freely, as far as its watchers can tell.
+type stallWatch struct {
+	probe  func() // takes the queue's lock, as a heartbeat does
+	mu     sync.Mutex
+	stalls []stall // the last few thousand, in the order seen
 }
 
-// start enters tok, or reports the receipt it already runs under.
-func (s *runningSet) start(tok string, r walq.Receipt) (other walq.Receipt, ok bool) {
+type stall struct{ from, to time.Time }
+
+// start runs the watchers and the sampler.
+func (w *stallWatch) start() {
+	for range 2 * runtime.GOMAXPROCS(0) {
+		go w.watch()
+	}
+	go w.sample()
+}
+
+func (w *stallWatch) add(from, to time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.stalls) == 4096 {
+		w.stalls = append(w.stalls[:0], w.stalls[2048:]...)
+	}
+	w.stalls = append(w.stalls, stall{from, to})
+}
+
+// watch waits on a timer the way Work's heartbeat does (a channel timer,
+// Reset after each wake, received in a select), takes the queue's lock,
+// and records each round that ended starveWatch or more after the timer
+// was due.
+func (w *stallWatch) watch() {
+	t := time.NewTimer(watchEvery)
+	stop := make(chan struct{}) // never closed: the select is the heartbeat's shape
+	for {
+		due := time.Now().Add(watchEvery)
+		select {
+		case <-t.C:
+		case <-stop:
+		}
+		if w.probe != nil {
+			w.probe()
+		}
+		if now := time.Now(); now.Sub(due) >= starveWatch {
+			w.add(due, now)
+		}
+		t.Reset(watchEvery)
+	}
+}
+
+// sample records, every watchEvery, the longest new wait of a runnable
+// goroutine in the runtime's histogram if it is starveWatch or more.
+func (w *stallWatch) sample() {
+	m := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	var prev []uint64
+	for {
+		time.Sleep(watchEvery)
+		metrics.Read(m)
+		if m[0].Value.Kind() != metrics.KindFloat64Histogram {
+			return
+		}
+		h := m[0].Value.Float64Histogram()
+		now := time.Now()
+		for i := len(h.Counts) - 1; i >= 0 && prev != nil; i-- {
+			if h.Counts[i] > prev[i] {
+				low := time.Duration(h.Buckets[i] * float64(time.Second))
+				if low >= starveWatch {
+					w.add(now.Add(-low), now)
+				}
+				break
+			}
+		}
+		prev = append(prev[:0], h.Counts...)
+	}
+}
+
+// covered returns how much of [from, to] the stalls cover, and the longest.
+func (w *stallWatch) covered(from, to time.Time) (union, longest time.Duration) {
+	w.mu.Lock()
+	var in []stall
+	for _, s := range w.stalls {
+		if s.to.After(from) && s.from.Before(to) {
+			in = append(in, stall{maxTime(s.from, from), minTime(s.to, to)})
+			longest = max(longest, s.to.Sub(s.from))
+		}
+	}
+	w.mu.Unlock()
+	sort.Slice(in, func(i, j int) bool { return in[i].from.Before(in[j].from) })
+	var end time.Time
+	for _, s := range in {
+		if s.from.After(end) {
+			union += s.to.Sub(s.from)
+			end = s.to
+		} else if s.to.After(end) {
+			union += s.to.Sub(end)
+			end = s.to
+		}
+	}
+	return union, longest
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// workViolation reports what the child saw of a handler that the child
+// entered at start: a violation, or an S line when the child was starved
+// in the visibility before it saw it.
+func (c *child) workViolation(start time.Time, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	now := time.Now()
+	union, longest := c.stalls.covered(minTime(start, now.Add(-visibility)), now)
+	seen := fmt.Sprintf("stalls covered %v of the last %v, the longest %v", union.Round(time.Millisecond),
+		now.Sub(minTime(start, now.Add(-visibility))).Round(time.Millisecond), longest.Round(time.Millisecond))
+	if union >= starveLimit {
+		c.rep.line("S %s (the child was starved: %s)", msg, seen)
+		return
+	}
+	c.rep.line("V %s (%s)", msg, seen)
+}
+
+// runningSet is the set of items whose Work handler is running, with the
+// receipt it runs under and when it started.
+type runningSet struct {
+	mu sync.Mutex
+	m  map[string]running
+}
+
+type running struct {
+	receipt walq.Receipt
+	start   time.Time
+}
+
+// start enters tok, or reports the handler it already runs in.
+func (s *runningSet) start(tok string, r walq.Receipt, at time.Time) (other running, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if other, running := s.m[tok]; running {
 		return other, false
 	}
-	s.m[tok] = r
-	return walq.Receipt{}, true
+	s.m[tok] = running{r, at}
+	return running{}, true
 }
 
 // end removes tok, if it runs under receipt r.
 func (s *runningSet) end(tok string, r walq.Receipt) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.m[tok] == r {
+	if s.m[tok].receipt == r {
 		delete(s.m, tok)
 	}
 }
 
-func (s *runningSet) has(tok string) (walq.Receipt, bool) {
+func (s *runningSet) has(tok string) (running, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.m[tok]
@@ -74,11 +244,12 @@ func (c *child) work(rng *rand.Rand) {
 }
 
 func (c *child) handle(ctx context.Context, m walq.Message, pick func(int) int) error {
+	entered := time.Now() // the report lines below may wait for a busy disk
 	call := c.intent("work")
 	tok := c.delivered(call, m)
-	if other, ok := c.running.start(tok, m.Receipt); !ok {
-		c.rep.line("V item %s (id %d) started on a second worker as receipt %s while its handler of receipt %s runs and heartbeats",
-			tok, m.ID, m.Receipt, other)
+	if other, ok := c.running.start(tok, m.Receipt, entered); !ok {
+		c.workViolation(other.start, "item %s (id %d) started on a second worker as receipt %s while its handler of receipt %s runs and heartbeats",
+			tok, m.ID, m.Receipt, other.receipt)
 	} else {
 		defer c.running.end(tok, m.Receipt)
 	}
@@ -91,8 +262,8 @@ func (c *child) handle(ctx context.Context, m walq.Message, pick func(int) int) 
 	case <-time.After(run):
 	case <-ctx.Done():
 		if cause := context.Cause(ctx); errors.Is(cause, walq.ErrLeaseLost) {
-			c.rep.line("V item %s (id %d): Work's heartbeat lost the lease of receipt %s under a live handler after %v: %s",
-				tok, m.ID, m.Receipt, time.Since(start).Round(time.Millisecond), oneLine(cause))
+			c.workViolation(entered, "item %s (id %d): Work's heartbeat lost the lease of receipt %s under a live handler after %v (%v of its own run): %s",
+				tok, m.ID, m.Receipt, time.Since(entered).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), oneLine(cause))
 		}
 		return context.Cause(ctx)
 	}

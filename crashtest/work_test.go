@@ -29,7 +29,7 @@ func testChild(t *testing.T, dir string, offset time.Duration, mix Mix) *child {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { q.Close() })
-	return &child{mix: mix, q: q, clock: clock, rep: rep, running: runningSet{m: make(map[string]walq.Receipt)}}
+	return &child{mix: mix, q: q, clock: clock, rep: rep, running: runningSet{m: make(map[string]running)}}
 }
 
 func (c *child) reported(t *testing.T, kind byte) []string {

@@ -24,7 +24,7 @@ func main() {
 	var (
 		cycles    = flag.Int("cycles", 100, "kill -9 cycles")
 		seed      = flag.Uint64("seed", 0, "seed of the parent's choices (0: from the clock; printed)")
-		sync      = flag.String("sync", "always", "sync policy: always, never or interval:<duration>")
+		sync      = flag.String("sync", "always", "sync policy: always, never, interval:<duration>, or cycle (one of always, interval:100ms and never drawn for each child)")
 		powerLoss = flag.Bool("powerloss", false, "after each kill, cut the log back to what was fsynced, as a power loss would")
 		pageLoss  = flag.Bool("pageloss", false, "power loss that keeps random pages of what was not fsynced and not others, as out-of-order writeback would (implies -powerloss)")
 		stepClock = flag.Bool("stepclock", false, "step each child's wall clock back and forward while it runs, and start it behind the previous child's")
@@ -60,6 +60,9 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
+	}
+	for _, s := range sum.StarvedSeen {
+		fmt.Fprintln(os.Stderr, "starved (not a violation):", s)
 	}
 	for i, v := range sum.Violations {
 		if i == 20 {
