@@ -50,11 +50,15 @@
 //
 // # Files
 //
-// A queue directory holds LOCK (an flock: one queue per directory),
-// RESERVE (space that recovery frees to write on a full disk),
-// snapshot-<LSN>.snap files and the log/ directory of segments; it ignores
+// A queue directory holds WALQ-FORMAT (the format version and the
+// directory's random ID, which every segment, snapshot and receipt
+// repeats), LOCK (an flock: one queue per directory), RESERVE (space that
+// recovery frees to write on a full disk), snapshot-<LSN>.snap files and
+// the log/ directory of segments; a directory of format 1 (no marker) is
+// carried forward to format 2 at Open. It ignores
 // lost+found and dotfiles, warns about other files it does not own, and
 // refuses a file of a newer walq (ErrNewerFormat) or a non-empty directory
-// that is not a queue (ErrNotQueue). See the wal package for the record
-// format and cmd/walq-inspect to look inside.
+// that is not a queue (ErrNotQueue). See the wal package for the format
+// (wal/format.go draws it, wal/repair.go states what recovery cuts and what
+// it refuses) and cmd/walq-inspect to look inside.
 package walq

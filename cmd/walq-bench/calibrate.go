@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// The disk's ceiling. walq's log is tidwall/wal: each group commit is one
-// write(2) of the batch's length-prefixed records at the end of the tail
-// segment, then one fsync (os.File.Sync) of that file. calibrate does
+// The disk's ceiling. Each group commit of walq's log is one write(2) of
+// the batch's frame at the end of the tail segment, then one fsync
+// (os.File.Sync) of that file. calibrate does
 // exactly that with no queue around it, first with one writer that waits
 // for each fsync, then with as many writers as the workload has, sharing
 // each fsync as walq's group commit does: a committer takes every record
@@ -64,7 +64,8 @@ func calibrateRun(path string, recordBytes, n int, d time.Duration) (CalRun, err
 		return CalRun{}, fmt.Errorf("calibrate: %w", err)
 	}
 	defer f.Close()
-	// A record as tidwall/wal frames it: uvarint length, then the bytes.
+	// A record of about a record's size: a length, then the bytes (the
+	// frame's own headers are some tens of bytes more per batch).
 	record := binary.AppendUvarint(nil, uint64(recordBytes))
 	for i := range recordBytes {
 		record = append(record, byte(i*31+7))

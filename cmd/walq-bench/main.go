@@ -22,8 +22,8 @@
 //	mem      fill -n items; heap in use after a GC, per item, minus bodies
 //
 // Before put, cycle and compact it calibrates the disk: records of the
-// same size appended to a growing file with write(2) and fsync, as
-// tidwall/wal writes its segments, by one writer and then by as many
+// same size appended to a growing file with write(2) and fsync, as the
+// log writes its segments, by one writer and then by as many
 // writers as the workload has, sharing each fsync. walq's figures are
 // printed as a ratio of that ceiling.
 //
