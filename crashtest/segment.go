@@ -2,8 +2,8 @@ package crashtest
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
+	"crypto/aes"
+	"crypto/cipher"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -115,10 +115,17 @@ func parseSegment(data []byte) (*segmentFile, error) {
 
 // frameMAC returns the MAC a frame header (its first 32 bytes) must carry
 // under salt.
+// It is AES-128 CBC-MAC with a zero IV over the two 16-byte blocks, as
+// wal/format.go draws it, computed here with the standard library's CBC
+// mode rather than with package wal.
 func frameMAC(salt, hdr []byte) []byte {
-	m := hmac.New(sha256.New, salt)
-	m.Write(hdr[:32])
-	return m.Sum(nil)[:8]
+	block, err := aes.NewCipher(salt)
+	if err != nil {
+		panic(err)
+	}
+	out := make([]byte, 32)
+	cipher.NewCBCEncrypter(block, make([]byte, aes.BlockSize)).CryptBlocks(out, hdr[:32])
+	return out[16:24]
 }
 
 // checkFrameHeader reports whether the bytes at off start a frame header
@@ -128,7 +135,7 @@ func checkFrameHeader(data []byte, off int64, salt []byte) (frameInfo, uint32, u
 		return frameInfo{}, 0, 0, false
 	}
 	h := data[off : off+frHeaderSize]
-	if string(h[:4]) != frameMagic || !hmac.Equal(frameMAC(salt, h), h[32:40]) {
+	if string(h[:4]) != frameMagic || !bytes.Equal(frameMAC(salt, h), h[32:40]) {
 		return frameInfo{}, 0, 0, false
 	}
 	count := binary.BigEndian.Uint32(h[4:])

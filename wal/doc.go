@@ -6,7 +6,7 @@
 //
 //   - Format 2 (format.go): each segment file starts with a header holding
 //     the directory's ID and a random salt; then frames, each written by
-//     one write, each with a header authenticated by an HMAC keyed with the
+//     one write, each with a header authenticated by an AES CBC-MAC keyed with the
 //     salt (so no body can forge one), the LSN it must carry, and a
 //     watermark: the last LSN fsynced when it was written. Record headers
 //     (type, queue, body length, body CRC) follow, then the bodies.

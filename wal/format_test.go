@@ -2,8 +2,8 @@ package wal
 
 import (
 	"bytes"
-	"crypto/hmac"
-	"crypto/sha256"
+	"crypto/aes"
+	"crypto/cipher"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -61,9 +61,16 @@ func TestFormatFrozen(t *testing.T) {
 	want = binary.BigEndian.AppendUint64(want, 5)
 	want = binary.BigEndian.AppendUint32(want, uint32(len(hdrs)+len(payload)))
 	want = binary.BigEndian.AppendUint32(want, crc32.Checksum(hdrs, c))
-	mac := hmac.New(sha256.New, salt[:])
-	mac.Write(want)
-	want = append(want, mac.Sum(nil)[:8]...)
+	// The MAC as drawn: AES-128 in CBC mode with a zero IV over the 32
+	// header bytes, keyed with the salt; the last cipher block's first 8
+	// bytes.
+	block, err := aes.NewCipher(salt[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cbc := make([]byte, 32)
+	cipher.NewCBCEncrypter(block, make([]byte, 16)).CryptBlocks(cbc, want)
+	want = append(want, cbc[16:24]...)
 	want = append(want, hdrs...)
 	want = append(want, payload...)
 

@@ -44,7 +44,7 @@ func TestVerifyCorruptionTable(t *testing.T) {
 		// returns, but no frame states it: recovery cannot tell bit rot
 		// there from a torn write, and cuts it (wal/repair.go).
 		{name: "bad_crc_final_record_synced", fixture: "synced", mutate: flipLastByte,
-			want: []string{"warning: recovery would cut", "above the highest watermark stated, 8"}},
+			want: []string{"warning: recovery would cut", "above the highest watermark stated, 9"}},
 		{name: "segment_of_only_a_header_after_a_roll", fixture: "segments", mutate: addEmptySegment,
 			want: []string{"ok: 4 segments"}},
 		{name: "empty_segment_file", fixture: "segments", corrupt: true, mutate: addZeroLengthSegment,
