@@ -12,15 +12,6 @@ import (
 	"github.com/walq/walq/wal"
 )
 
-func testDirID(t *testing.T) wal.DirID {
-	t.Helper()
-	id, err := wal.NewDirID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 func TestReceiptText(t *testing.T) {
 	dir := wal.DirID{0x9f, 0x86, 0xd0, 0x81, 0x88, 0x4c, 0x7d, 0x65, 0x9a, 0x2f, 0xea, 0xa0, 0xc5, 0x5a, 0xd0, 0x15}
 	for _, tt := range []struct {

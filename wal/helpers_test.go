@@ -225,18 +225,6 @@ func (ll logLayout) seg(name string) segInfo {
 	panic("no segment " + name)
 }
 
-// frameAfter returns the frame that follows f in its segment (ok false
-// when f is the last).
-func (ll logLayout) frameAfter(f frameInfo) (frameInfo, bool) {
-	fs := ll.seg(f.Seg).Frames
-	for i := range fs {
-		if fs[i].Off == f.Off && i+1 < len(fs) {
-			return fs[i+1], true
-		}
-	}
-	return frameInfo{}, false
-}
-
 // sealer builds frames for a segment of a test log, with its salt: what the
 // writer would write, or a forger who knows the salt.
 type sealer struct {
