@@ -530,6 +530,9 @@ func TestWorkAbandonsHandlerIgnoringContext(t *testing.T) {
 	if a, r := q.work.abandoned.Load(), q.work.abandonedRunning.Load(); a != 1 || r != 1 {
 		t.Fatalf("abandoned %d, still running %d; want 1, 1", a, r)
 	}
+	// The next item's ack must be in before the clock moves on: otherwise
+	// its own lease runs out below and it is dead-lettered (MaxAttempts 1).
+	waitFor(t, "the next item's ack", func() bool { return q.Stats().Acked == 1 })
 	// Ten visibilities pass while it hangs: the heartbeat keeps the lease.
 	for i := range 10 * 3 {
 		before, ok := leaseEnd(q, receipt)
