@@ -136,7 +136,12 @@ func (s *script) waitFor(what string, cond func(walq.Stats) bool) {
 		return
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for !cond(s.q.Stats()) {
+	// The records the condition sees applied must be on disk too before the
+	// script goes on: a call appended while they wait for the committer
+	// would share their frame, and frame offsets in the goldens would
+	// depend on the machine's load.
+	settled := func(st walq.Stats) bool { return cond(st) && st.DurableLSN == st.LastLSN }
+	for !settled(s.q.Stats()) {
 		if time.Now().After(deadline) {
 			s.err = fmt.Errorf("timed out waiting for %s", what)
 			return
