@@ -204,18 +204,9 @@ func DecodeSnapshot(data []byte) (Snapshot, error) {
 		}
 		return bad(snapOffVersion, reasonf("unknown snapshot version %d", v))
 	}
-	if len(data) < snapshot2HeaderSize {
-		return bad(int64(len(data)), reasonf("truncated header: %d bytes", len(data)))
-	}
-	length := binary.BigEndian.Uint64(data[snap2OffLength:])
-	if have := uint64(len(data) - snapshot2HeaderSize); length != have {
-		return bad(snap2OffLength, reasonf("body length %d, file holds %d", length, have))
-	}
-	body := data[snapshot2HeaderSize:]
-	crc := crc32.Update(0, castagnoli, data[:snap2OffCRC])
-	crc = crc32.Update(crc, castagnoli, body)
-	if crc != binary.BigEndian.Uint32(data[snap2OffCRC:]) {
-		return bad(snap2OffCRC, corruptReason("crc mismatch"))
+	body, err := checkSnapshotFrame(data, snapshot2HeaderSize, snap2OffLength, snap2OffCRC)
+	if err != nil {
+		return Snapshot{}, err
 	}
 	snap := Snapshot{Version: snapshotVersion2, LSN: binary.BigEndian.Uint64(data[snap2OffLSN:])}
 	copy(snap.Dir[:], data[snap2OffDir:])
@@ -249,23 +240,35 @@ func DecodeSnapshot(data []byte) (Snapshot, error) {
 }
 
 func decodeSnapshot1(data []byte) (Snapshot, error) {
-	bad := func(off int64, reason error) (Snapshot, error) {
-		return Snapshot{}, &CorruptionError{Offset: off, Err: reason}
-	}
-	if len(data) < snapshotHeaderSize {
-		return bad(int64(len(data)), reasonf("truncated header: %d bytes", len(data)))
-	}
-	length := binary.BigEndian.Uint64(data[snapOffLength:])
-	if have := uint64(len(data) - snapshotHeaderSize); length != have {
-		return bad(snapOffLength, reasonf("body length %d, file holds %d", length, have))
-	}
-	body := data[snapshotHeaderSize:]
-	crc := crc32.Update(0, castagnoli, data[:snapOffCRC])
-	crc = crc32.Update(crc, castagnoli, body)
-	if crc != binary.BigEndian.Uint32(data[snapOffCRC:]) {
-		return bad(snapOffCRC, corruptReason("crc mismatch"))
+	body, err := checkSnapshotFrame(data, snapshotHeaderSize, snapOffLength, snapOffCRC)
+	if err != nil {
+		return Snapshot{}, err
 	}
 	return Snapshot{Version: snapshotVersion1, LSN: binary.BigEndian.Uint64(data[snapOffLSN:]), Body: body}, nil
+}
+
+// checkSnapshotFrame checks what both snapshot versions frame alike: a
+// header of size bytes, a body length at offLength that the file holds
+// exactly, and a CRC-32C at offCRC over the header bytes before it and the
+// body. It returns the body.
+func checkSnapshotFrame(data []byte, size, offLength, offCRC int) ([]byte, error) {
+	bad := func(off int, reason error) ([]byte, error) {
+		return nil, &CorruptionError{Offset: int64(off), Err: reason}
+	}
+	if len(data) < size {
+		return bad(len(data), reasonf("truncated header: %d bytes", len(data)))
+	}
+	length := binary.BigEndian.Uint64(data[offLength:])
+	if have := uint64(len(data) - size); length != have {
+		return bad(offLength, reasonf("body length %d, file holds %d", length, have))
+	}
+	body := data[size:]
+	crc := crc32.Update(0, castagnoli, data[:offCRC])
+	crc = crc32.Update(crc, castagnoli, body)
+	if crc != binary.BigEndian.Uint32(data[offCRC:]) {
+		return bad(offCRC, corruptReason("crc mismatch"))
+	}
+	return body, nil
 }
 
 // ListSnapshots lists the snapshot files in dir, newest (highest LSN) first.
