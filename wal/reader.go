@@ -225,19 +225,25 @@ func (s *scanner) pass(segs []Segment) error {
 			s.dir, s.next, segs[0].First, ErrCompacted)
 	}
 	lower := max(s.from, s.next) // records below were not asked for or were already seen
-	var expect uint64            // first LSN of the next segment read; 0 before the first
+	// The segments to read: those that hold records at or after lower and
+	// (when to is set) not wholly after to.
+	var want []Segment
 	for i, seg := range segs {
-		last := i == len(segs)-1
-		if !last && segs[i+1].First <= lower {
+		if i < len(segs)-1 && segs[i+1].First <= lower {
 			continue
 		}
-		var data []byte
-		var err error
-		if s.fromDisk {
-			data, err = readFromDisk(s.fsys, seg.Path, s.logger)
-		} else {
-			data, err = readFile(s.fsys, seg.Path)
+		if s.to != 0 && seg.First > s.to && len(want) > 0 {
+			break
 		}
+		want = append(want, seg)
+	}
+	newest := segs[len(segs)-1].First
+	rd := s.readAhead(want)
+	defer rd.stop()
+	var expect uint64 // first LSN of the next segment read; 0 before the first
+	for _, seg := range want {
+		last := seg.First == newest
+		data, err := rd.next()
 		if errors.Is(err, fs.ErrNotExist) {
 			return errVanished
 		}
@@ -291,6 +297,61 @@ func (s *scanner) pass(segs []Segment) error {
 		expect = w.next
 	}
 	return nil
+}
+
+// readAhead reads segs in order on a goroutine of its own, one segment
+// ahead of the caller, so that reading the next segment (from the disk,
+// in recovery) overlaps verifying and replaying this one. At most two
+// segments are held beyond the one the caller works on.
+func (s *scanner) readAhead(segs []Segment) *segmentReader {
+	r := &segmentReader{out: make(chan segmentRead, 1), quit: make(chan struct{})}
+	go func() {
+		defer close(r.out)
+		for _, seg := range segs {
+			var sr segmentRead
+			if s.fromDisk {
+				sr.data, sr.err = readFromDisk(s.fsys, seg.Path, s.logger)
+			} else {
+				sr.data, sr.err = readFile(s.fsys, seg.Path)
+			}
+			select {
+			case r.out <- sr:
+			case <-r.quit:
+				return
+			}
+			if sr.err != nil {
+				return
+			}
+		}
+	}()
+	return r
+}
+
+type segmentRead struct {
+	data []byte
+	err  error
+}
+
+// segmentReader hands out what readAhead read, in order.
+type segmentReader struct {
+	out  chan segmentRead
+	quit chan struct{}
+}
+
+func (r *segmentReader) next() ([]byte, error) {
+	sr, ok := <-r.out
+	if !ok {
+		return nil, errors.New("segment reader stopped early")
+	}
+	return sr.data, sr.err
+}
+
+// stop ends the reading goroutine and waits for it, so that no read of
+// this pass outlives the scan.
+func (r *segmentReader) stop() {
+	close(r.quit)
+	for range r.out {
+	}
 }
 
 // header verifies a segment's header against its name and the directory.
