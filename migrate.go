@@ -3,7 +3,6 @@ package walq
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -74,21 +73,16 @@ func readFormat(fsys wal.FS, dir string, files *layout.Listing) (dirFormat, erro
 		}
 		return dirFormat{}, nil
 	}
-	data, err := readSmall(fsys, filepath.Join(dir, layout.MarkerName), 4096)
-	if errors.Is(err, errTooLarge) {
-		return dirFormat{}, &CorruptionError{Dir: dir, File: layout.MarkerName,
-			Err: fmt.Errorf("format marker of more than 4096 bytes, want %d", wal.MarkerSize)}
-	}
-	if err != nil {
-		return dirFormat{}, fmt.Errorf("walq: read %s: %w", filepath.Join(dir, layout.MarkerName), err)
-	}
-	id, err := wal.DecodeMarker(data)
-	if errors.Is(err, wal.ErrNewerFormat) {
+	path := filepath.Join(dir, layout.MarkerName)
+	id, err := wal.ReadMarker(fsys, path)
+	switch {
+	case errors.Is(err, wal.ErrNewerFormat):
 		return dirFormat{}, fmt.Errorf("%w: %s: %v; open the directory with the walq that wrote it",
-			ErrNewerFormat, filepath.Join(dir, layout.MarkerName), err)
-	}
-	if err != nil {
+			ErrNewerFormat, path, err)
+	case errors.Is(err, wal.ErrCorrupt):
 		return dirFormat{}, &CorruptionError{Dir: dir, File: layout.MarkerName, Err: err}
+	case err != nil:
+		return dirFormat{}, fmt.Errorf("walq: read %s: %w", path, err)
 	}
 	return dirFormat{version: wal.FormatVersion, id: id}, nil
 }
@@ -98,25 +92,6 @@ func readFormat(fsys wal.FS, dir string, files *layout.Listing) (dirFormat, erro
 func emptySegment(fsys wal.FS, path string) bool {
 	info, err := fsys.Stat(path)
 	return err == nil && info.Size() <= wal.SegmentHeaderSize
-}
-
-var errTooLarge = errors.New("file too large")
-
-// readSmall reads a file that must be at most max bytes.
-func readSmall(fsys wal.FS, path string, max int64) ([]byte, error) {
-	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > max {
-		return nil, fmt.Errorf("%w: more than %d bytes", errTooLarge, max)
-	}
-	return data, nil
 }
 
 // writeMarker makes the marker of a format-2 directory durable: temp file,

@@ -9,6 +9,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/crc32"
+	"io"
+	"os"
 )
 
 // Format 2: the directory marker, the segment header, frames and records.
@@ -187,6 +189,32 @@ func DecodeMarker(data []byte) (DirID, error) {
 		return id, corruptReason("format marker holds the zero directory id")
 	}
 	return id, nil
+}
+
+// maxMarkerRead bounds how much of a file named as the marker is read: a
+// marker is MarkerSize bytes, and a huge file there is damage, not a
+// reason to fill memory.
+const maxMarkerRead = 4096
+
+// ReadMarker reads and decodes the format marker at path. Errors opening or
+// reading the file are returned as they are (errors.Is(err,
+// fs.ErrNotExist) holds for a missing one); a marker of a later version
+// gives an error wrapping ErrNewerFormat; any other content that is not a
+// valid marker gives one for which errors.Is(err, ErrCorrupt) holds.
+func ReadMarker(fsys FS, path string) (DirID, error) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return DirID{}, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxMarkerRead+1))
+	if err != nil {
+		return DirID{}, err
+	}
+	if len(data) > maxMarkerRead {
+		return DirID{}, reasonf("format marker of more than %d bytes, want %d", maxMarkerRead, MarkerSize)
+	}
+	return DecodeMarker(data)
 }
 
 // segmentHeader is a decoded segment header.

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -110,40 +109,20 @@ func readFormat(qf *queueFiles) (dirFormat, error) {
 		return corrupt(errors.New("a directory where the format marker should be")), nil
 	}
 	path := filepath.Join(qf.Dir, layout.MarkerName)
-	data, err := readSmall(path, 4096)
-	if errors.Is(err, fs.ErrNotExist) {
+	id, err := wal.ReadMarker(wal.OSFS(), path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return corrupt(errors.New("format marker vanished while it was read")), nil
-	}
-	if err != nil {
-		return corrupt(fmt.Errorf("format marker cannot be read: %w", err)), nil
-	}
-	id, err := wal.DecodeMarker(data)
-	if errors.Is(err, wal.ErrNewerFormat) {
+	case errors.Is(err, wal.ErrNewerFormat):
 		detail := strings.TrimPrefix(err.Error(), wal.ErrNewerFormat.Error()+": ")
 		return dirFormat{}, fmt.Errorf("%s: written by a newer walq (%s): this walq-inspect cannot read the directory; use the walq-inspect of the walq that wrote it",
 			path, detail)
-	}
-	if err != nil {
+	case errors.Is(err, wal.ErrCorrupt):
 		return corrupt(err), nil
+	case err != nil:
+		return corrupt(fmt.Errorf("format marker cannot be read: %w", err)), nil
 	}
 	return dirFormat{Version: wal.FormatVersion, ID: id}, nil
-}
-
-// readSmall reads a file that must be at most max bytes.
-func readSmall(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > max {
-		return nil, fmt.Errorf("larger than %d bytes", max)
-	}
-	return data, nil
 }
 
 func (qf *queueFiles) add(e layout.Entry) error {
