@@ -29,6 +29,15 @@
 // Attempts are counted when a lease starts, so an item that crashes the
 // whole process is still dead-lettered after Options.MaxAttempts.
 //
+// # Work and other engines
+//
+// Queue.Work runs handlers with a pool of workers: it extends each lease
+// while its handler runs, acks, nacks or dead-letters by the result, and
+// turns panics and timeouts into nacks. Work (the function) does the same
+// on any Engine, the small interface of the calls a handler loop needs, so
+// the same handlers can run on another queue engine; package walqtest holds
+// the behaviours such an engine must show, and checks them.
+//
 // # Time
 //
 // The queue has one time: the wall clock read at Open (never behind the

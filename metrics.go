@@ -171,14 +171,7 @@ func (q *Queue) Stats() Stats {
 		CompactionsFailed: q.metrics.compactFailed.Load(),
 		LastCompactIn:     time.Duration(q.metrics.lastCompactDur.Load()),
 		Recovery:          q.recovery.clone(),
-		Work: WorkStats{
-			HandlerErrors:    q.work.handlerErrors.Load(),
-			Panics:           q.work.panics.Load(),
-			Timeouts:         q.work.timeouts.Load(),
-			Abandoned:        q.work.abandoned.Load(),
-			AbandonedRunning: q.work.abandonedRunning.Load(),
-			LeasesLost:       q.work.leaseLost.Load(),
-		},
+		Work:              q.work.Stats(),
 	}
 	if g.OldestReadyDue != 0 && now > g.OldestReadyDue {
 		st.OldestReady = time.Duration(now - g.OldestReadyDue)

@@ -24,8 +24,6 @@ type Message struct {
 	Key        string
 	EnqueuedAt time.Time // wall-clock time, translated from queue time (see qtime.go)
 	LeaseEnd   time.Time // wall-clock time, translated from queue time
-
-	leaseEnd int64 // LeaseEnd in queue time: what Work's heartbeat counts from
 }
 
 // Queue is a durable work queue in one directory. It is safe for concurrent
@@ -63,7 +61,7 @@ type Queue struct {
 	compactAfter  int64         // no automatic compaction below this log size; under mu
 
 	lateAcks atomic.Uint64
-	work     workStats // Work's counters (worker.go)
+	work     WorkCounters // Work's counters (worker.go)
 	metrics  metrics
 	recovery RecoveryStats
 	wg       sync.WaitGroup
@@ -342,7 +340,6 @@ func (q *Queue) leaseLocked() (Message, *wal.Commit, error) {
 		Key:        it.Key,
 		EnqueuedAt: off.toWall(it.EnqueuedAt),
 		LeaseEnd:   off.toWall(it.LeaseEnd),
-		leaseEnd:   it.LeaseEnd,
 	}, commit, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -12,7 +13,8 @@ import (
 )
 
 // WorkOptions configure Work. The zero value is a sane default; each
-// field's default is given in brackets. All times run on Options.Clock.
+// field's default is given in brackets. All times run on the engine's
+// clock (for a Queue, Options.Clock).
 type WorkOptions struct {
 	// Timeout is how long one handler call may run: its context is then
 	// cancelled (Err is context.DeadlineExceeded), the heartbeat stops and
@@ -21,8 +23,8 @@ type WorkOptions struct {
 	// heartbeat, until Work stops.
 	Timeout time.Duration
 	// HeartbeatEvery is how often a running handler's lease is extended by
-	// Options.Visibility, counted from the start of the lease; it must be
-	// shorter than Options.Visibility [Options.Visibility/3].
+	// the engine's Visibility, counted from the start of the lease; it must
+	// be shorter than the Visibility [Visibility/3].
 	HeartbeatEvery time.Duration
 	// Grace is how long a handler whose context Work cancelled (timeout,
 	// lost lease, drain timeout) may take to return before Work abandons
@@ -42,6 +44,14 @@ type WorkOptions struct {
 	// within DrainTimeout+Grace of its context ending. Negative: cancel them
 	// at once.
 	DrainTimeout time.Duration
+	// Logger receives Work's reports: handler errors and panics, lost
+	// leases, abandoned handlers [Queue.Work: the queue's Options.Logger;
+	// Work: discarded].
+	Logger *slog.Logger
+	// Counters counts what the handlers did; several Work calls may share
+	// one [Queue.Work: the queue's own, shown in Stats().Work and by
+	// NewCollector; Work: none].
+	Counters *WorkCounters
 }
 
 const (
@@ -78,6 +88,12 @@ func (o WorkOptions) withDefaults(visibility time.Duration, workers int) (WorkOp
 	if o.MaxAbandoned == 0 {
 		o.MaxAbandoned = workers
 	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Counters == nil {
+		o.Counters = new(WorkCounters)
+	}
 	return o, nil
 }
 
@@ -107,15 +123,28 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
-// workStats are Work's counters, kept on the Queue (all Work calls on it
-// add to them) and exported by the collector.
-type workStats struct {
+// WorkCounters count what Work's handlers did (see WorkStats). The zero
+// value is ready; it is safe for concurrent use, and every Work call given
+// it adds to it. A Queue keeps one for its own Work calls.
+type WorkCounters struct {
 	handlerErrors    atomic.Uint64 // handler calls that returned an error (panics apart)
 	panics           atomic.Uint64
 	timeouts         atomic.Uint64 // handler contexts cancelled at WorkOptions.Timeout
 	abandoned        atomic.Uint64
 	abandonedRunning atomic.Int64  // abandoned handlers that have not returned yet
 	leaseLost        atomic.Uint64 // heartbeats that found the lease gone
+}
+
+// Stats returns the counts so far.
+func (c *WorkCounters) Stats() WorkStats {
+	return WorkStats{
+		HandlerErrors:    c.handlerErrors.Load(),
+		Panics:           c.panics.Load(),
+		Timeouts:         c.timeouts.Load(),
+		Abandoned:        c.abandoned.Load(),
+		AbandonedRunning: c.abandonedRunning.Load(),
+		LeasesLost:       c.leaseLost.Load(),
+	}
 }
 
 // Work leases items and runs handler on them with n workers until ctx ends.
@@ -151,27 +180,67 @@ type workStats struct {
 // back by nack or lease expiry: none is lost. If the queue stops serving
 // (Close, or a failed write), Work cancels its handlers and returns that
 // error. Delivery is at least once: handlers must tolerate running twice.
+//
+// Queue.Work is Work on the queue, logging to its Options.Logger and
+// counting in its Stats().Work unless opts say otherwise.
 func (q *Queue) Work(ctx context.Context, n int, handler func(context.Context, Message) error, opts WorkOptions) error {
+	if opts.Logger == nil {
+		opts.Logger = q.opts.Logger
+	}
+	if opts.Counters == nil {
+		opts.Counters = &q.work
+	}
+	return Work(ctx, q, n, handler, opts)
+}
+
+// Work runs handler on the items of any Engine with n workers until ctx
+// ends, as Queue.Work does on a Queue. It uses only the Engine's methods;
+// on a walq Queue it also finds its fast path (an ack and the next lease
+// sharing one fsync wait, heartbeats that do not wait for the disk, and
+// handlers cancelled at once when the queue fails). On another engine a
+// worker acks, then calls Get, and a failure of the engine ends Work at
+// the next call that returns it. A handler's lease is counted from the
+// Message's LeaseEnd, and never from before Get was called nor after it
+// returned, so the first heartbeat is never late.
+func Work(ctx context.Context, e Engine, n int, handler func(context.Context, Message) error, opts WorkOptions) error {
+	if e == nil {
+		return fmt.Errorf("%w: Work on a nil Engine", ErrInvalid)
+	}
 	if n < 1 {
 		return fmt.Errorf("%w: Work with %d workers", ErrInvalid, n)
 	}
 	if handler == nil {
 		return fmt.Errorf("%w: Work with a nil handler", ErrInvalid)
 	}
-	o, err := opts.withDefaults(q.opts.Visibility, n)
+	vis := e.Visibility()
+	if vis <= 0 {
+		return fmt.Errorf("%w: Work on an engine whose Visibility is %v", ErrInvalid, vis)
+	}
+	o, err := opts.withDefaults(vis, n)
 	if err != nil {
 		return err
 	}
 	take, stopTaking := context.WithCancelCause(ctx)
 	defer stopTaking(nil)
 	w := &workRun{
-		q:          q,
+		e:          e,
+		clock:      e.Clock(),
+		vis:        vis,
+		log:        o.Logger,
+		cnt:        o.Counters,
 		handler:    handler,
 		opts:       o,
 		base:       context.WithoutCancel(ctx),
 		take:       take,
 		stopTaking: stopTaking,
 		stop:       make(chan struct{}),
+	}
+	if w.clock == nil {
+		return fmt.Errorf("%w: Work on an engine with a nil Clock", ErrInvalid)
+	}
+	if f, ok := e.(fastEngine); ok {
+		w.fast = f
+		w.failed, w.closed = f.stopped()
 	}
 	var wg sync.WaitGroup
 	for range n {
@@ -193,7 +262,7 @@ func (q *Queue) Work(ctx context.Context, n int, handler func(context.Context, M
 		<-workersDone
 		return w.failure()
 	}
-	drain := q.clock.NewTimer(o.DrainTimeout)
+	drain := w.clock.NewTimer(o.DrainTimeout)
 	defer drain.Stop()
 	select {
 	case <-workersDone:
@@ -206,7 +275,16 @@ func (q *Queue) Work(ctx context.Context, n int, handler func(context.Context, M
 
 // workRun is one call of Work.
 type workRun struct {
-	q       *Queue
+	e     Engine
+	fast  fastEngine // e's fast path, when e is a walq Queue; nil otherwise
+	clock Clock
+	vis   time.Duration
+	log   *slog.Logger
+	cnt   *WorkCounters
+	// failed and closed are closed when the engine fails or is closed, for
+	// engines that say so (nil otherwise: never ready).
+	failed, closed <-chan struct{}
+
 	handler func(context.Context, Message) error
 	opts    WorkOptions
 	base    context.Context // ctx's values without its cancellation: handlers outlive ctx by the drain
@@ -251,28 +329,50 @@ func (w *workRun) stopAll(cause error) {
 // worker is one slot of the pool: it leases an item, runs it, reports the
 // outcome, and goes on until Work stops taking items.
 func (w *workRun) worker() {
-	var m Message
+	var l leased
 	have := false
 	for {
 		if !have {
-			var err error
-			if m, err = w.q.Get(w.take); err != nil {
+			called := w.clock.Monotonic()
+			m, err := w.e.Get(w.take)
+			if err != nil {
 				if w.take.Err() == nil {
 					w.fail(err)
 				}
 				return
 			}
+			l = w.leased(m, called)
 		}
-		next, ok, err := w.settle(m, w.run(m))
+		next, ok, err := w.settle(l.m, w.run(l))
 		if err != nil {
 			w.fail(err)
 			return
 		}
-		m, have = next, ok
+		l, have = next, ok
 		if !have && w.take.Err() != nil {
 			return
 		}
 	}
+}
+
+// leased is a Message with the start of its lease on the clock's monotonic
+// scale: what the heartbeat counts from.
+type leased struct {
+	m     Message
+	start time.Duration
+}
+
+// leased dates m's lease: LeaseEnd less the visibility, read against the
+// wall clock now, and kept within [called, now], the span of the call that
+// leased it, so that neither a wall-clock step in that span nor an engine
+// that cannot tell (a zero LeaseEnd) makes a heartbeat late.
+func (w *workRun) leased(m Message, called time.Duration) leased {
+	now := w.clock.Monotonic()
+	start := called
+	if !m.LeaseEnd.IsZero() {
+		start = now - w.clock.Now().Sub(m.LeaseEnd.Add(-w.vis))
+	}
+	return leased{m: m, start: min(max(start, called), now)}
 }
 
 // result is how one handler call ended.
@@ -291,27 +391,33 @@ type beater struct {
 	w         *workRun
 	m         Message
 	timer     Timer
-	lastStart int64 // queue time at which the lease was last started or extended
+	lastStart time.Duration // monotonic reading at which the lease was last started or extended
 }
 
-func (w *workRun) newBeater(m Message) *beater {
-	b := &beater{w: w, m: m, lastStart: m.leaseEnd - int64(w.q.opts.Visibility)}
-	b.timer = w.q.clock.NewTimer(b.wait())
+func (w *workRun) newBeater(l leased) *beater {
+	b := &beater{w: w, m: l.m, lastStart: l.start}
+	b.timer = w.clock.NewTimer(b.wait())
 	return b
 }
 
 // wait is how long until the next beat is due.
 func (b *beater) wait() time.Duration {
-	return b.w.opts.HeartbeatEvery - time.Duration(b.w.q.qt.now()-b.lastStart)
+	return b.w.opts.HeartbeatEvery - (b.w.clock.Monotonic() - b.lastStart)
 }
 
 // beat extends the lease and arms the next beat. It returns ErrLeaseLost
-// (wrapped) when the lease has ended, and a queue error when the queue
+// (wrapped) when the lease has ended, and an engine error when the engine
 // failed or closed.
 func (b *beater) beat() error {
-	q := b.w.q
-	start := q.qt.now()
-	if err := q.heartbeat(b.m.Receipt, q.opts.Visibility); err != nil {
+	w := b.w
+	start := w.clock.Monotonic()
+	var err error
+	if w.fast != nil {
+		err = w.fast.heartbeat(b.m.Receipt, w.vis)
+	} else {
+		err = w.e.Extend(b.m.Receipt, w.vis)
+	}
+	if err != nil {
 		return err
 	}
 	b.lastStart = start
@@ -323,22 +429,22 @@ func (b *beater) beat() error {
 // heartbeat, the timeout, Work's stop, the queue's failure and the grace
 // period. All its timers are stopped when it returns, unless it hands the
 // handler to a keeper; the handler goroutine ends when the handler does.
-func (w *workRun) run(m Message) result {
-	q := w.q
+func (w *workRun) run(l leased) result {
+	m := l.m
 	inner, cancel := context.WithCancelCause(w.base)
 	ctx := &itemContext{Context: inner}
 
 	var timeout <-chan time.Time
 	if w.opts.Timeout > 0 {
-		ctx.deadline = q.clock.Now().Add(w.opts.Timeout)
-		t := q.clock.NewTimer(w.opts.Timeout)
+		ctx.deadline = w.clock.Now().Add(w.opts.Timeout)
+		t := w.clock.NewTimer(w.opts.Timeout)
 		defer t.Stop()
 		timeout = t.C()
 	}
-	b := w.newBeater(m)
+	b := w.newBeater(l)
 	heartbeat := b.timer.C()
 	stop := w.stop
-	failed := q.failed
+	failed := w.failed
 	var graceTimer Timer
 	var grace <-chan time.Time
 	defer func() {
@@ -363,7 +469,7 @@ func (w *workRun) run(m Message) result {
 		if res.cancelled != nil {
 			return
 		}
-		graceTimer = q.clock.NewTimer(w.opts.Grace)
+		graceTimer = w.clock.NewTimer(w.opts.Grace)
 		grace = graceTimer.C()
 		res.cancelled = cause
 		cancel(cause)
@@ -375,8 +481,8 @@ func (w *workRun) run(m Message) result {
 	// the handler must not run on it.
 	if b.wait() <= 0 {
 		if err := b.beat(); errors.Is(err, ErrLeaseLost) {
-			q.work.leaseLost.Add(1)
-			q.opts.Logger.Warn("walq: work: the lease ended while it waited for the disk; the handler is not called",
+			w.cnt.leaseLost.Add(1)
+			w.log.Warn("walq: work: the lease ended while it waited for the disk; the handler is not called",
 				"id", m.ID, "attempt", m.Attempt, "receipt", m.Receipt.String())
 			return result{leaseLost: true}
 		}
@@ -392,8 +498,8 @@ func (w *workRun) run(m Message) result {
 			switch {
 			case err == nil:
 			case errors.Is(err, ErrLeaseLost):
-				q.work.leaseLost.Add(1)
-				q.opts.Logger.Warn("walq: work: heartbeat found the lease lost; cancelling the handler",
+				w.cnt.leaseLost.Add(1)
+				w.log.Warn("walq: work: heartbeat found the lease lost; cancelling the handler",
 					"id", m.ID, "attempt", m.Attempt, "receipt", m.Receipt)
 				res.leaseLost = true
 				heartbeat = nil
@@ -404,30 +510,31 @@ func (w *workRun) run(m Message) result {
 				interrupt(err)
 			}
 		case <-timeout:
-			q.work.timeouts.Add(1)
+			w.cnt.timeouts.Add(1)
 			interrupt(&timeoutError{after: w.opts.Timeout})
 		case <-stop:
 			interrupt(w.stopCause)
 		case <-failed:
 			heartbeat, failed = nil, nil
-			w.fail(q.failErr)
-			interrupt(q.failErr)
+			err := w.fast.failure()
+			w.fail(err)
+			interrupt(err)
 		case <-grace:
 			grace = nil
 			if !w.mayAbandon() {
-				q.opts.Logger.Warn("walq: work: handler ignores its cancelled context; WorkOptions.MaxAbandoned reached, its worker waits for it",
+				w.log.Warn("walq: work: handler ignores its cancelled context; WorkOptions.MaxAbandoned reached, its worker waits for it",
 					"id", m.ID, "attempt", m.Attempt, "cancelled", res.cancelled, "max_abandoned", w.opts.MaxAbandoned)
 				continue
 			}
-			q.work.abandoned.Add(1)
-			q.work.abandonedRunning.Add(1)
+			w.cnt.abandoned.Add(1)
+			w.cnt.abandonedRunning.Add(1)
 			res.abandoned = true
-			if res.leaseLost || q.failure() != nil {
+			if res.leaseLost || w.engineFailed() {
 				// Nothing to keep: the item is not this worker's any more.
 				go w.drop(m, done)
 				return res
 			}
-			q.opts.Logger.Warn("walq: work: handler ignores its cancelled context; abandoned, its worker goes on and its item stays leased until it returns",
+			w.log.Warn("walq: work: handler ignores its cancelled context; abandoned, its worker goes on and its item stays leased until it returns",
 				"id", m.ID, "attempt", m.Attempt, "cancelled", res.cancelled, "grace", w.opts.Grace)
 			kept = true
 			go w.keep(m, res, b, cancel, done)
@@ -451,7 +558,14 @@ func (w *workRun) mayAbandon() bool {
 // returned gives back the place of an abandoned handler that returned.
 func (w *workRun) returned() {
 	w.abandoned.Add(-1)
-	w.q.work.abandonedRunning.Add(-1)
+	w.cnt.abandonedRunning.Add(-1)
+}
+
+// engineFailed reports whether the engine has said it failed (only a walq
+// Queue says so; other engines' failures show in the calls that return
+// them).
+func (w *workRun) engineFailed() bool {
+	return w.fast != nil && w.fast.failure() != nil
 }
 
 // keep watches an abandoned handler: it goes on extending the item's lease
@@ -460,8 +574,7 @@ func (w *workRun) returned() {
 // the heartbeat cannot keep, see the README). It stops at Close or when the
 // queue fails.
 func (w *workRun) keep(m Message, res result, b *beater, cancel context.CancelCauseFunc, done <-chan error) {
-	q := w.q
-	start := q.clock.Monotonic()
+	start := w.clock.Monotonic()
 	defer func() {
 		b.timer.Stop()
 		cancel(nil)
@@ -470,27 +583,27 @@ func (w *workRun) keep(m Message, res result, b *beater, cancel context.CancelCa
 	for {
 		select {
 		case res.err = <-done:
-			q.opts.Logger.Info("walq: work: abandoned handler returned", "id", m.ID, "attempt", m.Attempt,
-				"err", res.err, "ran_after_abandon", q.clock.Monotonic()-start)
+			w.log.Info("walq: work: abandoned handler returned", "id", m.ID, "attempt", m.Attempt,
+				"err", res.err, "ran_after_abandon", w.clock.Monotonic()-start)
 			w.returned()
 			// No next lease: a keeper has no worker to hand one to.
 			if _, _, err := w.settleWith(m, res, false); err != nil {
-				q.opts.Logger.Warn("walq: work: could not settle an abandoned handler's item", "id", m.ID, "err", err)
+				w.log.Warn("walq: work: could not settle an abandoned handler's item", "id", m.ID, "err", err)
 			}
 			return
 		case <-heartbeat:
 			if err := b.beat(); err != nil {
 				if errors.Is(err, ErrLeaseLost) {
-					q.work.leaseLost.Add(1)
+					w.cnt.leaseLost.Add(1)
 				}
-				q.opts.Logger.Warn("walq: work: an abandoned handler's lease could not be kept", "id", m.ID, "err", err)
+				w.log.Warn("walq: work: an abandoned handler's lease could not be kept", "id", m.ID, "err", err)
 				go w.drop(m, done)
 				return
 			}
-		case <-q.done:
+		case <-w.closed:
 			go w.drop(m, done)
 			return
-		case <-q.failed:
+		case <-w.failed:
 			go w.drop(m, done)
 			return
 		}
@@ -502,7 +615,7 @@ func (w *workRun) keep(m Message, res result, b *beater, cancel context.CancelCa
 func (w *workRun) drop(m Message, done <-chan error) {
 	err := <-done
 	w.returned()
-	w.q.opts.Logger.Info("walq: work: abandoned handler returned; its result is dropped",
+	w.log.Info("walq: work: abandoned handler returned; its result is dropped",
 		"id", m.ID, "attempt", m.Attempt, "err", err)
 }
 
@@ -529,29 +642,28 @@ func (w *workRun) call(ctx context.Context, m Message, done chan<- error) {
 // still takes items, it leases the worker's next item in the same step, so
 // both share one fsync wait; ok reports whether it did. An abandoned
 // handler's item is left to its keeper.
-func (w *workRun) settle(m Message, res result) (next Message, ok bool, err error) {
+func (w *workRun) settle(m Message, res result) (next leased, ok bool, err error) {
 	if res.abandoned {
-		return Message{}, false, nil
+		return leased{}, false, nil
 	}
 	return w.settleWith(m, res, w.take.Err() == nil)
 }
 
-func (w *workRun) settleWith(m Message, res result, leaseNext bool) (next Message, ok bool, err error) {
-	q := w.q
-	log := q.opts.Logger
+func (w *workRun) settleWith(m Message, res result, leaseNext bool) (next leased, ok bool, err error) {
+	log := w.log
 	var panicked *panicError
 	switch {
 	case res.err == nil:
 	case errors.As(res.err, &panicked):
-		q.work.panics.Add(1)
+		w.cnt.panics.Add(1)
 		log.Error("walq: work: handler panicked", "id", m.ID, "attempt", m.Attempt, "panic", fmt.Sprint(panicked.value))
 	default:
-		q.work.handlerErrors.Add(1)
+		w.cnt.handlerErrors.Add(1)
 		log.Info("walq: work: handler failed", "id", m.ID, "attempt", m.Attempt, "err", res.err)
 	}
 	if res.leaseLost {
 		log.Info("walq: work: result dropped: the lease was lost", "id", m.ID, "attempt", m.Attempt, "err", res.err)
-		return Message{}, false, nil
+		return leased{}, false, nil
 	}
 	cause := res.err
 	if res.cancelled != nil && cause != nil {
@@ -559,17 +671,22 @@ func (w *workRun) settleWith(m Message, res result, leaseNext bool) (next Messag
 	}
 	var endErr error
 	switch {
-	case res.err == nil && leaseNext:
-		next, ok, endErr, err = q.ackAndLease(m.Receipt)
+	case res.err == nil && leaseNext && w.fast != nil:
+		called := w.clock.Monotonic()
+		var nm Message
+		nm, ok, endErr, err = w.fast.ackAndLease(m.Receipt)
 		if err != nil {
-			return Message{}, false, err
+			return leased{}, false, err
+		}
+		if ok {
+			next = w.leased(nm, called)
 		}
 	case res.err == nil:
-		endErr = q.Ack(m.Receipt)
+		endErr = w.e.Ack(m.Receipt)
 	case IsPermanent(res.err):
-		endErr = q.DeadLetter(m.Receipt, cause)
+		endErr = w.e.DeadLetter(m.Receipt, cause)
 	default:
-		endErr = q.Nack(m.Receipt, cause)
+		endErr = w.e.Nack(m.Receipt, cause)
 	}
 	if errors.Is(endErr, ErrLeaseLost) {
 		log.Warn("walq: work: late ack: the lease ended before the handler did; the item may have run twice",
@@ -577,52 +694,6 @@ func (w *workRun) settleWith(m Message, res result, leaseNext bool) (next Messag
 		endErr = nil
 	}
 	return next, ok, endErr
-}
-
-// ackAndLease acks r and leases the next ready item, if any, in one pass of
-// the sequencer, and waits once, for the last of the two records: the log
-// is written in order, so the lease's durability implies the ack's. ackErr
-// is the ack's own failure (ErrLeaseLost for a late ack, ErrInvalid for a
-// receipt of another queue, leasing nothing); err is a failure of the
-// queue, after which neither outcome is known.
-func (q *Queue) ackAndLease(r Receipt) (next Message, ok bool, ackErr, err error) {
-	if ackErr := q.checkReceipt(r, "ack"); ackErr != nil {
-		return Message{}, false, ackErr, nil // not this queue's: nothing acked, nothing leased
-	}
-	q.mu.Lock()
-	commit, ackErr := q.ackLocked(r)
-	if ackErr != nil && !errors.Is(ackErr, ErrLeaseLost) {
-		q.mu.Unlock()
-		return Message{}, false, nil, ackErr
-	}
-	next, leaseCommit, err := q.leaseLocked()
-	q.mu.Unlock()
-	if err != nil {
-		return Message{}, false, nil, err
-	}
-	if leaseCommit != nil {
-		commit, ok = leaseCommit, true
-	}
-	if commit != nil {
-		if err := q.wait(commit); err != nil {
-			return Message{}, false, nil, err
-		}
-	}
-	return next, ok, ackErr, nil
-}
-
-// heartbeat is Extend without the wait for durability. Recovery ends every
-// lease open at a crash, whatever its end, so an extension's durability
-// buys nothing; the in-memory lease is what keeps the timer loop from
-// taking the item back. A heartbeat that waited for its fsync would stall
-// with the disk: an fsync slower than the visibility would let leases run
-// out under live handlers. The record still goes into the log, before any
-// ack or nack that relies on it, so replay agrees.
-func (q *Queue) heartbeat(r Receipt, d time.Duration) error {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	_, err := q.extendLocked(r, d)
-	return err
 }
 
 // itemContext is a handler's context: cancelled by Work with a cause, and

@@ -718,8 +718,12 @@ func TestWorkInvalidArguments(t *testing.T) {
 func TestWorkOptionsDefaults(t *testing.T) {
 	o, err := WorkOptions{}.withDefaults(30*time.Second, 1)
 	want := WorkOptions{Timeout: 5 * time.Minute, HeartbeatEvery: 10 * time.Second, Grace: 5 * time.Second, DrainTimeout: 10 * time.Second, MaxAbandoned: 1}
-	if err != nil || o != want {
-		t.Fatalf("defaults %+v, %v; want %+v", o, err, want)
+	if err != nil || o.Logger == nil || o.Counters == nil {
+		t.Fatalf("defaults %+v, %v: want a logger and counters", o, err)
+	}
+	o.Logger, o.Counters = nil, nil
+	if o != want {
+		t.Fatalf("defaults %+v; want %+v", o, want)
 	}
 	o, _ = WorkOptions{}.withDefaults(3*time.Second, 1)
 	if o.HeartbeatEvery != time.Second || o.Grace != time.Second {
@@ -791,5 +795,49 @@ func TestWorkSkipsALeaseThatEndedWhileItWaitedForTheDisk(t *testing.T) {
 	}
 	if got := q.work.leaseLost.Load(); got != 1 {
 		t.Errorf("leases lost %d, want 1 (the one that ended before its handler)", got)
+	}
+}
+
+// plainEngine has Engine's methods alone: Work finds no fast path on it.
+type plainEngine struct{ Engine }
+
+// TestWorkOnAnEngine: Work on an engine without walq's fast path settles
+// through the Engine methods, counts in the counters it is given and logs
+// to the logger it is given, not the queue's.
+func TestWorkOnAnEngine(t *testing.T) {
+	q, _, _ := testQueue(t, Options{MaxAttempts: 1})
+	mustPut(t, q, "ok")
+	mustPut(t, q, "fails")
+	var logs lockedBuffer
+	counters := new(WorkCounters)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Work(ctx, plainEngine{q}, 2, func(ctx context.Context, m Message) error {
+			if string(m.Body) == "fails" {
+				return errors.New("it failed")
+			}
+			return nil
+		}, WorkOptions{Counters: counters, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	}()
+	waitFor(t, "an ack and a dead letter", func() bool {
+		st := q.Stats()
+		return st.Acked == 1 && st.Dead == 1
+	})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := counters.Stats().HandlerErrors; got != 1 {
+		t.Fatalf("the given counters: %d handler errors, want 1", got)
+	}
+	if got := q.Stats().Work.HandlerErrors; got != 0 {
+		t.Fatalf("the queue counted %d handler errors of a Work call given its own counters", got)
+	}
+	if !strings.Contains(logs.String(), "handler failed") {
+		t.Fatalf("the given logger got %q", logs.String())
+	}
+	if err := Work(ctx, nil, 1, func(context.Context, Message) error { return nil }, WorkOptions{}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Work on a nil engine: %v", err)
 	}
 }
