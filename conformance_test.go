@@ -1,0 +1,71 @@
+package walq_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/walq/walq"
+	"github.com/walq/walq/walqtest"
+)
+
+// syncPolicies are the policies the conformance suite runs under.
+var syncPolicies = []struct {
+	name string
+	sync walq.SyncPolicy
+}{
+	{"always", walq.SyncAlways},
+	{"interval", walq.SyncInterval(5 * time.Millisecond)},
+	{"never", walq.SyncNever},
+}
+
+// walqTarget is walq's Queue as the suite's engine.
+func walqTarget(sync walq.SyncPolicy) walqtest.Target {
+	return walqtest.Target{
+		Open: func(dir string, cfg walqtest.Config) (walqtest.Queue, error) {
+			q, err := walq.Open(dir, walq.Options{
+				Visibility:  cfg.Visibility,
+				MaxAttempts: cfg.MaxAttempts,
+				Backoff:     cfg.Backoff,
+				KeyWindow:   cfg.KeyWindow,
+				Clock:       cfg.Clock,
+				Sync:        sync,
+			})
+			if err != nil {
+				return nil, err
+			}
+			return walqtest.Walq(q), nil
+		},
+		Caps: walqtest.Capabilities{ManualClock: true, Reopen: true, Processes: true,
+			Priority: true, Keys: true, Deadlines: true},
+	}
+}
+
+// TestConformance holds walq's own Queue to the suite of package walqtest,
+// under every sync policy, and once more behind a wrapper that hides its
+// fast path, so that Work runs on the Engine methods alone, as it does on
+// another engine.
+func TestConformance(t *testing.T) {
+	for _, p := range syncPolicies {
+		t.Run(p.name, func(t *testing.T) {
+			t.Parallel()
+			walqtest.Run(t, walqTarget(p.sync))
+		})
+	}
+	t.Run("engine-methods-only", func(t *testing.T) {
+		t.Parallel()
+		tg := walqTarget(walq.SyncAlways)
+		open := tg.Open
+		tg.Open = func(dir string, cfg walqtest.Config) (walqtest.Queue, error) {
+			q, err := open(dir, cfg)
+			if err != nil {
+				return nil, err
+			}
+			return methodsOnly{q}, nil
+		}
+		walqtest.Run(t, tg)
+	})
+}
+
+// methodsOnly passes every call on; embedding the interface, not the
+// Queue, it has the interface's methods alone, so Work finds no fast path.
+type methodsOnly struct{ walqtest.Queue }
