@@ -230,16 +230,7 @@ func TestBrokenEngine(t *testing.T) {
 	}
 	for _, b := range brokenEngines {
 		t.Run(b.name, func(t *testing.T) {
-			tg := walqTarget(walq.SyncNever)
-			open := tg.Open
-			tg.Open = func(dir string, cfg walqtest.Config) (walqtest.Queue, error) {
-				q, err := open(dir, cfg)
-				if err != nil {
-					return nil, err
-				}
-				return b.wrap(q), nil
-			}
-			walqtest.Run(t, tg)
+			walqtest.Run(t, wrappedTarget(walq.SyncNever, b.wrap))
 		})
 	}
 }

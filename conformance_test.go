@@ -53,17 +53,22 @@ func TestConformance(t *testing.T) {
 	}
 	t.Run("engine-methods-only", func(t *testing.T) {
 		t.Parallel()
-		tg := walqTarget(walq.SyncAlways)
-		open := tg.Open
-		tg.Open = func(dir string, cfg walqtest.Config) (walqtest.Queue, error) {
-			q, err := open(dir, cfg)
-			if err != nil {
-				return nil, err
-			}
-			return methodsOnly{q}, nil
-		}
-		walqtest.Run(t, tg)
+		walqtest.Run(t, wrappedTarget(walq.SyncAlways, func(q walqtest.Queue) walqtest.Queue { return methodsOnly{q} }))
 	})
+}
+
+// wrappedTarget is walqTarget with each queue it opens wrapped.
+func wrappedTarget(sync walq.SyncPolicy, wrap func(walqtest.Queue) walqtest.Queue) walqtest.Target {
+	tg := walqTarget(sync)
+	open := tg.Open
+	tg.Open = func(dir string, cfg walqtest.Config) (walqtest.Queue, error) {
+		q, err := open(dir, cfg)
+		if err != nil {
+			return nil, err
+		}
+		return wrap(q), nil
+	}
+	return tg
 }
 
 // methodsOnly passes every call on; embedding the interface, not the

@@ -125,15 +125,9 @@ func (s *scenario) handle(ctx context.Context, m walq.Message) error {
 func (s *scenario) waitDead(want int) map[uint64]walq.DeadLetter {
 	var dl map[uint64]walq.DeadLetter
 	eventuallyWithin(s.t, fmt.Sprintf("%d dead letters", want), scenarioLimit, func() (bool, error) {
-		d, err := s.e.q.DeadLetters(0)
-		if err != nil {
-			return false, err
-		}
-		dl = make(map[uint64]walq.DeadLetter, len(d))
-		for _, x := range d {
-			dl[x.ID] = x
-		}
-		return len(dl) >= want, nil
+		var err error
+		dl, err = deadLettersByID(s.e.q)
+		return len(dl) >= want, err
 	})
 	return dl
 }
@@ -264,13 +258,9 @@ func testScenarioNoHeartbeat(t *testing.T, tg Target) {
 			return false, err
 		default:
 		}
-		d, err := s.e.q.DeadLetters(0)
-		if err != nil {
+		var err error
+		if dl, err = deadLettersByID(s.e.q); err != nil {
 			return false, err
-		}
-		dl = make(map[uint64]walq.DeadLetter, len(d))
-		for _, x := range d {
-			dl[x.ID] = x
 		}
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -335,15 +335,23 @@ func (e *env) noneNow(what string) {
 // deadLetters lists the dead letters by ID.
 func (e *env) deadLetters() map[uint64]walq.DeadLetter {
 	e.t.Helper()
-	dl, err := e.q.DeadLetters(0)
+	dl, err := deadLettersByID(e.q)
 	if err != nil {
 		e.t.Fatalf("DeadLetters: %v", err)
+	}
+	return dl
+}
+
+func deadLettersByID(q Queue) (map[uint64]walq.DeadLetter, error) {
+	dl, err := q.DeadLetters(0)
+	if err != nil {
+		return nil, err
 	}
 	out := make(map[uint64]walq.DeadLetter, len(dl))
 	for _, d := range dl {
 		out[d.ID] = d
 	}
-	return out
+	return out, nil
 }
 
 // eventually waits until cond holds, checking it every few milliseconds:
