@@ -24,7 +24,7 @@ type WorkOptions struct {
 	Timeout time.Duration
 	// HeartbeatEvery is how often a running handler's lease is extended by
 	// the engine's Visibility, counted from the start of the lease; it must
-	// be shorter than the Visibility [Visibility/3].
+	// be shorter than the Visibility, and at least 1ms [Visibility/3].
 	HeartbeatEvery time.Duration
 	// Grace is how long a handler whose context Work cancelled (timeout,
 	// lost lease, drain timeout) may take to return before Work abandons
@@ -59,6 +59,8 @@ const (
 	defaultDrainTimeout = 10 * time.Second
 	maxDefaultGrace     = 5 * time.Second
 	maxPanicStack       = 4 << 10
+	// minHeartbeat is the shortest heartbeat interval Work accepts.
+	minHeartbeat = time.Millisecond
 )
 
 func (o WorkOptions) withDefaults(visibility time.Duration, workers int) (WorkOptions, error) {
@@ -78,6 +80,11 @@ func (o WorkOptions) withDefaults(visibility time.Duration, workers int) (WorkOp
 	}
 	if o.HeartbeatEvery == 0 {
 		o.HeartbeatEvery = visibility / 3
+	}
+	if o.HeartbeatEvery < minHeartbeat {
+		// Each beat is a record in the log: a heartbeat every few
+		// nanoseconds would spin and fill the disk.
+		return bad("HeartbeatEvery", o.HeartbeatEvery, fmt.Sprintf("under %v (a visibility of %v is too short to run handlers under)", minHeartbeat, visibility))
 	}
 	if o.Grace == 0 {
 		o.Grace = min(o.HeartbeatEvery, maxDefaultGrace)

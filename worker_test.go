@@ -705,6 +705,7 @@ func TestWorkInvalidArguments(t *testing.T) {
 		{"negative heartbeat", 1, ok, WorkOptions{HeartbeatEvery: -time.Second}},
 		{"heartbeat not shorter than the visibility", 1, ok, WorkOptions{HeartbeatEvery: 3 * time.Second}},
 		{"negative grace", 1, ok, WorkOptions{Grace: -time.Second}},
+		{"heartbeat under a millisecond", 1, ok, WorkOptions{HeartbeatEvery: time.Microsecond}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -839,5 +840,21 @@ func TestWorkOnAnEngine(t *testing.T) {
 	}
 	if err := Work(ctx, nil, 1, func(context.Context, Message) error { return nil }, WorkOptions{}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Work on a nil engine: %v", err)
+	}
+}
+
+// TestWorkRefusesTooShortAVisibility: a visibility of a few nanoseconds
+// would make the default heartbeat 0, a loop that writes an extension
+// record per turn; Work refuses it and writes nothing.
+func TestWorkRefusesTooShortAVisibility(t *testing.T) {
+	q, _, _ := testQueue(t, Options{Visibility: 2 * time.Nanosecond})
+	mustPut(t, q, "a")
+	before := q.Stats().LastLSN
+	err := q.Work(context.Background(), 1, func(context.Context, Message) error { return nil }, WorkOptions{})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "too short") {
+		t.Fatalf("Work under a 2ns visibility: %v, want ErrInvalid saying it is too short", err)
+	}
+	if got := q.Stats().LastLSN; got != before {
+		t.Fatalf("the refused Work wrote records %d..%d", before+1, got)
 	}
 }
