@@ -223,6 +223,9 @@ func (e *env) open() {
 	if err != nil {
 		e.t.Fatalf("open %s: %v", e.name, err)
 	}
+	if q == nil {
+		e.t.Fatalf("open %s: Target.Open returned a nil Queue and no error", e.name)
+	}
 	e.q = q
 }
 
