@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"log/slog"
 	"runtime"
 	"runtime/debug"
@@ -856,5 +859,27 @@ func TestWorkRefusesTooShortAVisibility(t *testing.T) {
 	}
 	if got := q.Stats().LastLSN; got != before {
 		t.Fatalf("the refused Work wrote records %d..%d", before+1, got)
+	}
+}
+
+// TestWorkUsesOnlyTheEngine: apart from Queue.Work, which hands the queue
+// to Work as an Engine, nothing in worker.go names the Queue type, so Work
+// reaches the queue only through Engine and the fast-path interface.
+func TestWorkUsesOnlyTheEngine(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "worker.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range f.Decls {
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil && fd.Name.Name == "Work" {
+			continue // Queue.Work
+		}
+		ast.Inspect(d, func(n ast.Node) bool {
+			if id, ok := n.(*ast.Ident); ok && id.Name == "Queue" {
+				t.Errorf("%s: worker.go names Queue outside Queue.Work", fset.Position(id.Pos()))
+			}
+			return true
+		})
 	}
 }
