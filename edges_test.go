@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -538,6 +539,46 @@ func TestRefusedRecordNamesItsPlace(t *testing.T) {
 	at := segs[0].Size + int64(wal.FrameOverhead(1))
 	if !errors.As(err, &ce) || ce.File != segs[0].Name || ce.Offset != at || ce.Index != last+1 {
 		t.Fatalf("Open = %v (%+v), want a CorruptionError at %s offset %d index %d", err, ce, segs[0].Name, at, last+1)
+	}
+}
+
+// TestRecordOfANewerBuild: a record in a verified frame whose type this
+// build does not know, or of a queue it does not have, was written by a
+// newer walq: Open refuses it with ErrNewerFormat, says which record, and
+// changes nothing.
+func TestRecordOfANewerBuild(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		queue uint64
+		typ   byte
+		want  string
+	}{
+		{"unknown type", 0, state.LastType + 1, "has type 11"},
+		{"another queue", 5, state.TypePut, "belongs to queue 5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			q, err := Open(dir, Options{})
+			must(t, err)
+			mustPut(t, q, "x")
+			last := q.Stats().LastLSN
+			must(t, q.Close())
+			l, _, err := wal.Open(filepath.Join(dir, "log"), wal.Options{Dir: dirIDOf(t, dir)}, 0, nil)
+			must(t, err)
+			if _, c := l.AppendQueue(tc.queue, tc.typ, func(b []byte) []byte { return append(b, 0x80) }); c.Wait() != nil {
+				t.Fatal(c.Wait())
+			}
+			must(t, l.Close())
+			before := dirListing(t, dir)
+			_, err = Open(dir, Options{})
+			if !errors.Is(err, ErrNewerFormat) || errors.Is(err, ErrCorrupt) ||
+				!strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), fmt.Sprintf("record %d", last+1)) {
+				t.Fatalf("Open = %v, want ErrNewerFormat naming record %d (%q)", err, last+1, tc.want)
+			}
+			if after := dirListing(t, dir); after != before {
+				t.Fatalf("the refused open changed the directory:\nbefore %v\nafter  %v", before, after)
+			}
+		})
 	}
 }
 

@@ -16,6 +16,10 @@ const (
 	TypeDiscard    byte = 8  // waiting items reached their deadline
 	TypeRedrive    byte = 9  // dead letters go back to waiting
 	TypePurge      byte = 10 // dead letters are dropped for good
+
+	// LastType is the highest record type this build knows. A record of a
+	// higher type, in a frame that verified, was written by a newer walq.
+	LastType = TypePurge
 )
 
 // TypeName names a record type for logs and tools.
@@ -47,7 +51,7 @@ func TypeName(t byte) string {
 
 // TypeByName is the inverse of TypeName (0 when unknown).
 func TypeByName(name string) byte {
-	for t := TypePut; t <= TypePurge; t++ {
+	for t := TypePut; t <= LastType; t++ {
 		if TypeName(t) == name {
 			return t
 		}

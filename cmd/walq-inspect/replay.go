@@ -469,12 +469,9 @@ func (r *replayer) apply(ev *event) {
 	if r.st == nil {
 		return
 	}
-	var err error
-	if ev.Queue != 0 {
-		// As rebuild.Apply, which recovery uses, refuses it.
-		err = fmt.Errorf("%w: record %d in %s belongs to queue %d, and this build has only the default queue",
-			wal.ErrNewerFormat, ev.Pos.Index, ev.Pos.File, ev.Queue)
-	} else {
+	// As rebuild.Apply, which recovery uses, refuses it.
+	err := rebuild.CheckKnown(ev.Pos, ev.Queue, ev.Type)
+	if err == nil {
 		err = rebuild.ApplyDecoded(r.st, r.logDir, ev.Pos, ev.Type, ev.Rec, ev.Err)
 	}
 	if err != nil {

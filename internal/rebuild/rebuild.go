@@ -98,12 +98,27 @@ func Newest(dir string, want wal.DirID) (Base, error) {
 // decode, or that the state refuses, is a *wal.CorruptionError at pos in
 // logDir.
 func Apply(st *state.State, logDir string, pos wal.Position, rec wal.Record) error {
-	if rec.Queue != 0 {
-		return fmt.Errorf("%w: record %d in %s belongs to queue %d, and this build has only the default queue",
-			wal.ErrNewerFormat, rec.LSN, pos.File, rec.Queue)
+	if err := CheckKnown(pos, rec.Queue, rec.Type); err != nil {
+		return err
 	}
 	r, err := state.Decode(rec.Type, rec.Body)
 	return ApplyDecoded(st, logDir, pos, rec.Type, r, err)
+}
+
+// CheckKnown refuses, with an error wrapping wal.ErrNewerFormat, a record
+// that a newer walq wrote: one of a queue other than the default, or of a
+// record type above state.LastType. Its frame verified, so no damage made
+// it; this build cannot apply it, and must not cut it as damage.
+func CheckKnown(pos wal.Position, queue uint64, typ byte) error {
+	switch {
+	case queue != 0:
+		return fmt.Errorf("%w: record %d in %s belongs to queue %d, and this build has only the default queue",
+			wal.ErrNewerFormat, pos.Index, pos.File, queue)
+	case typ > state.LastType:
+		return fmt.Errorf("%w: record %d in %s has type %d, and this build knows types up to %d",
+			wal.ErrNewerFormat, pos.Index, pos.File, typ, state.LastType)
+	}
+	return nil
 }
 
 // ApplyDecoded is Apply for a record already decoded: r and decodeErr are

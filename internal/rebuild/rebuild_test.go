@@ -268,6 +268,38 @@ func TestApplyRefusal(t *testing.T) {
 	}
 }
 
+// TestApplyRefusesNewerRecords: a record of another queue or of a type this
+// build does not know comes from a newer walq: ErrNewerFormat, never
+// corruption (which would invite a cut). Type 0 was never written by any
+// build: corruption.
+func TestApplyRefusesNewerRecords(t *testing.T) {
+	body, err := state.Encode(nil, &state.Ack{Time: 1, Receipt: 99})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := wal.Position{File: wal.SegmentName(1), Index: 7}
+	for _, tc := range []struct {
+		name  string
+		rec   wal.Record
+		newer string // "" for corruption
+	}{
+		{"another queue", wal.Record{Type: state.TypeAck, Queue: 3, LSN: 7, Body: body}, "belongs to queue 3"},
+		{"the type after the last", wal.Record{Type: state.LastType + 1, LSN: 7, Body: body}, "has type 11"},
+		{"type 255", wal.Record{Type: 255, LSN: 7, Body: body}, "has type 255"},
+		{"type 0", wal.Record{Type: 0, LSN: 7, Body: body}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := rebuild.Apply(state.New(), "log", pos, tc.rec)
+			switch {
+			case tc.newer != "" && (!errors.Is(err, wal.ErrNewerFormat) || errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), tc.newer)):
+				t.Fatalf("Apply = %v, want ErrNewerFormat saying %q", err, tc.newer)
+			case tc.newer == "" && (!errors.Is(err, wal.ErrCorrupt) || errors.Is(err, wal.ErrNewerFormat)):
+				t.Fatalf("Apply = %v, want corruption", err)
+			}
+		})
+	}
+}
+
 // TestReplayRefusesMissingRecords: a log that starts after the state is
 // missing records, even when every record it holds verifies.
 func TestReplayRefusesMissingRecords(t *testing.T) {
