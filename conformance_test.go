@@ -51,6 +51,14 @@ func TestConformance(t *testing.T) {
 			walqtest.Run(t, walqTarget(p.sync))
 		})
 	}
+	t.Run("real-time", func(t *testing.T) {
+		// As an engine that takes no injected clock is run: every
+		// time-based behaviour on the system clock.
+		t.Parallel()
+		tg := walqTarget(walq.SyncAlways)
+		tg.Caps.ManualClock = false
+		walqtest.Run(t, tg)
+	})
 	t.Run("engine-methods-only", func(t *testing.T) {
 		t.Parallel()
 		walqtest.Run(t, wrappedTarget(walq.SyncAlways, func(q walqtest.Queue) walqtest.Queue { return methodsOnly{q} }))
