@@ -10,9 +10,10 @@
 //     a visibility of 0.5 s, 3 attempts. Under walq.Work (its heartbeat
 //     extends the leases) no item is lost and none runs twice, and the 10
 //     hung items are dead letters with their timeout and 3 attempts.
-//     Without a heartbeat no item is lost or acked twice, and every run
-//     that a redelivery overlapped ends in a late ack or nack
-//     (walq.ErrLeaseLost).
+//     Without a heartbeat no item is lost or acked twice, items do run
+//     again, and every run of an item but its last ends in a late ack or
+//     nack (walq.ErrLeaseLost), so its worker learns the work may be done
+//     twice.
 //   - Leases: an acked item never comes back; Extend holds a lease past
 //     its first visibility; receipts of a lease that expired, or of an
 //     item since dead-lettered and redriven, change nothing and return
