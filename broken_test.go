@@ -267,12 +267,15 @@ func TestSuiteCatchesBrokenEngines(t *testing.T) {
 				// not what the engine breaks, leave it out.
 				args = append(args, "-test.skip=^TestBrokenEngine$/^"+regexp.QuoteMeta(b.name)+"$/^ReferenceScenario$")
 			}
-			cmd := exec.Command(os.Args[0], args...)
+			exe, err := os.Executable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(exe, args...)
 			cmd.Env = append(os.Environ(), brokenEnv+"=1")
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
-			err := cmd.Run()
-			if err == nil {
+			if err := cmd.Run(); err == nil {
 				t.Fatalf("the suite passed on the %s engine:\n%s", b.name, out.String())
 			}
 			var failed []string

@@ -45,7 +45,9 @@ func testKilledWorker(t *testing.T, tg Target) {
 	e.q = nil
 	mustOK(t, "close before the worker process starts", q.Close())
 
-	cmd := exec.Command(os.Args[0], "-test.run="+runPattern(t.Name()), "-test.count=1")
+	exe, err := os.Executable()
+	mustOK(t, "find the test binary", err)
+	cmd := exec.Command(exe, "-test.run="+runPattern(t.Name()), "-test.count=1")
 	cmd.Env = append(os.Environ(), childEnv+"="+e.name)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
