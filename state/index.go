@@ -82,7 +82,9 @@ func (x *idIndex) set(it *Item) {
 			}
 		}
 	case c-x.base >= maxDense:
-		x.slide(c - maxDense + 1)
+		// Slide by half the reach, so that a straggler under steady puts
+		// costs one copy of the slice per maxDense/2 chunks, not per chunk.
+		x.slide(c - maxDense/2)
 	}
 	if ch == nil {
 		for c-x.base >= uint64(len(x.chunks)) {
