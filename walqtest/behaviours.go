@@ -20,13 +20,13 @@ import (
 // the lease's end, so a wait for a redelivery after an expiry would need a
 // second step of the clock that only the engine knows when to take.
 func baseConfig() Config {
-	return Config{Visibility: 4 * time.Second, MaxAttempts: 5, Backoff: constBackoff(0), KeyWindow: 40 * time.Second}
+	return Config{Visibility: 4 * time.Second, MaxAttempts: 5, Backoff: noBackoff, KeyWindow: 40 * time.Second}
 }
 
 // testAckEndsItem: an acked item is gone: it never comes back, not even
 // after its visibility would have run out, and a second ack is stale.
 func testAckEndsItem(t *testing.T, tg Target) {
-	e := newEnv(t, tg, baseConfig(), false)
+	e := newEnv(t, tg, baseConfig())
 	id := e.put("a")
 	m := e.getID("lease", id)
 	mustOK(t, "ack", e.q.Ack(m.Receipt))
@@ -38,7 +38,7 @@ func testAckEndsItem(t *testing.T, tg Target) {
 // testExtendHoldsLease: Extend pushes the lease's end, so an item kept past
 // its first visibility is not delivered again, and its ack is on time.
 func testExtendHoldsLease(t *testing.T, tg Target) {
-	e := newEnv(t, tg, baseConfig(), false)
+	e := newEnv(t, tg, baseConfig())
 	id := e.put("a")
 	m := e.getID("lease", id)
 	for i := range 3 {
@@ -58,7 +58,7 @@ func testExtendHoldsLease(t *testing.T, tg Target) {
 // every call with the first receipt returns ErrLeaseLost and changes
 // nothing; the second lease goes on as if those calls never came.
 func testStaleAfterExpiry(t *testing.T, tg Target) {
-	e := newEnv(t, tg, baseConfig(), false)
+	e := newEnv(t, tg, baseConfig())
 	id := e.put("a")
 	m1 := e.getID("first lease", id)
 	e.advance(e.units(5.5)) // past the visibility
@@ -93,7 +93,7 @@ func testStaleAfterExpiry(t *testing.T, tg Target) {
 // testStaleAfterRedrive: a receipt from before an item was dead-lettered
 // and redriven does not act on the new lease.
 func testStaleAfterRedrive(t *testing.T, tg Target) {
-	e := newEnv(t, tg, baseConfig(), false)
+	e := newEnv(t, tg, baseConfig())
 	id := e.put("a")
 	m1 := e.getID("first lease", id)
 	mustOK(t, "dead-letter", e.q.DeadLetter(m1.Receipt, errors.New("poison")))
@@ -115,7 +115,7 @@ func testStaleAfterRedrive(t *testing.T, tg Target) {
 func testNackBackoff(t *testing.T, tg Target) {
 	cfg := baseConfig()
 	cfg.Backoff = func(attempt int) time.Duration { return time.Duration(attempt) * 2 * time.Second }
-	e := newEnv(t, tg, cfg, false)
+	e := newEnv(t, tg, cfg)
 	id := e.put("a")
 	m := e.getID("first lease", id)
 	for attempt := 1; attempt <= 3; attempt++ {
@@ -142,7 +142,7 @@ func testNackBackoff(t *testing.T, tg Target) {
 // lease that ends by expiry, with no nack, counts as much as one that is
 // nacked.
 func testAttemptsAtLease(t *testing.T, tg Target) {
-	e := newEnv(t, tg, baseConfig(), false)
+	e := newEnv(t, tg, baseConfig())
 	id := e.put("a")
 	m := e.getID("first lease", id)
 	if m.Attempt != 1 {
@@ -165,7 +165,7 @@ func testAttemptsAtLease(t *testing.T, tg Target) {
 // testAttemptsAcrossReopen: a lease open when the queue closes counted its
 // attempt; the item comes back after the reopen with the next one.
 func testAttemptsAcrossReopen(t *testing.T, tg Target) {
-	e := newEnv(t, tg, baseConfig(), false)
+	e := newEnv(t, tg, baseConfig())
 	id := e.put("a")
 	m := e.getID("first lease", id)
 	e.reopen()
@@ -184,7 +184,7 @@ func testAttemptsAcrossReopen(t *testing.T, tg Target) {
 func testDeadLetters(t *testing.T, tg Target) {
 	cfg := baseConfig()
 	cfg.MaxAttempts = 3
-	e := newEnv(t, tg, cfg, false)
+	e := newEnv(t, tg, cfg)
 	a := e.put("out of attempts")
 	for attempt := 1; attempt <= 3; attempt++ {
 		m := e.getID(fmt.Sprintf("attempt %d", attempt), a)
@@ -229,7 +229,7 @@ func testDeadLetters(t *testing.T, tg Target) {
 // its attempts counted from 1; redriving what is not a dead letter is
 // ErrNotFound.
 func testRedrive(t *testing.T, tg Target) {
-	e := newEnv(t, tg, baseConfig(), false)
+	e := newEnv(t, tg, baseConfig())
 	id := e.put("a")
 	m := e.getID("lease", id)
 	mustOK(t, "dead-letter", e.q.DeadLetter(m.Receipt, errors.New("poison")))
@@ -253,7 +253,7 @@ func testRedrive(t *testing.T, tg Target) {
 
 // testPurge: a purged dead letter is gone for good.
 func testPurge(t *testing.T, tg Target) {
-	e := newEnv(t, tg, baseConfig(), false)
+	e := newEnv(t, tg, baseConfig())
 	id := e.put("a")
 	keep := e.put("b")
 	for range 2 {
@@ -286,7 +286,7 @@ func keys(m map[uint64]walq.DeadLetter) []uint64 {
 // testDelayNeverEarly: a delayed item is delivered at its delay, never
 // before; items of several delays come in the order they become ready.
 func testDelayNeverEarly(t *testing.T, tg Target) {
-	e := newEnv(t, tg, baseConfig(), false)
+	e := newEnv(t, tg, baseConfig())
 	start := e.now()
 	delays := []float64{3, 1, 2}
 	ids := make(map[uint64]time.Duration)
@@ -314,7 +314,7 @@ func testDelayNeverEarly(t *testing.T, tg Target) {
 // testEarlierInsertWakes: a consumer blocked with only a far-off item
 // stored is woken by a put that is due sooner.
 func testEarlierInsertWakes(t *testing.T, tg Target) {
-	e := newEnv(t, tg, baseConfig(), false)
+	e := newEnv(t, tg, baseConfig())
 	far := e.put("far", walq.WithDelay(e.units(1000)))
 	got := make(chan walq.Message, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
@@ -354,7 +354,7 @@ func testEarlierInsertWakes(t *testing.T, tg Target) {
 // before anyone takes it is discarded, never delivered; one whose deadline
 // is not after its due time is refused.
 func testDeadlineAfterDelay(t *testing.T, tg Target) {
-	e := newEnv(t, tg, baseConfig(), false)
+	e := newEnv(t, tg, baseConfig())
 	now := e.now()
 	if _, err := e.q.Put(context.Background(), []byte("bad"), walq.WithDelay(e.units(2)), walq.WithDeadline(now.Add(e.units(1)))); !errors.Is(err, walq.ErrInvalidDeadline) {
 		t.Fatalf("put with its deadline before its due time: got %v, want ErrInvalidDeadline", err)
@@ -376,7 +376,7 @@ func testDeadlineAfterDelay(t *testing.T, tg Target) {
 // testPriorityOrder: ready items come smallest priority first, and within
 // a priority in the order they became ready (not the order of their puts).
 func testPriorityOrder(t *testing.T, tg Target) {
-	e := newEnv(t, tg, baseConfig(), false)
+	e := newEnv(t, tg, baseConfig())
 	a := e.put("p0 ready at 3", walq.WithDelay(e.units(3)))
 	b := e.put("p0 ready at 2", walq.WithDelay(e.units(2)))
 	c := e.put("p0 ready at once")
@@ -394,7 +394,7 @@ func testPriorityOrder(t *testing.T, tg Target) {
 func testKeysAcrossReopen(t *testing.T, tg Target) {
 	cfg := baseConfig()
 	cfg.KeyWindow = 8 * time.Second
-	e := newEnv(t, tg, cfg, false)
+	e := newEnv(t, tg, cfg)
 	put := func(body string) (uint64, error) {
 		return e.q.Put(context.Background(), []byte(body), walq.WithKey("order-17"))
 	}

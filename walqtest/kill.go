@@ -25,7 +25,7 @@ const (
 )
 
 func killConfig() Config {
-	return Config{Visibility: time.Second, MaxAttempts: 10, Backoff: constBackoff(0), KeyWindow: time.Minute}
+	return Config{Visibility: time.Second, MaxAttempts: 10, Backoff: noBackoff, KeyWindow: time.Minute}
 }
 
 // testKilledWorker: a worker process is killed with SIGKILL in the middle

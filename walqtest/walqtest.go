@@ -172,11 +172,11 @@ type env struct {
 
 // newEnv opens a fresh queue for t. cfg's durations are in units, written
 // as seconds: 1s is env.unit. A queue whose engine declares ManualClock
-// runs on one, unless realTime.
-func newEnv(t *testing.T, tg Target, cfg Config, realTime bool) *env {
+// runs on one.
+func newEnv(t *testing.T, tg Target, cfg Config) *env {
 	t.Helper()
 	e := &env{t: t, tg: tg, name: t.TempDir(), unit: 250 * time.Millisecond}
-	if tg.Caps.ManualClock && !realTime {
+	if tg.Caps.ManualClock {
 		e.clock = walq.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 		e.unit = 10 * time.Second
 		cfg.Clock = e.clock
@@ -398,10 +398,8 @@ func mustOK(t *testing.T, what string, err error) {
 	}
 }
 
-// constBackoff waits n units before every retry.
-func constBackoff(n float64) func(int) time.Duration {
-	return func(int) time.Duration { return time.Duration(n * float64(time.Second)) }
-}
+// noBackoff retries at once.
+func noBackoff(int) time.Duration { return 0 }
 
 func describe(m walq.Message) string {
 	return fmt.Sprintf("item %d (%q, attempt %d)", m.ID, m.Body, m.Attempt)
