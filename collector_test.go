@@ -70,12 +70,12 @@ func busyQueue(t *testing.T) (*Queue, *ManualClock) {
 	// expired ones (back after a 1s backoff) are 4s past their due time.
 	advance(t, q, clock, 5*time.Second)
 	must(q.Compact())
-	q.work.handlerErrors.Add(1)
-	q.work.panics.Add(2)
-	q.work.timeouts.Add(3)
-	q.work.abandoned.Add(4)
-	q.work.abandonedRunning.Add(5)
-	q.work.leaseLost.Add(6)
+	q.rt.work.handlerErrors.Add(1)
+	q.rt.work.panics.Add(2)
+	q.rt.work.timeouts.Add(3)
+	q.rt.work.abandoned.Add(4)
+	q.rt.work.abandonedRunning.Add(5)
+	q.rt.work.leaseLost.Add(6)
 	return q, clock
 }
 

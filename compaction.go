@@ -92,7 +92,18 @@ func (q *Queue) compact() (err error) {
 		// the wall clock behind resumes queue time at the log's newest
 		// time, which may be earlier than now, and a key pruned at now
 		// would be missing there while its window still held it.
-		shadow.PruneKeys(shadow.LastTime(), int64(q.opts.KeyWindow))
+		windows := make(map[uint64]int64)
+		q.mu.Lock()
+		for id, rt := range q.rts {
+			windows[id] = int64(rt.set.keyWindow)
+		}
+		q.mu.Unlock()
+		shadow.PruneKeysBy(shadow.LastTime(), func(queue uint64) int64 {
+			if w, ok := windows[queue]; ok {
+				return w
+			}
+			return int64(q.opts.KeyWindow)
+		})
 		body, err := shadow.MarshalSnapshot()
 		if err != nil {
 			return fmt.Errorf("walq: compaction: encode snapshot: %w", err)

@@ -44,7 +44,11 @@ type Engine interface {
 }
 
 // Visibility is how long a lease lasts: Options.Visibility.
-func (q *Queue) Visibility() time.Duration { return q.opts.Visibility }
+func (q *Queue) Visibility() time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.rt.set.visibility
+}
 
 // Clock is the queue's clock: Options.Clock.
 func (q *Queue) Clock() Clock { return q.clock }

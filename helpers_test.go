@@ -18,7 +18,7 @@ func (q *Queue) settle() { q.tick() }
 func (q *Queue) waitForWaiters(n int) {
 	for {
 		q.mu.Lock()
-		got := q.waiters.len()
+		got := q.rt.waiters.len()
 		q.mu.Unlock()
 		if got >= n {
 			return

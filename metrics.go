@@ -1,6 +1,7 @@
 package walq
 
 import (
+	"github.com/walq/walq/state"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,13 +97,23 @@ type RecoveryStats struct {
 // counters count since the queue directory was created (LateAcks since
 // Open).
 type Stats struct {
+	// Queue is the queue's name ("" for the default queue, and for
+	// DirStats). Paused says whether it delivers nothing now.
+	Queue  string
+	Paused bool
+	// MaxInFlight is the queue's cap on open leases (0: none).
+	MaxInFlight int
+
 	Ready, Delayed, Leased, Dead int
 	Items                        int   // stored items: ready, delayed, leased and dead
 	Bytes                        int64 // sum of their bodies
 	Keys                         int   // idempotency keys held or inside their window
 
 	Put, Delivered, Acked, Nacked, Expired, DeadLettered, Discarded, Redriven, Purged uint64
-	LateAcks                                                                          uint64
+	// MovedIn and MovedOut count dead letters redriven into this queue
+	// from another, and out of it into another (RedriveTo).
+	MovedIn, MovedOut uint64
+	LateAcks          uint64
 
 	// OldestReady is how long the oldest ready item has been ready;
 	// DelayedPastDue how far the earliest delayed item is past its due time
@@ -138,8 +149,22 @@ type WorkStats struct {
 	LeasesLost       uint64 // heartbeats that found the lease gone
 }
 
-// Stats reports the queue's gauges and counters.
+// Stats reports the queue's gauges and counters, and the directory's log,
+// compaction and recovery figures (which every queue of the directory
+// shares). On a handle whose queue was deleted the queue's figures are
+// zero.
 func (q *Queue) Stats() Stats {
+	return q.stats(false)
+}
+
+// DirStats is Stats summed over every queue of the directory: the gauges
+// and counters of its queues added up (of the queues that exist now), and
+// Work's counters of Queue.Work on each.
+func (q *Queue) DirStats() Stats {
+	return q.stats(true)
+}
+
+func (q *Queue) stats(all bool) Stats {
 	segs := q.log.Segments()
 	var logBytes int64
 	for _, s := range segs {
@@ -147,18 +172,47 @@ func (q *Queue) Stats() Stats {
 	}
 	q.mu.Lock()
 	now := q.qt.now()
-	g := q.st.Gauges()
-	c := q.st.Counters()
+	var g state.Gauges
+	var c state.Counters
+	var late uint64
+	var work WorkStats
+	var name string
+	var paused bool
+	var inFlight int
+	add := func(qs *state.QueueState, rt *queueRT) {
+		qg := qs.Gauges()
+		g.Ready, g.Delayed, g.Leased, g.Dead = g.Ready+qg.Ready, g.Delayed+qg.Delayed, g.Leased+qg.Leased, g.Dead+qg.Dead
+		g.Items, g.Bytes, g.Keys = g.Items+qg.Items, g.Bytes+qg.Bytes, g.Keys+qg.Keys
+		if qg.OldestReadyDue != 0 && (g.OldestReadyDue == 0 || qg.OldestReadyDue < g.OldestReadyDue) {
+			g.OldestReadyDue = qg.OldestReadyDue
+		}
+		if qg.DelayedHeadDue != 0 && (g.DelayedHeadDue == 0 || qg.DelayedHeadDue < g.DelayedHeadDue) {
+			g.DelayedHeadDue = qg.DelayedHeadDue
+		}
+		c = c.Add(qs.Counters())
+		late += rt.lateAcks.Load()
+		work = work.add(rt.work.Stats())
+	}
+	if all {
+		for _, qs := range q.st.Queues() {
+			add(qs, q.rts[qs.ID()])
+		}
+	} else if qs := q.st.Queue(q.rt.id); qs != nil && !q.rt.gone {
+		add(qs, q.rt)
+		name, paused, inFlight = q.rt.name, qs.Paused(now), q.rt.set.maxInFlight
+	}
 	live := q.liveBytesLocked()
 	last := q.st.LastLSN()
 	q.mu.Unlock()
 	snapLSN := q.snapLSN.Load()
 	st := Stats{
+		Queue: name, Paused: paused, MaxInFlight: inFlight,
 		Ready: g.Ready, Delayed: g.Delayed, Leased: g.Leased, Dead: g.Dead,
 		Items: g.Items, Bytes: g.Bytes, Keys: g.Keys,
 		Put: c.Put, Delivered: c.Delivered, Acked: c.Acked, Nacked: c.Nacked, Expired: c.Expired,
 		DeadLettered: c.DeadLettered, Discarded: c.Discarded, Redriven: c.Redriven, Purged: c.Purged,
-		LateAcks:          q.lateAcks.Load(),
+		MovedIn: c.MovedIn, MovedOut: c.MovedOut,
+		LateAcks:          late,
 		Fsync:             q.metrics.fsync.snapshot(),
 		CommitBatch:       q.metrics.batch.snapshot(),
 		LogBytes:          logBytes,
@@ -171,7 +225,7 @@ func (q *Queue) Stats() Stats {
 		CompactionsFailed: q.metrics.compactFailed.Load(),
 		LastCompactIn:     time.Duration(q.metrics.lastCompactDur.Load()),
 		Recovery:          q.recovery.clone(),
-		Work:              q.work.Stats(),
+		Work:              work,
 	}
 	if g.OldestReadyDue != 0 && now > g.OldestReadyDue {
 		st.OldestReady = time.Duration(now - g.OldestReadyDue)
@@ -183,6 +237,14 @@ func (q *Queue) Stats() Stats {
 		st.LastCompacted = q.qt.toWall(t)
 	}
 	return st
+}
+
+func (w WorkStats) add(v WorkStats) WorkStats {
+	return WorkStats{
+		HandlerErrors: w.HandlerErrors + v.HandlerErrors, Panics: w.Panics + v.Panics, Timeouts: w.Timeouts + v.Timeouts,
+		Abandoned: w.Abandoned + v.Abandoned, AbandonedRunning: w.AbandonedRunning + v.AbandonedRunning,
+		LeasesLost: w.LeasesLost + v.LeasesLost,
+	}
 }
 
 func (r RecoveryStats) clone() RecoveryStats {

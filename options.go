@@ -55,6 +55,10 @@ type Options struct {
 	// bodies, dead letters included [0: no bound].
 	MaxItems int
 	MaxBytes int64
+	// MaxInFlight caps the default queue's open leases [0: no cap]; see
+	// QueueOptions.MaxInFlight for named queues. MaxItems, MaxBytes and
+	// MaxInFlight are the default queue's: each named queue has its own.
+	MaxInFlight int
 	// MaxBodySize is the largest body Put accepts [1 MiB].
 	MaxBodySize int
 	// CompactMinBytes is the log size below which compaction does not run
@@ -127,6 +131,8 @@ func (o Options) withDefaults() (Options, error) {
 		return bad("MaxItems", o.MaxItems, "negative")
 	case o.MaxBytes < 0:
 		return bad("MaxBytes", o.MaxBytes, "negative")
+	case o.MaxInFlight < 0:
+		return bad("MaxInFlight", o.MaxInFlight, "negative")
 	case o.MaxBodySize < 0:
 		return bad("MaxBodySize", o.MaxBodySize, "negative")
 	case o.CompactMinBytes < 0:

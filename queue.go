@@ -16,6 +16,7 @@ import (
 // Message is one delivery of an item.
 type Message struct {
 	ID         uint64
+	Queue      string // the queue's name ("" for the default queue)
 	Receipt    Receipt
 	Body       []byte // the caller's own copy
 	Attempt    int    // 1 on the first delivery since the put or the last redrive
@@ -26,9 +27,22 @@ type Message struct {
 	LeaseEnd   time.Time // wall-clock time, translated from queue time
 }
 
-// Queue is a durable work queue in one directory. It is safe for concurrent
-// use.
+// Queue is a handle on one queue of a queue directory: the directory's
+// default queue (what Open returns) or a named queue (OpenQueue). Every
+// handle of a directory shares its log, its sequencer, its group commit,
+// its timer and its compaction. It is safe for concurrent use.
 type Queue struct {
+	*directory
+	rt *queueRT // the queue's incarnation, shared by its handles
+
+	// detached is closed by Close on a named queue's handle (nil for the
+	// default queue's, whose Close closes the directory).
+	detached   chan struct{}
+	detachOnce sync.Once
+}
+
+// directory is what the queues of one directory share.
+type directory struct {
 	dir   string
 	dirID wal.DirID // the directory's identity, from its marker; every receipt carries it (receipt.go)
 	opts  Options
@@ -40,13 +54,14 @@ type Queue struct {
 	// mu is the sequencer (sequencer.go).
 	mu       sync.Mutex
 	st       *state.State
-	encBuf   []byte        // record encoding scratch; under mu
-	closed   bool          // under mu
-	waiters  waiterList    // blocked Gets, oldest first; under mu
-	timerAt  int64         // when the timer loop will wake next (MaxInt64: not armed); under mu
-	logBytes int64         // bytes in the log segments, approximately; under mu
-	kick     chan struct{} // wakes the timer loop to look again
-	done     chan struct{} // closed by Close
+	rts      map[uint64]*queueRT // every queue's runtime, by incarnation ID; under mu
+	def      *Queue              // the default queue's handle
+	encBuf   []byte              // record encoding scratch; under mu
+	closed   bool                // under mu
+	timerAt  int64               // when the timer loop will wake next (MaxInt64: not armed); under mu
+	logBytes int64               // bytes in the log segments, approximately; under mu
+	kick     chan struct{}       // wakes the timer loop to look again
+	done     chan struct{}       // closed by Close
 
 	// failed is closed at the first failure (a failed write or fsync, or a
 	// record the state refused), after failErr is set: every blocked call
@@ -60,8 +75,6 @@ type Queue struct {
 	snapLSN       atomic.Uint64 // LSN covered by the newest snapshot; written under compactMu
 	compactAfter  int64         // no automatic compaction below this log size; under mu
 
-	lateAcks atomic.Uint64
-	work     WorkCounters // Work's counters (worker.go)
 	metrics  metrics
 	recovery RecoveryStats
 	wg       sync.WaitGroup
@@ -142,10 +155,12 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 	}
 
 	q.mu.Lock()
-	if err := q.usableLocked(); err != nil {
+	if err := q.callLocked(); err != nil {
 		q.mu.Unlock()
 		return nil, err
 	}
+	rt := q.rt
+	qs := q.st.Queue(rt.id)
 	now := q.qt.now()
 	ids := make([]uint64, len(items))
 	var errs []error
@@ -168,7 +183,7 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 			}
 		}
 		if n.Key != "" {
-			if id, held := q.st.KeyHolder(n.Key, now, int64(q.opts.KeyWindow)); held {
+			if id, held := qs.KeyHolder(n.Key, now, int64(rt.set.keyWindow)); held {
 				ids[i] = id
 				errs = setErr(errs, len(items), i, fmt.Errorf("%w: key %q is held by item %d", ErrDuplicate, n.Key, id))
 				continue
@@ -188,21 +203,15 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 		accepted = append(accepted, n)
 		bytes += int64(len(n.Body))
 	}
-	if q.opts.MaxItems > 0 && q.st.Len()+len(accepted) > q.opts.MaxItems {
-		n := q.st.Len()
+	if err := rt.checkRoom(qs, len(accepted), bytes); err != nil {
 		q.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d items stored, %d more would pass Options.MaxItems %d", ErrFull, n, len(accepted), q.opts.MaxItems)
-	}
-	if q.opts.MaxBytes > 0 && q.st.Bytes()+bytes > q.opts.MaxBytes {
-		n := q.st.Bytes()
-		q.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d bytes stored, %d more would pass Options.MaxBytes %d", ErrFull, n, bytes, q.opts.MaxBytes)
+		return nil, err
 	}
 	var commit *wal.Commit
 	if len(accepted) > 0 {
 		first := q.st.NextID()
 		var err error
-		if _, commit, err = q.appendLocked(&state.Put{Time: now, Items: accepted}); err != nil {
+		if _, commit, err = q.appendToLocked(rt.id, &state.Put{Time: now, Items: accepted}); err != nil {
 			q.mu.Unlock()
 			return nil, err
 		}
@@ -218,7 +227,7 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 				ready++
 			}
 		}
-		q.waiters.wake(ready)
+		rt.changedLocked(ready)
 	}
 	// A repeated key inside the batch gets the ID of its first item.
 	for i, first := range sameAs {
@@ -255,7 +264,7 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 	}
 	for {
 		q.mu.Lock()
-		if err := q.usableLocked(); err != nil {
+		if err := q.callLocked(); err != nil {
 			q.mu.Unlock()
 			return Message{}, err
 		}
@@ -271,17 +280,18 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 			}
 			return m, nil
 		}
-		w := q.waiters.add()
+		rt := q.rt
+		w := rt.waiters.add()
 		q.kickLocked(q.nextWakeLocked()) // a waiter makes the next due time count
 		q.mu.Unlock()
 		select {
 		case <-w.ch:
 		case <-ctx.Done():
 			q.mu.Lock()
-			q.waiters.remove(w)
+			rt.waiters.remove(w)
 			select {
 			case <-w.ch:
-				q.waiters.wake(1) // signalled as we gave up: pass it on
+				rt.waiters.wake(1) // signalled as we gave up: pass it on
 			default:
 			}
 			q.mu.Unlock()
@@ -290,6 +300,10 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 			return Message{}, ErrClosed
 		case <-q.failed:
 			return Message{}, q.failErr
+		case <-rt.deleted:
+			return Message{}, fmt.Errorf("%w: %s", ErrQueueDeleted, rt.label())
+		case <-q.detached: // nil for the default queue: never ready
+			return Message{}, fmt.Errorf("%w: the handle on %s", ErrClosed, rt.label())
 		}
 	}
 }
@@ -298,7 +312,7 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 // an item (it does wait for the lease to be durable).
 func (q *Queue) TryGet() (Message, bool, error) {
 	q.mu.Lock()
-	if err := q.usableLocked(); err != nil {
+	if err := q.callLocked(); err != nil {
 		q.mu.Unlock()
 		return Message{}, false, err
 	}
@@ -313,25 +327,32 @@ func (q *Queue) TryGet() (Message, bool, error) {
 	return m, true, nil
 }
 
-// leaseLocked leases the next ready item; a nil commit means none is ready.
+// leaseLocked leases the next ready item; a nil commit means none is ready,
+// or the queue is paused or at its cap of leases in flight.
 func (q *Queue) leaseLocked() (Message, *wal.Commit, error) {
 	now := q.qt.now()
 	if err := q.discardPassedLocked(now); err != nil {
 		return Message{}, nil, err
 	}
-	q.st.Promote(now)
-	it := q.st.NextReady()
+	rt := q.rt
+	qs := q.st.Queue(rt.id)
+	if qs.Paused(now) || (rt.set.maxInFlight > 0 && qs.Leased() >= rt.set.maxInFlight) {
+		return Message{}, nil, nil
+	}
+	qs.Promote(now)
+	it := qs.NextReady()
 	if it == nil {
 		return Message{}, nil, nil
 	}
-	rec := &state.Lease{Time: now, ID: it.ID, LeaseEnd: now + int64(q.opts.Visibility)}
-	lsn, commit, err := q.appendLocked(rec)
+	rec := &state.Lease{Time: now, ID: it.ID, LeaseEnd: now + int64(rt.set.visibility)}
+	lsn, commit, err := q.appendToLocked(rt.id, rec)
 	if err != nil {
 		return Message{}, nil, err
 	}
 	off := q.qt.offset()
 	return Message{
 		ID:         it.ID,
+		Queue:      rt.name,
 		Receipt:    q.receiptFor(lsn),
 		Body:       append([]byte(nil), it.Body...),
 		Attempt:    int(it.Attempts),
@@ -350,16 +371,33 @@ func (q *Queue) discardPassedLocked(now int64) error {
 		if len(passed) == 0 {
 			return nil
 		}
-		ids := make([]uint64, len(passed))
-		for i, it := range passed {
-			ids[i] = it.ID
+		for _, it := range passed {
 			q.opts.Logger.Info("walq: item discarded at its deadline", "id", it.ID,
 				"deadline", q.qt.toWall(it.Deadline).UTC())
 		}
-		if _, _, err := q.appendLocked(&state.Discard{Time: now, IDs: ids}); err != nil {
+		if err := q.discardLocked(now, passed); err != nil {
 			return err
 		}
 	}
+}
+
+// discardLocked writes the discards of items passed their deadline, one
+// record per queue.
+func (q *Queue) discardLocked(now int64, passed []*state.Item) error {
+	byQueue := make(map[uint64][]uint64)
+	var order []uint64
+	for _, it := range passed {
+		if byQueue[it.Queue] == nil {
+			order = append(order, it.Queue)
+		}
+		byQueue[it.Queue] = append(byQueue[it.Queue], it.ID)
+	}
+	for _, id := range order {
+		if _, _, err := q.appendToLocked(id, &state.Discard{Time: now, IDs: byQueue[id]}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // openLeaseLocked finds the lease that receipt names if it is still
@@ -367,8 +405,8 @@ func (q *Queue) discardPassedLocked(now int64) error {
 // with checkReceipt.
 func (q *Queue) openLeaseLocked(r Receipt, now int64, call string) (*state.Item, error) {
 	it := q.st.Leased(r.lease)
-	if it == nil || now >= it.LeaseEnd {
-		q.lateAcks.Add(1)
+	if it == nil || it.Queue != q.rt.id || now >= it.LeaseEnd {
+		q.rt.lateAcks.Add(1)
 		q.opts.Logger.Info("walq: call with a lost lease", "call", call, "receipt", r)
 		return nil, fmt.Errorf("%w: %s with receipt %s", ErrLeaseLost, call, r)
 	}
@@ -398,14 +436,14 @@ func (q *Queue) extendLocked(r Receipt, d time.Duration) (*wal.Commit, error) {
 	if err := q.checkReceipt(r, "extend"); err != nil {
 		return nil, err
 	}
-	if err := q.usableLocked(); err != nil {
+	if err := q.callLocked(); err != nil {
 		return nil, err
 	}
 	now := q.qt.now()
 	if _, err := q.openLeaseLocked(r, now, "extend"); err != nil {
 		return nil, err
 	}
-	_, commit, err := q.appendLocked(&state.Extend{Time: now, Receipt: r.lease, LeaseEnd: now + int64(d)})
+	_, commit, err := q.appendToLocked(q.rt.id, &state.Extend{Time: now, Receipt: r.lease, LeaseEnd: now + int64(d)})
 	return commit, err
 }
 
@@ -426,14 +464,17 @@ func (q *Queue) ackLocked(r Receipt) (*wal.Commit, error) {
 	if err := q.checkReceipt(r, "ack"); err != nil {
 		return nil, err
 	}
-	if err := q.usableLocked(); err != nil {
+	if err := q.callLocked(); err != nil {
 		return nil, err
 	}
 	now := q.qt.now()
 	if _, err := q.openLeaseLocked(r, now, "ack"); err != nil {
 		return nil, err
 	}
-	_, commit, err := q.appendLocked(&state.Ack{Time: now, Receipt: r.lease})
+	_, commit, err := q.appendToLocked(q.rt.id, &state.Ack{Time: now, Receipt: r.lease})
+	if err == nil {
+		q.rt.leaseEndedLocked()
+	}
 	return commit, err
 }
 
@@ -469,7 +510,7 @@ func (q *Queue) end(r Receipt, kind byte, cause string) error {
 		return err
 	}
 	q.mu.Lock()
-	if err := q.usableLocked(); err != nil {
+	if err := q.callLocked(); err != nil {
 		q.mu.Unlock()
 		return err
 	}
@@ -479,7 +520,7 @@ func (q *Queue) end(r Receipt, kind byte, cause string) error {
 		q.mu.Unlock()
 		return err
 	}
-	_, commit, err := q.appendLocked(q.endRecordLocked(kind, it, now, cause))
+	_, commit, err := q.appendEndLocked(q.rt, kind, it, now, cause)
 	q.mu.Unlock()
 	if err != nil {
 		return err
@@ -493,11 +534,11 @@ func (q *Queue) end(r Receipt, kind byte, cause string) error {
 // The record carries the decision and the jittered due time, so replay
 // repeats it without options or randomness. Call it before appending; the
 // caller appends the result.
-func (q *Queue) endRecordLocked(kind byte, it *state.Item, now int64, cause string) *state.End {
+func (q *Queue) endRecordLocked(rt *queueRT, kind byte, it *state.Item, now int64, cause string) *state.End {
 	rec := &state.End{Kind: kind, Time: now, Receipt: it.Receipt, Cause: cause, Due: now}
-	rec.Dead = kind == state.TypeDeadLetter || int(it.Attempts) >= q.opts.MaxAttempts
+	rec.Dead = kind == state.TypeDeadLetter || int(it.Attempts) >= rt.set.maxAttempts
 	if !rec.Dead {
-		if d := q.opts.Backoff(int(it.Attempts)); d > 0 {
+		if d := rt.set.backoff(int(it.Attempts)); d > 0 {
 			rec.Due = now + int64(min(d, MaxDuration))
 		}
 		switch {
@@ -505,7 +546,7 @@ func (q *Queue) endRecordLocked(kind byte, it *state.Item, now int64, cause stri
 			q.opts.Logger.Info("walq: item discarded: its next attempt would fall after its deadline",
 				"id", it.ID, "deadline", q.qt.toWall(it.Deadline).UTC())
 		case rec.Due <= now:
-			defer q.waiters.wake(1)
+			defer rt.changedLocked(1)
 		}
 	} else {
 		q.opts.Logger.Info("walq: item dead-lettered", "id", it.ID, "attempts", it.Attempts, "cause", cause)
@@ -526,13 +567,42 @@ type DeadLetter struct {
 	LastError  string
 	DeadAt     time.Time
 	EnqueuedAt time.Time
+	// History is the item's last attempts, oldest first: at most
+	// state.HistoryLen (10), each error text cut to 512 bytes.
+	History []Attempt
+}
+
+// Attempt is one delivery of an item: when its lease started and ended,
+// how it ended ("nack", "expire" or "deadletter"; "" while it runs) and
+// the error text, cut to 512 bytes.
+type Attempt struct {
+	Start, End time.Time
+	How        string
+	Error      string
+}
+
+func attemptsOf(h []state.Attempt, off offset) []Attempt {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make([]Attempt, len(h))
+	for i, a := range h {
+		out[i] = Attempt{Start: off.toWall(a.Start), Error: a.Error}
+		if a.How != 0 {
+			out[i].End, out[i].How = off.toWall(a.End), state.TypeName(a.How)
+		}
+	}
+	return out
 }
 
 // DeadLetters returns up to limit dead letters, oldest first (limit <= 0:
-// all of them).
+// all of them). On a handle whose queue was deleted it returns none.
 func (q *Queue) DeadLetters(limit int) []DeadLetter {
 	q.mu.Lock()
-	items := q.st.DeadLetters(limit)
+	var items []state.Item
+	if qs := q.st.Queue(q.rt.id); qs != nil && !q.rt.gone {
+		items = qs.DeadLetters(limit)
+	}
 	q.mu.Unlock()
 	out := make([]DeadLetter, len(items))
 	off := q.qt.offset()
@@ -546,6 +616,7 @@ func (q *Queue) DeadLetters(limit int) []DeadLetter {
 			LastError:  it.LastError,
 			DeadAt:     off.toWall(it.EndedAt),
 			EnqueuedAt: off.toWall(it.EnqueuedAt),
+			History:    attemptsOf(it.History, off),
 		}
 	}
 	return out
@@ -563,9 +634,9 @@ func (q *Queue) Redrive(ids ...uint64) error {
 		q.mu.Unlock()
 		return err
 	}
-	_, commit, err := q.appendLocked(&state.Redrive{Time: q.qt.now(), IDs: append([]uint64(nil), ids...)})
+	_, commit, err := q.appendToLocked(q.rt.id, &state.Redrive{Time: q.qt.now(), IDs: append([]uint64(nil), ids...)})
 	if err == nil {
-		q.waiters.wake(len(ids))
+		q.rt.changedLocked(len(ids))
 	}
 	q.mu.Unlock()
 	if err != nil {
@@ -581,11 +652,11 @@ func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
 	q.mu.Lock()
 	rec := &state.Purge{IDs: append([]uint64(nil), ids...), All: len(ids) == 0}
 	if rec.All {
-		if err := q.usableLocked(); err != nil {
+		if err := q.callLocked(); err != nil {
 			q.mu.Unlock()
 			return err
 		}
-		if q.st.Gauges().Dead == 0 {
+		if q.st.Queue(q.rt.id).Gauges().Dead == 0 {
 			q.mu.Unlock()
 			return nil
 		}
@@ -594,7 +665,7 @@ func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
 		return err
 	}
 	rec.Time = q.qt.now()
-	_, commit, err := q.appendLocked(rec)
+	_, commit, err := q.appendToLocked(q.rt.id, rec)
 	q.mu.Unlock()
 	if err != nil {
 		return err
@@ -603,13 +674,13 @@ func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
 }
 
 func (q *Queue) checkDeadLocked(ids []uint64) error {
-	if err := q.usableLocked(); err != nil {
+	if err := q.callLocked(); err != nil {
 		return err
 	}
 	seen := make(map[uint64]bool, len(ids))
 	for _, id := range ids {
-		if it := q.st.Item(id); it == nil || it.Status != state.Dead {
-			return fmt.Errorf("%w: item %d", ErrNotFound, id)
+		if it := q.st.Item(id); it == nil || it.Status != state.Dead || it.Queue != q.rt.id {
+			return fmt.Errorf("%w: item %d in %s", ErrNotFound, id, q.rt.label())
 		}
 		if seen[id] {
 			return fmt.Errorf("%w: item %d named twice", ErrInvalid, id)
@@ -619,10 +690,23 @@ func (q *Queue) checkDeadLocked(ids []uint64) error {
 	return nil
 }
 
-// Close stops the queue: blocked Gets return ErrClosed, background work
+// Close on the default queue's handle (what Open returned) closes the
+// directory: blocked Gets of every queue return ErrClosed, background work
 // stops, the log is synced and closed and the directory lock released.
-// Calls after Close return ErrClosed.
+// Calls after Close, on any handle, return ErrClosed.
+//
+// Close on a named queue's handle closes only that handle: its calls, and
+// its Gets blocked at the time, return ErrClosed; the queue and the
+// directory stay open.
 func (q *Queue) Close() error {
+	if q.detached != nil {
+		err := ErrClosed
+		q.detachOnce.Do(func() {
+			close(q.detached)
+			err = nil
+		})
+		return err
+	}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()

@@ -27,17 +27,13 @@ import (
 // 9f86d081884c7d659a2feaa0c55ad015-0-1c. The zero Receipt's text is empty.
 type Receipt struct {
 	dir   wal.DirID
-	queue uint64 // 0: the directory's default queue, the only one so far
+	queue uint64 // the queue's incarnation ID (0: the directory's default queue)
 	lease uint64 // LSN of the lease record; never 0 in a receipt a queue issued
 }
 
-// defaultQueue is the queue number of a directory's default queue, the only
-// queue a directory has so far (see wal/format.go).
-const defaultQueue uint64 = 0
-
 // receiptFor is the receipt of the lease whose record has LSN lease.
 func (q *Queue) receiptFor(lease uint64) Receipt {
-	return Receipt{dir: q.dirID, queue: defaultQueue, lease: lease}
+	return Receipt{dir: q.dirID, queue: q.rt.id, lease: lease}
 }
 
 // checkReceipt refuses, with ErrInvalid, a receipt this queue did not
@@ -50,9 +46,9 @@ func (q *Queue) checkReceipt(r Receipt, call string) error {
 	case r.dir != q.dirID:
 		return fmt.Errorf("%w: %s with receipt %s: it belongs to queue directory %s, this queue's directory is %s",
 			ErrInvalid, call, r, r.dir, q.dirID)
-	case r.queue != defaultQueue:
-		return fmt.Errorf("%w: %s with receipt %s: it belongs to queue %d of this directory, this is queue %d",
-			ErrInvalid, call, r, r.queue, defaultQueue)
+	case r.queue != q.rt.id:
+		return fmt.Errorf("%w: %s with receipt %s: it belongs to queue %d of this directory, this is %s",
+			ErrInvalid, call, r, r.queue, q.rt.label())
 	case r.lease == 0:
 		return fmt.Errorf("%w: %s with receipt %s: it names no lease", ErrInvalid, call, r)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
 
@@ -163,7 +164,7 @@ func TestReceiptOfQueue(t *testing.T) {
 	}
 	mustPut(t, q, "a")
 	m := mustTryGet(t, q)
-	if m.Receipt.dir != q.dirID || m.Receipt.queue != defaultQueue || m.Receipt.lease != q.Stats().LastLSN {
+	if m.Receipt.dir != q.dirID || m.Receipt.queue != state.DefaultQueue || m.Receipt.lease != q.Stats().LastLSN {
 		t.Fatalf("receipt %#v: want directory %s, queue 0, lease %d", m.Receipt, q.dirID, q.Stats().LastLSN)
 	}
 	if want := q.dirID.String() + "-0-"; !strings.HasPrefix(m.Receipt.String(), want) {

@@ -146,7 +146,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		mustReach = max(mustReach, s.File.LSN)
 	}
 
-	q := &Queue{
+	d := &directory{
 		dir:           dir,
 		dirID:         format.id,
 		opts:          o,
@@ -159,7 +159,17 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		failed:        make(chan struct{}),
 		compactSignal: make(chan struct{}, 1),
 		metrics:       newMetrics(),
+		rts:           make(map[uint64]*queueRT),
 	}
+	for _, qs := range st.Queues() {
+		set := o.defaultSettings()
+		if qs.ID() != state.DefaultQueue {
+			set = o.settingsFromRecord(qs.Settings())
+		}
+		d.rts[qs.ID()] = newRT(qs.ID(), qs.Name(), set)
+	}
+	q := &Queue{directory: d, rt: d.rts[state.DefaultQueue]}
+	d.def = q
 	q.snapLSN.Store(snap)
 	// A format-2 log always keeps a segment (truncation never removes the
 	// tail, and a migration creates one before its marker): a snapshot
@@ -226,12 +236,12 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	q.qt = newQueueTime(o.Clock, st.LastTime())
 	q.mu.Lock()
 	now := q.qt.now()
-	st.PruneKeys(now, int64(o.KeyWindow))
+	q.pruneKeysLocked(now)
 	// Leases open at the crash end as expired: the attempt was counted when
 	// the lease began. Writing the endings keeps the history complete.
 	var lastCommit *wal.Commit
 	for _, it := range st.OpenLeases() {
-		_, c, err := q.appendLocked(q.endRecordLocked(state.TypeExpire, it, now, "lease open at recovery"))
+		_, c, err := q.appendEndLocked(q.rts[it.Queue], state.TypeExpire, it, now, "lease open at recovery")
 		if err != nil {
 			q.mu.Unlock()
 			log.Close()
@@ -253,7 +263,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	q.recovery.Duration = time.Since(start)
 	o.Logger.Info("walq: recovered", "dir", dir, "snapshot_lsn", snap, "replayed", info.Replayed,
 		"last_lsn", info.Last, "tail_cut_bytes", info.CutBytes, "leases_expired", q.recovery.LeasesExpired,
-		"items", st.Len(), "duration", q.recovery.Duration)
+		"items", st.TotalLen(), "queues", len(st.Queues()), "duration", q.recovery.Duration)
 
 	opened = true
 	q.wg.Add(2)

@@ -69,20 +69,26 @@ func (q *Queue) wait(c *wal.Commit) error {
 	return err
 }
 
-// appendLocked gives rec the next LSN, adds it to the log's pending batch
-// and applies it to the state. The caller waits on the commit after
-// releasing mu.
+// appendLocked is appendToLocked for this handle's queue.
 func (q *Queue) appendLocked(rec state.Record) (uint64, *wal.Commit, error) {
+	return q.appendToLocked(q.rt.id, rec)
+}
+
+// appendToLocked gives rec, a record of the given queue, the next LSN,
+// adds it to the log's pending batch and applies it to the state. The
+// caller waits on the commit after releasing mu.
+func (q *Queue) appendToLocked(queue uint64, rec state.Record) (uint64, *wal.Commit, error) {
 	var err error
 	q.encBuf, err = state.Encode(q.encBuf[:0], rec)
 	if err != nil {
 		return 0, nil, err
 	}
-	lsn, commit := q.log.Append(rec.Type(), q.encBuf)
+	buf := q.encBuf
+	lsn, commit := q.log.AppendQueue(queue, rec.Type(), func(dst []byte) []byte { return append(dst, buf...) })
 	if lsn == 0 {
 		return 0, nil, q.fail(commit.Wait())
 	}
-	if err := q.st.Apply(lsn, rec); err != nil {
+	if err := q.st.ApplyTo(lsn, queue, rec); err != nil {
 		// The log holds a record the state refused. Nothing may be built on
 		// that: fail like a failed write, and recover from disk on reopen.
 		return 0, nil, q.fail(fmt.Errorf("record %d (%s) refused by the state: %v", lsn, state.TypeName(rec.Type()), err))
@@ -103,7 +109,29 @@ func (q *Queue) appendLocked(rec state.Record) (uint64, *wal.Commit, error) {
 	return lsn, commit, nil
 }
 
+// appendEndLocked ends the lease of it, an item of rt's queue, in a
+// failure of the given kind (see endRecordLocked).
+func (q *Queue) appendEndLocked(rt *queueRT, kind byte, it *state.Item, now int64, cause string) (uint64, *wal.Commit, error) {
+	lsn, commit, err := q.appendToLocked(rt.id, q.endRecordLocked(rt, kind, it, now, cause))
+	if err == nil {
+		rt.leaseEndedLocked()
+	}
+	return lsn, commit, err
+}
+
 // liveBytesLocked estimates what a snapshot of the state would take.
 func (q *Queue) liveBytesLocked() int64 {
-	return q.st.Bytes() + int64(q.st.Len())*64
+	return q.st.TotalBytes() + int64(q.st.TotalLen())*64
+}
+
+// checkRoom refuses, with ErrFull, n more items of the given bytes in the
+// queue qs when they would pass its MaxItems or MaxBytes.
+func (rt *queueRT) checkRoom(qs *state.QueueState, n int, bytes int64) error {
+	if rt.set.maxItems > 0 && qs.Len()+n > rt.set.maxItems {
+		return fmt.Errorf("%w: %s: %d items stored, %d more would pass its MaxItems %d", ErrFull, rt.label(), qs.Len(), n, rt.set.maxItems)
+	}
+	if rt.set.maxBytes > 0 && qs.Bytes()+bytes > rt.set.maxBytes {
+		return fmt.Errorf("%w: %s: %d bytes stored, %d more would pass its MaxBytes %d", ErrFull, rt.label(), qs.Bytes(), bytes, rt.set.maxBytes)
+	}
+	return nil
 }

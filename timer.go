@@ -72,13 +72,25 @@ func (q *Queue) nextWakeLocked() int64 {
 	if t, ok := q.st.NextDeadline(); ok {
 		at = min(at, t)
 	}
-	if q.waiters.len() > 0 {
-		if t, ok := q.st.NextDue(); ok {
+	// Due times and pause ends matter only to a queue someone waits on.
+	for _, rt := range q.rts {
+		if rt.waiters.len() == 0 && len(rt.watchers) == 0 {
+			continue
+		}
+		qs := q.st.Queue(rt.id)
+		if t, ok := qs.NextDue(); ok {
 			at = min(at, t)
 		}
+		if u := qs.PausedUntil(); u != 0 && u != math.MaxInt64 {
+			at = min(at, u)
+		}
 	}
-	if t, ok := q.st.NextKeyRelease(); ok {
-		end := t + int64(q.opts.KeyWindow)
+	if t, queue, ok := q.st.NextKeyRelease(); ok {
+		window := q.opts.KeyWindow
+		if rt := q.rts[queue]; rt != nil {
+			window = rt.set.keyWindow
+		}
+		end := t + int64(window)
 		at = min(at, end+keyPruneStep-1-(end+keyPruneStep-1)%keyPruneStep)
 	}
 	return at
@@ -98,7 +110,7 @@ func (q *Queue) tick() {
 			break
 		}
 		for _, it := range expired {
-			if _, _, err := q.appendLocked(q.endRecordLocked(state.TypeExpire, it, now, "lease expired")); err != nil {
+			if _, _, err := q.appendEndLocked(q.rts[it.Queue], state.TypeExpire, it, now, "lease expired"); err != nil {
 				return
 			}
 		}
@@ -108,11 +120,31 @@ func (q *Queue) tick() {
 	}
 	// Keys past their window no longer hold (KeyHolder applies the window);
 	// forgetting them only frees memory, so it needs no record.
-	q.st.PruneKeys(now, int64(q.opts.KeyWindow))
-	if n := q.waiters.len(); n > 0 {
-		q.st.Promote(now)
-		q.waiters.wake(min(n, q.st.Gauges().Ready))
+	q.pruneKeysLocked(now)
+	for _, rt := range q.rts {
+		n := rt.waiters.len()
+		if n == 0 && len(rt.watchers) == 0 {
+			continue
+		}
+		qs := q.st.Queue(rt.id)
+		if qs.Paused(now) {
+			continue
+		}
+		qs.Promote(now)
+		if ready := qs.Gauges().Ready; ready > 0 {
+			rt.changedLocked(min(n, ready))
+		}
 	}
+}
+
+// pruneKeysLocked forgets the keys whose queue's window has ended.
+func (q *Queue) pruneKeysLocked(now int64) {
+	q.st.PruneKeysBy(now, func(queue uint64) int64 {
+		if rt := q.rts[queue]; rt != nil {
+			return int64(rt.set.keyWindow)
+		}
+		return int64(q.opts.KeyWindow)
+	})
 }
 
 // kickLocked wakes the timer loop when something now needs it earlier than

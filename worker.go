@@ -195,7 +195,7 @@ func (q *Queue) Work(ctx context.Context, n int, handler func(context.Context, M
 		opts.Logger = q.opts.Logger
 	}
 	if opts.Counters == nil {
-		opts.Counters = &q.work
+		opts.Counters = &q.rt.work
 	}
 	return Work(ctx, q, n, handler, opts)
 }

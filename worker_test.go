@@ -203,10 +203,10 @@ func TestWorkHangingHandlerTimesOutThenDeadLetters(t *testing.T) {
 		dl[0].LastError != "walq: handler timed out after 2s: context deadline exceeded" {
 		t.Fatalf("dead letters %+v", dl)
 	}
-	if got := q.work.timeouts.Load(); got != 3 {
+	if got := q.rt.work.timeouts.Load(); got != 3 {
 		t.Errorf("timeouts %d, want 3", got)
 	}
-	if got := q.work.handlerErrors.Load(); got != 3 {
+	if got := q.rt.work.handlerErrors.Load(); got != 3 {
 		t.Errorf("handler errors %d, want 3", got)
 	}
 	if st := q.Stats(); st.Expired != 0 || st.LateAcks != 0 {
@@ -391,7 +391,7 @@ func TestWorkPanicIsNack(t *testing.T) {
 		len(dl.LastError) > maxPanicStack+100 || strings.Contains(dl.LastError, "runtime/debug.Stack") {
 		t.Fatalf("dead letter (%d bytes): %+v", len(dl.LastError), dl)
 	}
-	if got := q.work.panics.Load(); got != 2 {
+	if got := q.rt.work.panics.Load(); got != 2 {
 		t.Errorf("panics %d, want 2", got)
 	}
 
@@ -487,7 +487,7 @@ func TestWorkLeaseLostCancelsHandlerAtOnce(t *testing.T) {
 		t.Fatalf("cause %v, want ErrLeaseLost", cause)
 	}
 	q.waitForWaiters(1)
-	if got := q.work.leaseLost.Load(); got != 1 {
+	if got := q.rt.work.leaseLost.Load(); got != 1 {
 		t.Fatalf("lease lost %d, want 1", got)
 	}
 	// The result was dropped, not reported with the lost receipt.
@@ -530,7 +530,7 @@ func TestWorkAbandonsHandlerIgnoringContext(t *testing.T) {
 	if got := recv(t, "the next item", handled); got != next {
 		t.Fatalf("handled %d, want %d", got, next)
 	}
-	if a, r := q.work.abandoned.Load(), q.work.abandonedRunning.Load(); a != 1 || r != 1 {
+	if a, r := q.rt.work.abandoned.Load(), q.rt.work.abandonedRunning.Load(); a != 1 || r != 1 {
 		t.Fatalf("abandoned %d, still running %d; want 1, 1", a, r)
 	}
 	// The next item's ack must be in before the clock moves on: otherwise
@@ -553,7 +553,7 @@ func TestWorkAbandonsHandlerIgnoringContext(t *testing.T) {
 	}
 
 	close(release) // its nil result settles the item
-	waitFor(t, "the abandoned handler to return", func() bool { return q.work.abandonedRunning.Load() == 0 })
+	waitFor(t, "the abandoned handler to return", func() bool { return q.rt.work.abandonedRunning.Load() == 0 })
 	waitFor(t, "the acks", func() bool { return q.Stats().Acked == 2 })
 	if !strings.Contains(logs.String(), "abandoned handler returned") {
 		t.Fatalf("the late return was not logged:\n%s", logs)
@@ -602,7 +602,7 @@ func TestWorkBoundsAbandonedHandlers(t *testing.T) {
 		t.Fatalf("item %d started while the only worker waits for a handler past MaxAbandoned", id)
 	default:
 	}
-	if r := q.work.abandonedRunning.Load(); r != 1 {
+	if r := q.rt.work.abandonedRunning.Load(); r != 1 {
 		t.Fatalf("abandoned handlers running: %d, want 1", r)
 	}
 	close(release)
@@ -761,7 +761,7 @@ func TestWorkLeavesNoGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "Work's goroutines to end", func() bool { return runtime.NumGoroutine() <= before })
-	if e, p := q.work.handlerErrors.Load(), q.work.panics.Load(); e != 3 || p != 2 {
+	if e, p := q.rt.work.handlerErrors.Load(), q.rt.work.panics.Load(); e != 3 || p != 2 {
 		t.Fatalf("handler errors %d, panics %d; want 3, 2", e, p)
 	}
 }
@@ -797,7 +797,7 @@ func TestWorkSkipsALeaseThatEndedWhileItWaitedForTheDisk(t *testing.T) {
 	if s.attempt != 2 || s.cause != nil {
 		t.Fatalf("the first handler call saw attempt %d, cause %v: want the delivery after the expiry, with a live lease", s.attempt, s.cause)
 	}
-	if got := q.work.leaseLost.Load(); got != 1 {
+	if got := q.rt.work.leaseLost.Load(); got != 1 {
 		t.Errorf("leases lost %d, want 1 (the one that ended before its handler)", got)
 	}
 }

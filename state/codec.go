@@ -363,3 +363,20 @@ func (d *decoder) end() error {
 	}
 	return d.err
 }
+
+func appendSettings(b []byte, s Settings) []byte {
+	b = appendArrayLen(b, 6)
+	for _, v := range []int64{s.Visibility, s.MaxAttempts, s.KeyWindow, s.MaxItems, s.MaxBytes, s.MaxInFlight} {
+		b = appendInt(b, v)
+	}
+	return b
+}
+
+func (d *decoder) settings() Settings {
+	var s Settings
+	d.arrayLen(6)
+	for _, p := range []*int64{&s.Visibility, &s.MaxAttempts, &s.KeyWindow, &s.MaxItems, &s.MaxBytes, &s.MaxInFlight} {
+		*p = d.int()
+	}
+	return s
+}

@@ -1,5 +1,10 @@
 package state
 
+import (
+	"slices"
+	"unicode/utf8"
+)
+
 // Status is where a stored item stands. Acked and discarded items are not
 // stored: they leave the state and only the counters remember them.
 type Status uint8
@@ -27,6 +32,7 @@ func (s Status) String() string {
 // Clone); the state owns the originals.
 type Item struct {
 	ID         uint64
+	Queue      uint64 // the queue it is stored in
 	Body       []byte // never modified after the put
 	Key        string
 	Priority   int64
@@ -41,6 +47,9 @@ type Item struct {
 	LeaseEnd   int64  // Leased
 	LastError  string
 	EndedAt    int64 // time of the last lease ending (Dead: when it died)
+	// History holds the item's last attempts, oldest first, at most
+	// HistoryLen of them (see Attempt).
+	History []Attempt
 
 	// heapPos is the position in whichever of the waiting, ready or lease
 	// heaps holds the item (an item is in exactly one of them, or in none
@@ -52,9 +61,60 @@ type Item struct {
 	ready       bool   // waiting and in a ready heap (not in delayed)
 }
 
-// Clone returns a copy that shares the (immutable) body.
+// Clone returns a copy that shares the (immutable) body and has its own
+// history.
 func (it *Item) Clone() Item {
 	c := *it
 	c.heapPos, c.deadlinePos = -1, -1
+	c.History = slices.Clone(it.History)
 	return c
+}
+
+// HistoryLen is how many attempts an item remembers, and MaxAttemptError
+// how many bytes of each attempt's error text: an item's history costs at
+// most HistoryLen*(40+MaxAttemptError) bytes of memory, 5.4 KiB, and 40
+// bytes an attempt that ended without an error text (an expired lease
+// records its cause).
+const (
+	HistoryLen      = 10
+	MaxAttemptError = 512
+)
+
+// Attempt is one lease of an item: when it started and ended, and how it
+// ended (0 while it runs; TypeNack, TypeExpire or TypeDeadLetter). An
+// attempt that ends in an ack leaves no history: the item is gone.
+type Attempt struct {
+	Start int64
+	End   int64
+	How   byte
+	Error string // the cause, cut to MaxAttemptError bytes
+}
+
+func (it *Item) addAttempt(a Attempt) {
+	if len(it.History) >= HistoryLen {
+		copy(it.History, it.History[1:])
+		it.History = it.History[:HistoryLen-1]
+	}
+	it.History = append(it.History, a)
+}
+
+func (it *Item) endAttempt(t int64, how byte, cause string) {
+	if len(it.History) == 0 {
+		return
+	}
+	a := &it.History[len(it.History)-1]
+	a.End, a.How, a.Error = t, how, CutError(cause)
+}
+
+// CutError cuts an error text to at most MaxAttemptError bytes, on a UTF-8
+// boundary.
+func CutError(s string) string {
+	if len(s) <= MaxAttemptError {
+		return s
+	}
+	n := MaxAttemptError
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

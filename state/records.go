@@ -17,9 +17,17 @@ const (
 	TypeRedrive    byte = 9  // dead letters go back to waiting
 	TypePurge      byte = 10 // dead letters are dropped for good
 
+	// Named queues. A queue's creation is a record of the directory (queue
+	// field 0); the others carry the queue they act on.
+	TypeCreateQueue byte = 11 // a named queue is created; its ID is this record's LSN
+	TypeSetQueue    byte = 12 // a queue's recorded settings change
+	TypePauseQueue  byte = 13 // a queue pauses (until a time, or until resumed) or resumes
+	TypeDeleteQueue byte = 14 // a queue and everything in it are gone
+	TypeMove        byte = 15 // dead letters are redriven into another queue
+
 	// LastType is the highest record type this build knows. A record of a
 	// higher type, in a frame that verified, was written by a newer walq.
-	LastType = TypePurge
+	LastType = TypeMove
 )
 
 // TypeName names a record type for logs and tools.
@@ -45,6 +53,16 @@ func TypeName(t byte) string {
 		return "redrive"
 	case TypePurge:
 		return "purge"
+	case TypeCreateQueue:
+		return "create-queue"
+	case TypeSetQueue:
+		return "set-queue"
+	case TypePauseQueue:
+		return "pause-queue"
+	case TypeDeleteQueue:
+		return "delete-queue"
+	case TypeMove:
+		return "move"
 	}
 	return fmt.Sprintf("type%d", t)
 }
@@ -140,6 +158,54 @@ type Purge struct {
 	All  bool
 }
 
+// CreateQueue creates the named queue Name with its settings.
+type CreateQueue struct {
+	Time     int64
+	Name     string
+	Settings Settings
+}
+
+// SetQueue replaces a queue's recorded settings.
+type SetQueue struct {
+	Time     int64
+	Settings Settings
+}
+
+// PauseQueue pauses a queue until Until (math.MaxInt64: until resumed);
+// Until 0 resumes it. A paused queue takes puts and delivers nothing.
+type PauseQueue struct {
+	Time  int64
+	Until int64
+}
+
+// DeleteQueue deletes a queue with its items, keys, counters and dead
+// letters. Unless Force is set, it applies only to a queue with no open
+// lease.
+type DeleteQueue struct {
+	Time  int64
+	Force bool
+}
+
+// Move redrives dead letters into the queue Target: they keep their IDs
+// and keys, wait ready at Time with their attempts reset.
+type Move struct {
+	Time   int64
+	Target uint64
+	IDs    []uint64
+}
+
+func (*CreateQueue) Type() byte { return TypeCreateQueue }
+func (*SetQueue) Type() byte    { return TypeSetQueue }
+func (*PauseQueue) Type() byte  { return TypePauseQueue }
+func (*DeleteQueue) Type() byte { return TypeDeleteQueue }
+func (*Move) Type() byte        { return TypeMove }
+
+func (r *CreateQueue) At() int64 { return r.Time }
+func (r *SetQueue) At() int64    { return r.Time }
+func (r *PauseQueue) At() int64  { return r.Time }
+func (r *DeleteQueue) At() int64 { return r.Time }
+func (r *Move) At() int64        { return r.Time }
+
 func (*Put) Type() byte     { return TypePut }
 func (*Lease) Type() byte   { return TypeLease }
 func (*Extend) Type() byte  { return TypeExtend }
@@ -210,6 +276,28 @@ func Encode(dst []byte, rec Record) ([]byte, error) {
 		b = appendInt(b, r.Time)
 		b = appendIDs(b, r.IDs)
 		b = appendBool(b, r.All)
+	case *CreateQueue:
+		b = appendArrayLen(b, 3)
+		b = appendInt(b, r.Time)
+		b = appendStr(b, r.Name)
+		b = appendSettings(b, r.Settings)
+	case *SetQueue:
+		b = appendArrayLen(b, 2)
+		b = appendInt(b, r.Time)
+		b = appendSettings(b, r.Settings)
+	case *PauseQueue:
+		b = appendArrayLen(b, 2)
+		b = appendInt(b, r.Time)
+		b = appendInt(b, r.Until)
+	case *DeleteQueue:
+		b = appendArrayLen(b, 2)
+		b = appendInt(b, r.Time)
+		b = appendBool(b, r.Force)
+	case *Move:
+		b = appendArrayLen(b, 3)
+		b = appendInt(b, r.Time)
+		b = appendUint(b, r.Target)
+		b = appendIDs(b, r.IDs)
 	default:
 		return dst, fmt.Errorf("encode: unknown record %T", rec)
 	}
@@ -268,6 +356,21 @@ func Decode(typ byte, body []byte) (Record, error) {
 	case TypePurge:
 		d.arrayLen(3)
 		rec = &Purge{Time: d.int(), IDs: d.ids(), All: d.bool()}
+	case TypeCreateQueue:
+		d.arrayLen(3)
+		rec = &CreateQueue{Time: d.int(), Name: d.str(), Settings: d.settings()}
+	case TypeSetQueue:
+		d.arrayLen(2)
+		rec = &SetQueue{Time: d.int(), Settings: d.settings()}
+	case TypePauseQueue:
+		d.arrayLen(2)
+		rec = &PauseQueue{Time: d.int(), Until: d.int()}
+	case TypeDeleteQueue:
+		d.arrayLen(2)
+		rec = &DeleteQueue{Time: d.int(), Force: d.bool()}
+	case TypeMove:
+		d.arrayLen(3)
+		rec = &Move{Time: d.int(), Target: d.uint(), IDs: d.ids()}
 	default:
 		return nil, fmt.Errorf("unknown record type %d", typ)
 	}

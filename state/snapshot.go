@@ -10,63 +10,111 @@ import (
 // itemChunk is how many items a snapshot load allocates at once.
 const itemChunk = 1024
 
-// snapshotVersion is the version of the snapshot body written by
-// MarshalSnapshot. Frozen: a new layout gets a new number and old bodies
-// keep decoding.
-const snapshotVersion = 1
+// Snapshot body versions. Frozen: a new layout gets a new number, and old
+// bodies keep decoding. Version 1 holds one queue (the only queue a
+// directory had); version 2, written since named queues, holds every queue
+// of the directory and each item's attempt history.
+const (
+	snapshotVersion1 = 1
+	snapshotVersion2 = 2
+)
+
+// SnapshotVersion returns the version of a snapshot body (0 when its
+// first field cannot be read), so that a reader can check it against the
+// section that holds it.
+func SnapshotVersion(data []byte) int {
+	d := &decoder{b: data}
+	d.arrayLen(-1)
+	v := d.uint()
+	if d.err != nil {
+		return 0
+	}
+	return int(v)
+}
 
 type snapshotBody struct {
 	Version  int
 	LastLSN  uint64
 	LastTime int64
 	NextID   uint64
-	Counters Counters
+	Queues   []snapQueue
 	Items    []*Item // decoded straight into items, placed by UnmarshalSnapshot
 	Keys     []snapKey
 }
 
+type snapQueue struct {
+	ID          uint64
+	Name        string
+	Created     int64
+	Settings    Settings
+	PausedUntil int64
+	Counters    Counters
+}
+
 type snapKey struct {
+	Queue    uint64
 	Key      string
 	ID       uint64
 	Released int64
 }
 
-// MarshalSnapshot encodes the whole state. Items are written in ID order and
-// keys in key order, so equal states give equal bytes.
+// MarshalSnapshot encodes the whole state as a version-2 body. Queues are
+// written in ID order, items in ID order and keys in (queue, key) order, so
+// equal states give equal bytes.
 //
-// Layout (msgpack): [version, lastLSN, lastTime, nextID, [9 counters],
-// [items...], [keys...]], each item [ID, Body, Key, Priority, EnqueuedAt,
-// Due, Deadline, Seq, Attempts, Deliveries, Status, Receipt, LeaseEnd,
-// LastError, EndedAt, DeadSeq] and each key [Key, ID, Released].
+// Layout (msgpack): [2, lastLSN, lastTime, nextID, [queues...], [items...],
+// [keys...]]; each queue [ID, Name, Created, [Visibility, MaxAttempts,
+// KeyWindow, MaxItems, MaxBytes, MaxInFlight], PausedUntil, [11 counters]];
+// each item [ID, Queue, Body, Key, Priority, EnqueuedAt, Due, Deadline, Seq,
+// Attempts, Deliveries, Status, Receipt, LeaseEnd, LastError, EndedAt,
+// DeadSeq, [attempts...]] with each attempt [Start, End, How, Error]; each
+// key [Queue, Key, ID, Released].
 func (s *State) MarshalSnapshot() ([]byte, error) {
+	queues := s.Queues()
 	items := make([]*Item, 0, s.items.len())
 	size := 64
 	s.items.each(func(it *Item) { // in ID order
 		items = append(items, it)
-		size += len(it.Body) + len(it.Key) + len(it.LastError) + 48
+		size += len(it.Body) + len(it.Key) + len(it.LastError) + 56 + 24*len(it.History)
+		for _, a := range it.History {
+			size += len(a.Error)
+		}
 	})
-	keys := make([]*keyEntry, 0, len(s.keys))
-	for _, k := range s.keys {
-		keys = append(keys, k)
-		size += len(k.Key) + 16
+	var keys []*keyEntry
+	for _, q := range queues {
+		n := len(keys)
+		for _, k := range q.keys {
+			keys = append(keys, k)
+			size += len(k.Key) + 24
+		}
+		slices.SortFunc(keys[n:], func(a, b *keyEntry) int { return strings.Compare(a.Key, b.Key) })
 	}
-	slices.SortFunc(keys, func(a, b *keyEntry) int { return strings.Compare(a.Key, b.Key) })
 
 	b := make([]byte, 0, size)
 	b = appendArrayLen(b, 7)
-	b = appendUint(b, snapshotVersion)
+	b = appendUint(b, snapshotVersion2)
 	b = appendUint(b, s.lastLSN)
 	b = appendInt(b, s.lastTime)
 	b = appendUint(b, s.nextID)
-	c := s.counters
-	b = appendArrayLen(b, 9)
-	for _, v := range []uint64{c.Put, c.Delivered, c.Acked, c.Nacked, c.Expired, c.DeadLettered, c.Discarded, c.Redriven, c.Purged} {
-		b = appendUint(b, v)
+	b = appendArrayLen(b, len(queues))
+	for _, q := range queues {
+		b = appendArrayLen(b, 6)
+		b = appendUint(b, q.id)
+		b = appendStr(b, q.name)
+		b = appendInt(b, q.created)
+		b = appendSettings(b, q.settings)
+		b = appendInt(b, q.pausedUntil)
+		c := q.counters
+		b = appendArrayLen(b, 11)
+		for _, v := range []uint64{c.Put, c.Delivered, c.Acked, c.Nacked, c.Expired, c.DeadLettered, c.Discarded, c.Redriven, c.Purged, c.MovedIn, c.MovedOut} {
+			b = appendUint(b, v)
+		}
 	}
 	b = appendArrayLen(b, len(items))
 	for _, it := range items {
-		b = appendArrayLen(b, 16)
+		b = appendArrayLen(b, 18)
 		b = appendUint(b, it.ID)
+		b = appendUint(b, it.Queue)
 		b = appendBin(b, it.Body)
 		b = appendStr(b, it.Key)
 		b = appendInt(b, it.Priority)
@@ -82,10 +130,19 @@ func (s *State) MarshalSnapshot() ([]byte, error) {
 		b = appendStr(b, it.LastError)
 		b = appendInt(b, it.EndedAt)
 		b = appendUint(b, it.deadSeq)
+		b = appendArrayLen(b, len(it.History))
+		for _, a := range it.History {
+			b = appendArrayLen(b, 4)
+			b = appendInt(b, a.Start)
+			b = appendInt(b, a.End)
+			b = appendUint(b, uint64(a.How))
+			b = appendStr(b, a.Error)
+		}
 	}
 	b = appendArrayLen(b, len(keys))
 	for _, k := range keys {
-		b = appendArrayLen(b, 3)
+		b = appendArrayLen(b, 4)
+		b = appendUint(b, k.q.id)
 		b = appendStr(b, k.Key)
 		b = appendUint(b, k.ID)
 		b = appendInt(b, k.Released)
@@ -93,19 +150,39 @@ func (s *State) MarshalSnapshot() ([]byte, error) {
 	return b, nil
 }
 
-// decodeSnapshot parses MarshalSnapshot's layout.
+// decodeSnapshot parses either version's layout (version 1: [1, lastLSN,
+// lastTime, nextID, [9 counters], [items of 16 fields], [keys of 3]], all of
+// the default queue).
 func decodeSnapshot(data []byte) (*snapshotBody, error) {
 	d := &decoder{b: data}
 	d.arrayLen(7)
 	body := &snapshotBody{Version: int(d.uint())}
-	if d.err == nil && body.Version != snapshotVersion {
-		return nil, fmt.Errorf("unknown version %d", body.Version)
+	v := body.Version
+	if d.err == nil && v != snapshotVersion1 && v != snapshotVersion2 {
+		return nil, fmt.Errorf("unknown version %d", v)
 	}
 	body.LastLSN, body.LastTime, body.NextID = d.uint(), d.int(), d.uint()
-	d.arrayLen(9)
-	c := &body.Counters
-	for _, p := range []*uint64{&c.Put, &c.Delivered, &c.Acked, &c.Nacked, &c.Expired, &c.DeadLettered, &c.Discarded, &c.Redriven, &c.Purged} {
-		*p = d.uint()
+	if v == snapshotVersion1 {
+		q := snapQueue{ID: DefaultQueue}
+		d.arrayLen(9)
+		c := &q.Counters
+		for _, p := range []*uint64{&c.Put, &c.Delivered, &c.Acked, &c.Nacked, &c.Expired, &c.DeadLettered, &c.Discarded, &c.Redriven, &c.Purged} {
+			*p = d.uint()
+		}
+		body.Queues = []snapQueue{q}
+	} else {
+		n := d.arrayLen(-1)
+		for i := 0; i < n && d.err == nil; i++ {
+			var q snapQueue
+			d.arrayLen(6)
+			q.ID, q.Name, q.Created, q.Settings, q.PausedUntil = d.uint(), d.str(), d.int(), d.settings(), d.int()
+			d.arrayLen(11)
+			c := &q.Counters
+			for _, p := range []*uint64{&c.Put, &c.Delivered, &c.Acked, &c.Nacked, &c.Expired, &c.DeadLettered, &c.Discarded, &c.Redriven, &c.Purged, &c.MovedIn, &c.MovedOut} {
+				*p = d.uint()
+			}
+			body.Queues = append(body.Queues, q)
+		}
 	}
 	n := d.arrayLen(-1)
 	if n > 0 {
@@ -123,8 +200,14 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 		it := &slab[0]
 		slab = slab[1:]
 		body.Items[i] = it
-		d.arrayLen(16)
-		it.ID, it.Body, it.Key, it.Priority = d.uint(), d.binInto(&bodies), d.str(), d.int()
+		if v == snapshotVersion1 {
+			d.arrayLen(16)
+			it.ID = d.uint()
+		} else {
+			d.arrayLen(18)
+			it.ID, it.Queue = d.uint(), d.uint()
+		}
+		it.Body, it.Key, it.Priority = d.binInto(&bodies), d.str(), d.int()
 		it.EnqueuedAt, it.Due, it.Deadline, it.Seq = d.int(), d.int(), d.int(), d.uint()
 		it.Attempts, it.Deliveries = d.int32(), d.int32()
 		status := d.uint()
@@ -133,6 +216,27 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 		}
 		it.Status = Status(status)
 		it.Receipt, it.LeaseEnd, it.LastError, it.EndedAt, it.deadSeq = d.uint(), d.int(), d.str(), d.int(), d.uint()
+		if v == snapshotVersion2 {
+			h := d.arrayLen(-1)
+			if h > HistoryLen {
+				d.fail("item %d has %d attempts in its history, at most %d", it.ID, h, HistoryLen)
+			}
+			for j := 0; j < h && d.err == nil; j++ {
+				var a Attempt
+				d.arrayLen(4)
+				a.Start, a.End = d.int(), d.int()
+				how := d.uint()
+				a.Error = d.str()
+				switch {
+				case how != 0 && how != uint64(TypeNack) && how != uint64(TypeExpire) && how != uint64(TypeDeadLetter):
+					d.fail("item %d: attempt ended by record type %d", it.ID, how)
+				case len(a.Error) > MaxAttemptError:
+					d.fail("item %d: attempt error of %d bytes, at most %d", it.ID, len(a.Error), MaxAttemptError)
+				}
+				a.How = byte(how)
+				it.History = append(it.History, a)
+			}
+		}
 		it.heapPos, it.deadlinePos = -1, -1
 	}
 	n = d.arrayLen(-1)
@@ -141,7 +245,12 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 	}
 	for i := 0; i < n && d.err == nil; i++ {
 		k := &body.Keys[i]
-		d.arrayLen(3)
+		if v == snapshotVersion1 {
+			d.arrayLen(3)
+		} else {
+			d.arrayLen(4)
+			k.Queue = d.uint()
+		}
 		k.Key, k.ID, k.Released = d.str(), d.uint(), d.int()
 	}
 	if err := d.end(); err != nil {
@@ -150,9 +259,11 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 	return body, nil
 }
 
-// UnmarshalSnapshot rebuilds a state from MarshalSnapshot's bytes. It checks
-// that the body is self-consistent (unique IDs and receipts, known statuses,
-// keys that name stored items) and never panics on bad input.
+// UnmarshalSnapshot rebuilds a state from the bytes of MarshalSnapshot, of
+// this version or the one before. It checks that the body is
+// self-consistent (unique queues with valid names, unique IDs and receipts,
+// known statuses, items and keys of queues that exist, keys that name
+// stored items) and never panics on bad input.
 func UnmarshalSnapshot(data []byte) (*State, error) {
 	body, err := decodeSnapshot(data)
 	if err != nil {
@@ -167,19 +278,57 @@ func UnmarshalSnapshot(data []byte) (*State, error) {
 	s.lastLSN = body.LastLSN
 	s.lastTime = body.LastTime
 	s.nextID = body.NextID
-	s.counters = body.Counters
-	for _, it := range body.Items {
-		if it.ID == 0 || it.ID >= s.nextID {
-			return nil, fmt.Errorf("decode snapshot: item id %d outside 1..%d", it.ID, s.nextID-1)
+	for i, sq := range body.Queues {
+		switch {
+		case i == 0 && sq.ID != DefaultQueue:
+			return nil, fmt.Errorf("decode snapshot: first queue is %d, not the default queue", sq.ID)
+		case i == 0 && (sq.Name != "" || sq.Created != 0):
+			return nil, fmt.Errorf("decode snapshot: the default queue has a name %q or a creation time", sq.Name)
+		case i > 0 && sq.ID <= body.Queues[i-1].ID:
+			return nil, fmt.Errorf("decode snapshot: queue %d after queue %d", sq.ID, body.Queues[i-1].ID)
+		case sq.ID > s.lastLSN:
+			return nil, fmt.Errorf("decode snapshot: queue %d made after the snapshot's LSN %d", sq.ID, s.lastLSN)
+		case sq.PausedUntil < 0:
+			return nil, fmt.Errorf("decode snapshot: queue %d paused until %d", sq.ID, sq.PausedUntil)
 		}
-		if s.items.get(it.ID) != nil {
+		q := s.Default()
+		if i > 0 {
+			if err := CheckQueueName(sq.Name); err != nil {
+				return nil, fmt.Errorf("decode snapshot: queue %d: %v", sq.ID, err)
+			}
+			if s.names[sq.Name] != nil {
+				return nil, fmt.Errorf("decode snapshot: queue name %q twice", sq.Name)
+			}
+			if err := checkSettings(sq.Settings); err != nil {
+				return nil, fmt.Errorf("decode snapshot: queue %d: %v", sq.ID, err)
+			}
+			q = newQueueState(sq.ID, sq.Name, sq.Created, sq.Settings)
+			s.queues[q.id] = q
+			s.names[q.name] = q
+		} else {
+			q.settings = sq.Settings
+		}
+		q.pausedUntil = sq.PausedUntil
+		q.counters = sq.Counters
+	}
+	if len(body.Queues) == 0 {
+		return nil, fmt.Errorf("decode snapshot: no default queue")
+	}
+	for _, it := range body.Items {
+		q := s.queues[it.Queue]
+		switch {
+		case it.ID == 0 || it.ID >= s.nextID:
+			return nil, fmt.Errorf("decode snapshot: item id %d outside 1..%d", it.ID, s.nextID-1)
+		case s.items.get(it.ID) != nil:
 			return nil, fmt.Errorf("decode snapshot: item %d twice", it.ID)
+		case q == nil:
+			return nil, fmt.Errorf("decode snapshot: item %d of queue %d, which is not in the snapshot", it.ID, it.Queue)
 		}
 		switch it.Status {
 		case Waiting:
 			it.Receipt, it.LeaseEnd, it.deadSeq = 0, 0, 0
-			s.delayed.items = append(s.delayed.items, it)
-			s.maxDelayedDue = max(s.maxDelayedDue, it.Due)
+			q.delayed.items = append(q.delayed.items, it)
+			q.maxDelayedDue = max(q.maxDelayedDue, it.Due)
 			if it.Deadline != 0 {
 				s.deadlines.items = append(s.deadlines.items, it)
 			}
@@ -190,41 +339,47 @@ func UnmarshalSnapshot(data []byte) (*State, error) {
 			it.deadSeq = 0
 			s.leases[it.Receipt] = it
 			s.leaseHeap.items = append(s.leaseHeap.items, it)
+			q.leased++
 		case Dead:
 			it.Receipt, it.LeaseEnd = 0, 0
-			s.deadOrder = append(s.deadOrder, deadEntry{it, it.deadSeq})
-			s.ndead++
+			q.deadOrder = append(q.deadOrder, deadEntry{it, it.deadSeq})
+			q.ndead++
 		default:
 			return nil, fmt.Errorf("decode snapshot: item %d has unknown status %d", it.ID, it.Status)
 		}
-		s.items.set(it)
-		s.bytes += int64(len(it.Body))
+		s.store(q, it)
 	}
-	s.delayed.init()
 	s.deadlines.init()
 	s.leaseHeap.init()
-	slices.SortFunc(s.deadOrder, func(a, b deadEntry) int { return cmp.Compare(a.seq, b.seq) })
+	for _, q := range s.queues {
+		q.delayed.init()
+		slices.SortFunc(q.deadOrder, func(a, b deadEntry) int { return cmp.Compare(a.seq, b.seq) })
+	}
 	for _, sk := range body.Keys {
-		if sk.Key == "" || s.keys[sk.Key] != nil {
-			return nil, fmt.Errorf("decode snapshot: key %q empty or twice", sk.Key)
+		q := s.queues[sk.Queue]
+		if q == nil {
+			return nil, fmt.Errorf("decode snapshot: key %q of queue %d, which is not in the snapshot", sk.Key, sk.Queue)
 		}
-		k := &keyEntry{Key: sk.Key, ID: sk.ID, Released: sk.Released}
+		if sk.Key == "" || q.keys[sk.Key] != nil {
+			return nil, fmt.Errorf("decode snapshot: key %q empty or twice in queue %d", sk.Key, sk.Queue)
+		}
+		k := &keyEntry{Key: sk.Key, ID: sk.ID, Released: sk.Released, q: q}
 		if k.Released == 0 {
-			if it := s.items.get(k.ID); it == nil || it.Key != k.Key {
-				return nil, fmt.Errorf("decode snapshot: key %q held by item %d that is not stored", k.Key, k.ID)
+			if it := s.items.get(k.ID); it == nil || it.Key != k.Key || it.Queue != q.id {
+				return nil, fmt.Errorf("decode snapshot: key %q held by item %d that is not stored in queue %d", k.Key, k.ID, q.id)
 			}
 		} else {
 			s.released = append(s.released, k)
 		}
-		s.keys[k.Key] = k
+		q.keys[k.Key] = k
 	}
 	for _, it := range body.Items {
 		if it.Key != "" {
-			if k := s.keys[it.Key]; k == nil || k.ID != it.ID || k.Released != 0 {
+			if k := s.queues[it.Queue].keys[it.Key]; k == nil || k.ID != it.ID || k.Released != 0 {
 				return nil, fmt.Errorf("decode snapshot: item %d key %q not held", it.ID, it.Key)
 			}
 		}
 	}
-	slices.SortFunc(s.released, func(a, b *keyEntry) int { return cmp.Compare(a.Released, b.Released) })
+	slices.SortStableFunc(s.released, func(a, b *keyEntry) int { return cmp.Compare(a.Released, b.Released) })
 	return s, nil
 }

@@ -24,46 +24,49 @@ type Counters struct {
 	Expired      uint64 // leases that ran out (the item is redelivered)
 	DeadLettered uint64
 	Discarded    uint64 // deadline passed before a delivery started
-	Redriven     uint64
+	Redriven     uint64 // dead letters sent back to waiting, here or to another queue
 	Purged       uint64
+	MovedIn      uint64 // dead letters of another queue redriven into this one
+	MovedOut     uint64 // dead letters of this queue redriven into another
 }
 
-// State is the queue's pure state machine: heaps, leases, dead letters and
-// keys. It does no I/O, starts no goroutines and never reads a clock: every
-// time comes in a record or as an argument. Applying the same records in the
-// same order always yields the same state. It is not safe for concurrent
-// use; the queue's sequencer owns it.
-type State struct {
-	items  idIndex          // every stored item (waiting, leased, dead)
-	leases map[uint64]*Item // open leases by receipt
+// Add returns the sum of c and d, field by field.
+func (c Counters) Add(d Counters) Counters {
+	return Counters{
+		Put: c.Put + d.Put, Delivered: c.Delivered + d.Delivered, Acked: c.Acked + d.Acked,
+		Nacked: c.Nacked + d.Nacked, Expired: c.Expired + d.Expired, DeadLettered: c.DeadLettered + d.DeadLettered,
+		Discarded: c.Discarded + d.Discarded, Redriven: c.Redriven + d.Redriven, Purged: c.Purged + d.Purged,
+		MovedIn: c.MovedIn + d.MovedIn, MovedOut: c.MovedOut + d.MovedOut,
+	}
+}
 
-	// Waiting items are in exactly one of delayed (ordered by due time) or
-	// the ready heap of their priority (ordered by due time, then Seq).
-	// An item moves from delayed to ready only in Promote, so a due item may
-	// still sit in delayed until a consumer asks: that lag is a metric.
-	delayed itemHeap
-	// maxDelayedDue bounds the due times in delayed from above (pushes
-	// raise it, removals leave it): when now reaches it, every delayed item
-	// is due and Promote moves them all at once.
-	maxDelayedDue int64
-	ready         map[int64]*itemHeap
-	levels        []int64 // priorities whose ready heap is non-empty, ascending
-	nready        int
+// State is the pure state machine of a queue directory: every queue in it,
+// with its heaps, leases, dead letters and keys. It does no I/O, starts no
+// goroutines and never reads a clock: every time comes in a record or as an
+// argument. Applying the same records in the same order always yields the
+// same state. It is not safe for concurrent use; the directory's sequencer
+// owns it.
+//
+// What is shared by the queues of a directory lives here: the LSN
+// sequence, the item IDs (an item keeps its ID when it is redriven into
+// another queue), the index of items by ID, the open leases by receipt
+// and the heaps the timer reads (lease ends and deadlines). What belongs
+// to one queue lives in its QueueState.
+type State struct {
+	queues map[uint64]*QueueState // by ID; the default queue 0 is always there
+	names  map[string]*QueueState // named queues by name (not the default queue)
+
+	items  idIndex          // every stored item (waiting, leased, dead), of every queue
+	leases map[uint64]*Item // open leases by receipt
 
 	leaseHeap itemHeap // leased items by lease end
 	deadlines itemHeap // waiting items that have a deadline, by deadline
 
-	deadOrder []deadEntry // dead letters oldest first; stale entries skipped
-	ndead     int
-
-	keys     map[string]*keyEntry
 	released []*keyEntry // keys released, in release order (times only grow); pruned from the front
 
 	nextID   uint64 // ID of the next item put
 	lastLSN  uint64 // LSN of the last record applied (or covered by the snapshot)
 	lastTime int64  // newest time seen in any record
-	bytes    int64  // sum of body sizes of stored items
-	counters Counters
 }
 
 type deadEntry struct {
@@ -77,21 +80,20 @@ type keyEntry struct {
 	Key      string
 	ID       uint64
 	Released int64
+	q        *QueueState
 }
 
-// New returns an empty state.
+// New returns an empty state: a directory with only its default queue.
 func New() *State {
 	s := &State{
+		queues: make(map[uint64]*QueueState),
+		names:  make(map[string]*QueueState),
 		leases: make(map[uint64]*Item),
-		ready:  make(map[int64]*itemHeap),
-		keys:   make(map[string]*keyEntry),
 		nextID: 1,
-
-		maxDelayedDue: math.MinInt64,
 	}
-	s.delayed = itemHeap{less: dueLess, pos: heapPos}
 	s.leaseHeap = itemHeap{less: leaseLess, pos: heapPos}
 	s.deadlines = itemHeap{less: deadlineLess, pos: deadlinePos}
+	s.queues[DefaultQueue] = newQueueState(DefaultQueue, "", 0, Settings{})
 	return s
 }
 
@@ -136,86 +138,91 @@ func (s *State) LastTime() int64 { return s.lastTime }
 // NextID is the ID the next item put will get.
 func (s *State) NextID() uint64 { return s.nextID }
 
-// Counters returns the transition counters.
-func (s *State) Counters() Counters { return s.counters }
+// Default is the directory's default queue.
+func (s *State) Default() *QueueState { return s.queues[DefaultQueue] }
 
-// Len is the number of stored items and Bytes the sum of their body sizes;
-// MaxItems and MaxBytes bound these.
-func (s *State) Len() int     { return s.items.len() }
-func (s *State) Bytes() int64 { return s.bytes }
+// Queue returns the queue with ID id, or nil when there is none (never
+// created, or deleted).
+func (s *State) Queue(id uint64) *QueueState { return s.queues[id] }
 
-// Item returns the stored item with id, or nil. The caller must not modify it.
+// QueueByName returns the named queue called name, or nil; "" is the
+// default queue.
+func (s *State) QueueByName(name string) *QueueState {
+	if name == "" {
+		return s.Default()
+	}
+	return s.names[name]
+}
+
+// Queues returns every queue, the default queue first, then by ID (the
+// order of creation).
+func (s *State) Queues() []*QueueState {
+	out := make([]*QueueState, 0, len(s.queues))
+	for _, q := range s.queues {
+		out = append(out, q)
+	}
+	slices.SortFunc(out, func(a, b *QueueState) int {
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// The default queue's view, as before there were named queues: Counters,
+// Len, Bytes, Gauges, Promote, NextReady, NextDue, KeyHolder and
+// DeadLetters are those of the default queue.
+
+// Counters returns the default queue's transition counters.
+func (s *State) Counters() Counters { return s.Default().counters }
+
+// Len is the number of items stored in the default queue and Bytes the sum
+// of their body sizes.
+func (s *State) Len() int     { return s.Default().n }
+func (s *State) Bytes() int64 { return s.Default().bytes }
+
+// TotalLen and TotalBytes count every queue's items.
+func (s *State) TotalLen() int { return s.items.len() }
+func (s *State) TotalBytes() int64 {
+	var n int64
+	for _, q := range s.queues {
+		n += q.bytes
+	}
+	return n
+}
+
+// Gauges returns the default queue's gauges.
+func (s *State) Gauges() Gauges { return s.Default().Gauges() }
+
+// Promote promotes the default queue's due items (see QueueState.Promote).
+func (s *State) Promote(now int64) { s.Default().Promote(now) }
+
+// NextReady is the default queue's next ready item.
+func (s *State) NextReady() *Item { return s.Default().NextReady() }
+
+// NextDue is the default queue's earliest delayed due time.
+func (s *State) NextDue() (int64, bool) { return s.Default().NextDue() }
+
+// KeyHolder is the default queue's KeyHolder.
+func (s *State) KeyHolder(key string, now, window int64) (uint64, bool) {
+	return s.Default().KeyHolder(key, now, window)
+}
+
+// DeadLetters is the default queue's DeadLetters.
+func (s *State) DeadLetters(limit int) []Item { return s.Default().DeadLetters(limit) }
+
+// Item returns the stored item with id, in any queue, or nil. The caller
+// must not modify it.
 func (s *State) Item(id uint64) *Item { return s.items.get(id) }
 
 // Leased returns the item whose open lease is receipt, or nil.
 func (s *State) Leased(receipt uint64) *Item { return s.leases[receipt] }
 
-// Promote moves waiting items whose due time is at or before now from the
-// delayed heap to the ready heaps.
-func (s *State) Promote(now int64) {
-	if s.delayed.Len() > bulkPromote && s.maxDelayedDue <= now {
-		s.promoteAll()
-		return
-	}
-	for {
-		it := s.delayed.Min()
-		if it == nil || it.Due > now {
-			return
-		}
-		s.delayed.Remove(it)
-		s.pushReady(it)
-	}
-}
-
-// bulkPromote is the size of delayed from which Promote, when every item
-// is due (after a recovery, typically), rebuilds the ready heaps in O(n)
-// instead of moving items one at a time in O(n log n).
-const bulkPromote = 256
-
-func (s *State) promoteAll() {
-	touched := make(map[int64]bool)
-	for _, it := range s.delayed.items {
-		h := s.ready[it.Priority]
-		if h == nil {
-			h = &itemHeap{less: dueLess, pos: heapPos}
-			s.ready[it.Priority] = h
-		}
-		if h.Len() == 0 && !touched[it.Priority] {
-			s.levels = append(s.levels, it.Priority)
-		}
-		touched[it.Priority] = true
-		h.items = append(h.items, it)
-		it.ready = true
-		s.nready++
-	}
-	for p := range touched {
-		s.ready[p].init()
-	}
-	slices.Sort(s.levels)
-	s.delayed.items = nil
-	s.maxDelayedDue = math.MinInt64
-}
-
-// NextReady returns the ready item that the next delivery should take
-// (smallest priority, then earliest due time, then smallest Seq, then
-// smallest ID), or nil.
-// Call Promote first.
-func (s *State) NextReady() *Item {
-	if len(s.levels) == 0 {
-		return nil
-	}
-	return s.ready[s.levels[0]].Min()
-}
-
-// NextDue is the due time of the earliest delayed item (ok false if none).
-func (s *State) NextDue() (int64, bool) {
-	if it := s.delayed.Min(); it != nil {
-		return it.Due, true
-	}
-	return 0, false
-}
-
-// NextLeaseEnd is the earliest end of an open lease.
+// NextLeaseEnd is the earliest end of an open lease, in any queue.
 func (s *State) NextLeaseEnd() (int64, bool) {
 	if it := s.leaseHeap.Min(); it != nil {
 		return it.LeaseEnd, true
@@ -223,7 +230,7 @@ func (s *State) NextLeaseEnd() (int64, bool) {
 	return 0, false
 }
 
-// NextDeadline is the earliest deadline of a waiting item.
+// NextDeadline is the earliest deadline of a waiting item, in any queue.
 func (s *State) NextDeadline() (int64, bool) {
 	if it := s.deadlines.Min(); it != nil {
 		return it.Deadline, true
@@ -236,7 +243,7 @@ func (s *State) NextDeadline() (int64, bool) {
 // loop until none is left).
 func (s *State) ExpiredLeases(now int64, max int) []*Item {
 	var out []*Item
-	s.walkHeap(&s.leaseHeap, func(it *Item) bool { return it.LeaseEnd <= now }, max, &out)
+	walkHeap(&s.leaseHeap, func(it *Item) bool { return it.LeaseEnd <= now }, max, &out)
 	return out
 }
 
@@ -244,13 +251,13 @@ func (s *State) ExpiredLeases(now int64, max int) []*Item {
 // before now (callers loop until none is left).
 func (s *State) PassedDeadlines(now int64, max int) []*Item {
 	var out []*Item
-	s.walkHeap(&s.deadlines, func(it *Item) bool { return it.Deadline <= now }, max, &out)
+	walkHeap(&s.deadlines, func(it *Item) bool { return it.Deadline <= now }, max, &out)
 	return out
 }
 
 // walkHeap collects heap items for which match holds, visiting only the part
 // of the heap where it can hold (match must be monotone in the heap order).
-func (s *State) walkHeap(h *itemHeap, match func(*Item) bool, max int, out *[]*Item) {
+func walkHeap(h *itemHeap, match func(*Item) bool, max int, out *[]*Item) {
 	var visit func(i int)
 	visit = func(i int) {
 		if i >= len(h.items) || len(*out) >= max || !match(h.items[i]) {
@@ -264,7 +271,7 @@ func (s *State) walkHeap(h *itemHeap, match func(*Item) bool, max int, out *[]*I
 	sort.Slice(*out, func(i, j int) bool { return h.less((*out)[i], (*out)[j]) })
 }
 
-// OpenLeases returns every open lease, by receipt.
+// OpenLeases returns every open lease of every queue, by receipt.
 func (s *State) OpenLeases() []*Item {
 	out := make([]*Item, 0, len(s.leases))
 	for _, it := range s.leases {
@@ -274,34 +281,36 @@ func (s *State) OpenLeases() []*Item {
 	return out
 }
 
-// KeyHolder reports the item that holds key at now under a key window of
-// window nanoseconds: a stored item, or one acked, discarded or purged less
-// than window ago.
-func (s *State) KeyHolder(key string, now, window int64) (uint64, bool) {
-	k := s.keys[key]
-	if k == nil {
-		return 0, false
-	}
-	if k.Released != 0 && k.Released+window <= now {
-		return 0, false
-	}
-	return k.ID, true
+// PruneKeys forgets keys released at least window ago, in every queue. It
+// changes no observable behaviour (KeyHolder applies the window itself); it
+// only frees memory. Its cost is that of the keys it forgets.
+func (s *State) PruneKeys(now, window int64) {
+	s.PruneKeysBy(now, func(uint64) int64 { return window })
 }
 
-// PruneKeys forgets keys released at least window ago. It changes no
-// observable behaviour (KeyHolder applies the window itself); it only frees
-// memory. Its cost is that of the keys it forgets.
-func (s *State) PruneKeys(now, window int64) {
+// PruneKeysBy is PruneKeys with a window per queue. It stops at the first
+// key whose window has not ended, so a key of a queue with a long window
+// delays the pruning of later keys of queues with shorter ones: that costs
+// memory for a while, never behaviour.
+func (s *State) PruneKeysBy(now int64, window func(queue uint64) int64) {
 	n := 0
 	for _, k := range s.released {
-		if k.Released+window > now {
+		if k.q.deleted {
+			n++
+			continue
+		}
+		if k.Released+window(k.q.id) > now {
 			break
 		}
-		if s.keys[k.Key] == k {
-			delete(s.keys, k.Key)
+		if k.q.keys[k.Key] == k {
+			delete(k.q.keys, k.Key)
 		}
 		n++
 	}
+	s.dropReleased(n)
+}
+
+func (s *State) dropReleased(n int) {
 	if n == 0 {
 		return
 	}
@@ -316,15 +325,17 @@ func (s *State) PruneKeys(now, window int64) {
 }
 
 // NextKeyRelease returns the release time of the oldest released key that
-// is not yet pruned: PruneKeys forgets it once the key window has passed.
-func (s *State) NextKeyRelease() (int64, bool) {
+// is not yet pruned, and its queue: PruneKeys forgets it once that queue's
+// key window has passed.
+func (s *State) NextKeyRelease() (at int64, queue uint64, ok bool) {
 	if len(s.released) == 0 {
-		return 0, false
+		return 0, 0, false
 	}
-	return s.released[0].Released, true
+	k := s.released[0]
+	return k.Released, k.q.id, true
 }
 
-// Gauges is a point-in-time view of the state.
+// Gauges is a point-in-time view of a queue.
 type Gauges struct {
 	Ready, Delayed, Leased, Dead int
 	Items                        int
@@ -336,69 +347,56 @@ type Gauges struct {
 	DelayedHeadDue int64
 }
 
-// Gauges returns counts by status and the times behind the age metrics.
-func (s *State) Gauges() Gauges {
-	g := Gauges{
-		Ready:   s.nready,
-		Delayed: s.delayed.Len(),
-		Leased:  len(s.leases),
-		Dead:    s.ndead,
-		Items:   s.items.len(),
-		Bytes:   s.bytes,
-		Keys:    len(s.keys),
-	}
-	for _, p := range s.levels {
-		if it := s.ready[p].Min(); it != nil && (g.OldestReadyDue == 0 || it.Due < g.OldestReadyDue) {
-			g.OldestReadyDue = it.Due
-		}
-	}
-	if it := s.delayed.Min(); it != nil {
-		g.DelayedHeadDue = it.Due
-	}
-	return g
-}
+// Apply applies the record with the given LSN to the default queue (for a
+// record of the directory, such as a queue's creation, the queue is 0 too).
+// It checks the whole record before it changes anything: on error the
+// state is as before.
+func (s *State) Apply(lsn uint64, rec Record) error { return s.ApplyTo(lsn, DefaultQueue, rec) }
 
-// DeadLetters returns copies of up to limit dead letters, oldest first
-// (limit <= 0: all).
-func (s *State) DeadLetters(limit int) []Item {
-	var out []Item
-	for _, e := range s.deadOrder {
-		if limit > 0 && len(out) >= limit {
-			break
-		}
-		if e.it.Status == Dead && e.it.deadSeq == e.seq {
-			out = append(out, e.it.Clone())
-		}
-	}
-	return out
-}
-
-// Apply applies the record with the given LSN. It checks the whole record
-// before it changes anything: on error the state is as before.
-func (s *State) Apply(lsn uint64, rec Record) error {
+// ApplyTo applies the record with the given LSN, which the log holds for
+// queue (the queue field of its header).
+func (s *State) ApplyTo(lsn, queue uint64, rec Record) error {
 	if lsn != s.lastLSN+1 {
 		return fmt.Errorf("%w: lsn %d after %d", ErrInvalid, lsn, s.lastLSN)
 	}
 	var err error
-	switch r := rec.(type) {
-	case *Put:
-		err = s.applyPut(lsn, r)
-	case *Lease:
-		err = s.applyLease(lsn, r)
-	case *Extend:
-		err = s.applyExtend(r)
-	case *Ack:
-		err = s.applyAck(r)
-	case *End:
-		err = s.applyEnd(lsn, r)
-	case *Discard:
-		err = s.applyDiscard(r)
-	case *Redrive:
-		err = s.applyRedrive(lsn, r)
-	case *Purge:
-		err = s.applyPurge(r)
-	default:
-		err = fmt.Errorf("%w: unknown record %T", ErrInvalid, rec)
+	if c, ok := rec.(*CreateQueue); ok {
+		if queue != DefaultQueue {
+			err = invalid("queue creation in the log of queue %d", queue)
+		} else {
+			err = s.applyCreate(lsn, c)
+		}
+	} else if q := s.queues[queue]; q == nil {
+		err = invalid("%s record for queue %d, which does not exist", TypeName(rec.Type()), queue)
+	} else {
+		switch r := rec.(type) {
+		case *Put:
+			err = s.applyPut(lsn, q, r)
+		case *Lease:
+			err = s.applyLease(lsn, q, r)
+		case *Extend:
+			err = s.applyExtend(q, r)
+		case *Ack:
+			err = s.applyAck(q, r)
+		case *End:
+			err = s.applyEnd(lsn, q, r)
+		case *Discard:
+			err = s.applyDiscard(q, r)
+		case *Redrive:
+			err = s.applyRedrive(lsn, q, r)
+		case *Purge:
+			err = s.applyPurge(q, r)
+		case *SetQueue:
+			err = s.applySet(q, r)
+		case *PauseQueue:
+			err = s.applyPause(q, r)
+		case *DeleteQueue:
+			err = s.applyDelete(q, r)
+		case *Move:
+			err = s.applyMove(lsn, q, r)
+		default:
+			err = fmt.Errorf("%w: unknown record %T", ErrInvalid, rec)
+		}
 	}
 	if err != nil {
 		return err
@@ -414,7 +412,15 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-func (s *State) applyPut(lsn uint64, r *Put) error {
+// item returns the stored item id if it belongs to q.
+func (s *State) item(q *QueueState, id uint64) *Item {
+	if it := s.items.get(id); it != nil && it.Queue == q.id {
+		return it
+	}
+	return nil
+}
+
+func (s *State) applyPut(lsn uint64, q *QueueState, r *Put) error {
 	if len(r.Items) == 0 {
 		return invalid("put of no items")
 	}
@@ -425,7 +431,7 @@ func (s *State) applyPut(lsn uint64, r *Put) error {
 			return invalid("put item %d: deadline %d not after due %d", i, n.Deadline, n.Due)
 		}
 		if n.Key != "" {
-			if k := s.keys[n.Key]; k != nil && k.Released == 0 {
+			if k := q.keys[n.Key]; k != nil && k.Released == 0 {
 				return invalid("put item %d: key %q held by stored item %d", i, n.Key, k.ID)
 			}
 			if seen[n.Key] {
@@ -442,6 +448,7 @@ func (s *State) applyPut(lsn uint64, r *Put) error {
 		}
 		it := &Item{
 			ID:          s.nextID,
+			Queue:       q.id,
 			Body:        body,
 			Key:         n.Key,
 			Priority:    n.Priority,
@@ -454,22 +461,27 @@ func (s *State) applyPut(lsn uint64, r *Put) error {
 			deadlinePos: -1,
 		}
 		s.nextID++
-		s.items.set(it)
-		s.bytes += int64(len(it.Body))
-		s.pushWaiting(it)
+		s.store(q, it)
+		s.pushWaiting(q, it)
 		if it.Key != "" {
-			s.keys[it.Key] = &keyEntry{Key: it.Key, ID: it.ID}
+			q.keys[it.Key] = &keyEntry{Key: it.Key, ID: it.ID, q: q}
 		}
-		s.counters.Put++
+		q.counters.Put++
 	}
 	return nil
 }
 
-func (s *State) applyLease(lsn uint64, r *Lease) error {
-	it := s.items.get(r.ID)
+func (s *State) store(q *QueueState, it *Item) {
+	s.items.set(it)
+	q.n++
+	q.bytes += int64(len(it.Body))
+}
+
+func (s *State) applyLease(lsn uint64, q *QueueState, r *Lease) error {
+	it := s.item(q, r.ID)
 	switch {
 	case it == nil:
-		return invalid("lease of unknown item %d", r.ID)
+		return invalid("lease of item %d, not stored in queue %d", r.ID, q.id)
 	case it.Status != Waiting:
 		return invalid("lease of item %d that is %s", r.ID, it.Status)
 	case it.Due > r.Time:
@@ -478,24 +490,31 @@ func (s *State) applyLease(lsn uint64, r *Lease) error {
 		return invalid("lease of item %d at %d at or after its deadline %d", r.ID, r.Time, it.Deadline)
 	case r.LeaseEnd <= r.Time:
 		return invalid("lease of item %d ends at %d, not after %d", r.ID, r.LeaseEnd, r.Time)
+	case q.Paused(r.Time):
+		return invalid("lease of item %d at %d in queue %d, paused until %d", r.ID, r.Time, q.id, q.pausedUntil)
+	case q.settings.MaxInFlight > 0 && int64(q.leased) >= q.settings.MaxInFlight:
+		return invalid("lease of item %d in queue %d, which has %d leases open of at most %d", r.ID, q.id, q.leased, q.settings.MaxInFlight)
 	}
-	s.removeWaiting(it)
+	q.removeWaiting(s, it)
 	it.Status = Leased
 	it.Receipt = lsn
 	it.LeaseEnd = r.LeaseEnd
 	it.Attempts++
 	it.Deliveries++
+	it.addAttempt(Attempt{Start: r.Time})
 	s.leases[lsn] = it
 	s.leaseHeap.Push(it)
-	s.counters.Delivered++
+	q.leased++
+	q.counters.Delivered++
 	return nil
 }
 
-// openLease finds the lease named by receipt that is still running at t.
-func (s *State) openLease(receipt uint64, t int64, what string) (*Item, error) {
+// openLease finds the lease of queue q named by receipt that is still
+// running at t.
+func (s *State) openLease(q *QueueState, receipt uint64, t int64, what string) (*Item, error) {
 	it := s.leases[receipt]
-	if it == nil {
-		return nil, invalid("%s of receipt %d that is not an open lease", what, receipt)
+	if it == nil || it.Queue != q.id {
+		return nil, invalid("%s of receipt %d that is not an open lease of queue %d", what, receipt, q.id)
 	}
 	if t >= it.LeaseEnd {
 		return nil, invalid("%s of receipt %d at %d after its lease ended at %d", what, receipt, t, it.LeaseEnd)
@@ -503,8 +522,8 @@ func (s *State) openLease(receipt uint64, t int64, what string) (*Item, error) {
 	return it, nil
 }
 
-func (s *State) applyExtend(r *Extend) error {
-	it, err := s.openLease(r.Receipt, r.Time, "extend")
+func (s *State) applyExtend(q *QueueState, r *Extend) error {
+	it, err := s.openLease(q, r.Receipt, r.Time, "extend")
 	if err != nil {
 		return err
 	}
@@ -516,29 +535,29 @@ func (s *State) applyExtend(r *Extend) error {
 	return nil
 }
 
-func (s *State) applyAck(r *Ack) error {
-	it, err := s.openLease(r.Receipt, r.Time, "ack")
+func (s *State) applyAck(q *QueueState, r *Ack) error {
+	it, err := s.openLease(q, r.Receipt, r.Time, "ack")
 	if err != nil {
 		return err
 	}
-	s.endLease(it)
-	s.remove(it, r.Time)
-	s.counters.Acked++
+	s.endLease(q, it)
+	s.remove(q, it, r.Time)
+	q.counters.Acked++
 	return nil
 }
 
-func (s *State) applyEnd(lsn uint64, r *End) error {
+func (s *State) applyEnd(lsn uint64, q *QueueState, r *End) error {
 	var it *Item
 	var err error
 	switch r.Kind {
 	case TypeExpire:
 		// Recovery expires leases whose end lies in the future: the process
 		// that held them is gone.
-		if it = s.leases[r.Receipt]; it == nil {
-			return invalid("expire of receipt %d that is not an open lease", r.Receipt)
+		if it = s.leases[r.Receipt]; it == nil || it.Queue != q.id {
+			return invalid("expire of receipt %d that is not an open lease of queue %d", r.Receipt, q.id)
 		}
 	case TypeNack, TypeDeadLetter:
-		if it, err = s.openLease(r.Receipt, r.Time, TypeName(r.Kind)); err != nil {
+		if it, err = s.openLease(q, r.Receipt, r.Time, TypeName(r.Kind)); err != nil {
 			return err
 		}
 	default:
@@ -547,44 +566,45 @@ func (s *State) applyEnd(lsn uint64, r *End) error {
 	if r.Kind == TypeDeadLetter && !r.Dead {
 		return invalid("deadletter of receipt %d that does not dead-letter", r.Receipt)
 	}
-	s.endLease(it)
+	s.endLease(q, it)
 	switch r.Kind {
 	case TypeNack:
-		s.counters.Nacked++
+		q.counters.Nacked++
 	case TypeExpire:
-		s.counters.Expired++
+		q.counters.Expired++
 	}
 	it.EndedAt = r.Time
 	if r.Cause != "" {
 		it.LastError = r.Cause
 	}
+	it.endAttempt(r.Time, r.Kind, r.Cause)
 	switch {
 	case r.Dead:
 		it.Status = Dead
 		it.deadSeq = lsn
-		s.deadOrder = append(s.deadOrder, deadEntry{it, lsn})
-		s.ndead++
-		s.counters.DeadLettered++
+		q.deadOrder = append(q.deadOrder, deadEntry{it, lsn})
+		q.ndead++
+		q.counters.DeadLettered++
 	case it.Deadline != 0 && r.Due >= it.Deadline:
-		s.remove(it, r.Time)
-		s.counters.Discarded++
+		s.remove(q, it, r.Time)
+		q.counters.Discarded++
 	default:
 		it.Status = Waiting
 		it.Due = r.Due
 		it.Seq = lsn
-		s.pushWaiting(it)
+		s.pushWaiting(q, it)
 	}
 	return nil
 }
 
-func (s *State) applyDiscard(r *Discard) error {
+func (s *State) applyDiscard(q *QueueState, r *Discard) error {
 	if len(r.IDs) == 0 {
 		return invalid("discard of no items")
 	}
 	for _, id := range r.IDs {
-		it := s.items.get(id)
+		it := s.item(q, id)
 		if it == nil || it.Status != Waiting || it.Deadline == 0 || it.Deadline > r.Time {
-			return invalid("discard of item %d that is not waiting past its deadline at %d", id, r.Time)
+			return invalid("discard of item %d that is not waiting past its deadline at %d in queue %d", id, r.Time, q.id)
 		}
 	}
 	if err := noRepeats(r.IDs); err != nil {
@@ -592,60 +612,66 @@ func (s *State) applyDiscard(r *Discard) error {
 	}
 	for _, id := range r.IDs {
 		it := s.items.get(id)
-		s.removeWaiting(it)
-		s.remove(it, r.Time)
-		s.counters.Discarded++
+		q.removeWaiting(s, it)
+		s.remove(q, it, r.Time)
+		q.counters.Discarded++
 	}
 	return nil
 }
 
-func (s *State) applyRedrive(lsn uint64, r *Redrive) error {
-	if err := s.checkDead(r.IDs, "redrive"); err != nil {
+func (s *State) applyRedrive(lsn uint64, q *QueueState, r *Redrive) error {
+	if err := s.checkDead(q, r.IDs, "redrive"); err != nil {
 		return err
 	}
 	for _, id := range r.IDs {
 		it := s.items.get(id)
-		s.leaveDead(it)
-		it.Status = Waiting
-		it.Attempts = 0
-		it.Due = r.Time
-		it.Seq = lsn
-		s.pushWaiting(it)
-		s.counters.Redriven++
+		q.leaveDead(it)
+		s.requeue(q, it, r.Time, lsn)
+		q.counters.Redriven++
 	}
 	return nil
 }
 
-func (s *State) applyPurge(r *Purge) error {
+// requeue makes a dead letter of q waiting again, ready at t with its
+// attempts reset.
+func (s *State) requeue(q *QueueState, it *Item, t int64, lsn uint64) {
+	it.Status = Waiting
+	it.Attempts = 0
+	it.Due = t
+	it.Seq = lsn
+	s.pushWaiting(q, it)
+}
+
+func (s *State) applyPurge(q *QueueState, r *Purge) error {
 	ids := r.IDs
 	if r.All {
 		if len(ids) != 0 {
 			return invalid("purge of all with ids named")
 		}
-		for _, e := range s.deadOrder {
+		for _, e := range q.deadOrder {
 			if e.it.Status == Dead && e.it.deadSeq == e.seq {
 				ids = append(ids, e.it.ID)
 			}
 		}
-	} else if err := s.checkDead(ids, "purge"); err != nil {
+	} else if err := s.checkDead(q, ids, "purge"); err != nil {
 		return err
 	}
 	for _, id := range ids {
 		it := s.items.get(id)
-		s.leaveDead(it)
-		s.remove(it, r.Time)
-		s.counters.Purged++
+		q.leaveDead(it)
+		s.remove(q, it, r.Time)
+		q.counters.Purged++
 	}
 	return nil
 }
 
-func (s *State) checkDead(ids []uint64, what string) error {
+func (s *State) checkDead(q *QueueState, ids []uint64, what string) error {
 	if len(ids) == 0 {
 		return invalid("%s of no items", what)
 	}
 	for _, id := range ids {
-		if it := s.items.get(id); it == nil || it.Status != Dead {
-			return invalid("%s of item %d that is not a dead letter", what, id)
+		if it := s.item(q, id); it == nil || it.Status != Dead {
+			return invalid("%s of item %d that is not a dead letter of queue %d", what, id, q.id)
 		}
 	}
 	return noRepeats(ids)
@@ -665,83 +691,31 @@ func noRepeats(ids []uint64) error {
 	return nil
 }
 
-func (s *State) pushWaiting(it *Item) {
-	s.delayed.Push(it)
-	s.maxDelayedDue = max(s.maxDelayedDue, it.Due)
+func (s *State) pushWaiting(q *QueueState, it *Item) {
+	q.delayed.Push(it)
+	q.maxDelayedDue = max(q.maxDelayedDue, it.Due)
 	if it.Deadline != 0 {
 		s.deadlines.Push(it)
 	}
 }
 
-func (s *State) pushReady(it *Item) {
-	h := s.ready[it.Priority]
-	if h == nil {
-		h = &itemHeap{less: dueLess, pos: heapPos}
-		s.ready[it.Priority] = h
-	}
-	if h.Len() == 0 {
-		i := sort.Search(len(s.levels), func(i int) bool { return s.levels[i] >= it.Priority })
-		s.levels = append(s.levels, 0)
-		copy(s.levels[i+1:], s.levels[i:])
-		s.levels[i] = it.Priority
-	}
-	h.Push(it)
-	it.Status = Waiting
-	s.nready++
-	it.ready = true
-}
-
-// removeWaiting takes a waiting item out of its heaps.
-func (s *State) removeWaiting(it *Item) {
-	if it.ready {
-		h := s.ready[it.Priority]
-		h.Remove(it)
-		s.nready--
-		if h.Len() == 0 {
-			i := sort.Search(len(s.levels), func(i int) bool { return s.levels[i] >= it.Priority })
-			s.levels = append(s.levels[:i], s.levels[i+1:]...)
-			delete(s.ready, it.Priority)
-		}
-		it.ready = false
-	} else {
-		s.delayed.Remove(it)
-	}
-	if it.deadlinePos >= 0 {
-		s.deadlines.Remove(it)
-	}
-}
-
-func (s *State) endLease(it *Item) {
+func (s *State) endLease(q *QueueState, it *Item) {
 	delete(s.leases, it.Receipt)
 	s.leaseHeap.Remove(it)
+	q.leased--
 	it.Receipt = 0
 	it.LeaseEnd = 0
 }
 
-func (s *State) leaveDead(it *Item) {
-	it.deadSeq = 0
-	s.ndead--
-	// Drop stale entries once they are the majority, so the order does not
-	// grow without bound under redrive and purge.
-	if len(s.deadOrder) > 64 && s.ndead < len(s.deadOrder)/2 {
-		live := s.deadOrder[:0:0]
-		for _, e := range s.deadOrder {
-			if e.it.Status == Dead && e.it.deadSeq == e.seq && e.it != it {
-				live = append(live, e)
-			}
-		}
-		s.deadOrder = live
-	}
-}
-
-// remove forgets an item that was acked, discarded or purged; its key is
-// held for the key window from t.
-func (s *State) remove(it *Item, t int64) {
+// remove forgets an item of q that was acked, discarded or purged; its key
+// is held for the key window from t.
+func (s *State) remove(q *QueueState, it *Item, t int64) {
 	s.items.del(it.ID)
-	s.bytes -= int64(len(it.Body))
+	q.n--
+	q.bytes -= int64(len(it.Body))
 	it.Status = 0
 	if it.Key != "" {
-		if k := s.keys[it.Key]; k != nil && k.ID == it.ID {
+		if k := q.keys[it.Key]; k != nil && k.ID == it.ID {
 			// Released 0 means "still stored" (also on disk), so a release
 			// at time 0 is recorded 1 ns later.
 			k.Released = t
@@ -753,8 +727,11 @@ func (s *State) remove(it *Item, t int64) {
 	}
 }
 
-// Each calls fn for every stored item in ID order; fn must not
-// modify the item or the state.
+// Each calls fn for every stored item of every queue in ID order; fn must
+// not modify the item or the state.
 func (s *State) Each(fn func(*Item)) {
 	s.items.each(fn)
 }
+
+// maxTime is the PausedUntil of a queue paused until it is resumed.
+const maxTime = math.MaxInt64

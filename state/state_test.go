@@ -561,9 +561,11 @@ func mpStr(s string) *mpNode {
 
 // Fields of the frozen snapshot layout (see MarshalSnapshot).
 const (
-	snapVersion, snapLastLSN, snapNextID, snapItems, snapKeys = 0, 1, 3, 5, 6
-	itemID, itemKey, itemStatus, itemReceipt                  = 0, 2, 10, 11
-	keyName, keyID, keyReleased                               = 0, 1, 2
+	snapVersion, snapLastLSN, snapNextID, snapQueues, snapItems, snapKeys = 0, 1, 3, 4, 5, 6
+	itemID, itemQueue, itemKey, itemAttempts, itemStatus, itemReceipt   = 0, 1, 3, 9, 11, 12
+	itemHistory                                                        = 17
+	keyQueue, keyName, keyID, keyReleased                              = 0, 1, 2, 3
+	queueID, queueName                                                 = 0, 1
 )
 
 // snapshotFixture is a state with a waiting (1), two leased (2, 3) and a
@@ -621,7 +623,19 @@ func TestUnmarshalSnapshotRejects(t *testing.T) {
 		{name: "garbage", bytes: []byte("not a snapshot at all")},
 		{name: "trailing bytes", bytes: append(slices.Clone(good), 0x00)},
 		{name: "huge item count", bytes: []byte{0x97, 0x01, 0x00, 0x00, 0x01, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xdd, 0x7f, 0xff, 0xff, 0xff}},
-		{"unknown version", func(r *mpNode) { r.elems[snapVersion] = mpUint(2) }, nil},
+		{"unknown version", func(r *mpNode) { r.elems[snapVersion] = mpUint(3) }, nil},
+		{"version 1 with a version-2 body", func(r *mpNode) { r.elems[snapVersion] = mpUint(1) }, nil},
+		{"no queues", func(r *mpNode) { r.elems[snapQueues].elems = nil }, nil},
+		{"first queue not the default", func(r *mpNode) { r.elems[snapQueues].elems[0].elems[queueID] = mpUint(1) }, nil},
+		{"default queue with a name", func(r *mpNode) { r.elems[snapQueues].elems[0].elems[queueName] = mpStr("x") }, nil},
+		{"item of a missing queue", func(r *mpNode) { item(r, 3).elems[itemQueue] = mpUint(7) }, nil},
+		{"key of a missing queue", func(r *mpNode) { key(r, "a").elems[keyQueue] = mpUint(7) }, nil},
+		{"history too long", func(r *mpNode) {
+			h := item(r, 4).elems[itemHistory]
+			for len(h.elems) <= state.HistoryLen {
+				h.elems = append(h.elems, h.elems[0].clone())
+			}
+		}, nil},
 		{"missing field", func(r *mpNode) { r.elems = r.elems[:6] }, nil},
 		{"extra field", func(r *mpNode) { r.elems = append(r.elems, mpUint(0)) }, nil},
 		{"next id zero", func(r *mpNode) {
@@ -643,7 +657,7 @@ func TestUnmarshalSnapshotRejects(t *testing.T) {
 			item(r, 3).elems[itemReceipt] = item(r, 2).elems[itemReceipt].clone()
 		}, nil},
 		{"negative value in an unsigned field", func(r *mpNode) { r.elems[snapLastLSN] = mpInt(-1) }, nil},
-		{"attempts overflow", func(r *mpNode) { item(r, 2).elems[8] = mpInt(math.MaxInt32 + 1) }, nil},
+		{"attempts overflow", func(r *mpNode) { item(r, 2).elems[itemAttempts] = mpInt(math.MaxInt32 + 1) }, nil},
 		{"string where an integer belongs", func(r *mpNode) { r.elems[snapNextID] = mpStr("6") }, nil},
 		{"key of a missing item", func(r *mpNode) { key(r, "w").elems[keyID] = mpUint(5) }, nil},
 		{"key held by an item with another key", func(r *mpNode) { key(r, "w").elems[keyID] = mpUint(2) }, nil},

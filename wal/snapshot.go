@@ -57,9 +57,14 @@ const (
 	snap2OffLength      = 33
 	snap2OffCRC         = 41
 
-	// SectionQueueState is the kind of a snapshot section that holds one
-	// queue's state.
+	// SectionQueueState is the kind of a snapshot section that holds the
+	// state of the default queue alone (state body version 1), as written
+	// before named queues.
 	SectionQueueState = 1
+	// SectionDirState is the kind of the section that holds the state of
+	// every queue of the directory (state body version 2): the only section
+	// written since named queues.
+	SectionDirState = 2
 	sectionHeaderSize = 17
 )
 
@@ -68,9 +73,12 @@ type Snapshot struct {
 	Version int
 	Dir     DirID  // zero for version 1
 	LSN     uint64 // covered LSN
-	// Body is the default queue's state (version 2: the data of its
-	// section; version 1: the whole body). It aliases the file's bytes.
+	// Body is the state (version 2: the data of its section; version 1:
+	// the whole body). It aliases the file's bytes.
 	Body []byte
+	// Kind is the kind of the section Body came from: SectionQueueState or
+	// SectionDirState (SectionQueueState for version 1).
+	Kind byte
 }
 
 // A snapshot covering LSN S is named "snapshot-<S in 20 digits>.snap" and is
@@ -108,7 +116,7 @@ func appendSnapshot2(dst []byte, id DirID, lsn uint64, state []byte) []byte {
 	crcAt := len(dst)
 	dst = binary.BigEndian.AppendUint32(dst, 0)
 	body := len(dst)
-	dst = append(dst, SectionQueueState)
+	dst = append(dst, SectionDirState)
 	dst = binary.BigEndian.AppendUint64(dst, 0)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(len(state)))
 	dst = append(dst, state...)
@@ -223,18 +231,18 @@ func DecodeSnapshot(data []byte) (Snapshot, error) {
 			return bad(int64(snapshot2HeaderSize+off), reasonf("section of %d bytes runs past the end", n))
 		}
 		switch {
-		case kind != SectionQueueState:
+		case kind != SectionQueueState && kind != SectionDirState:
 			return Snapshot{}, fmt.Errorf("%w: snapshot section of kind %d", ErrNewerFormat, kind)
 		case queue != 0:
-			return Snapshot{}, fmt.Errorf("%w: snapshot section of queue %d (named queues)", ErrNewerFormat, queue)
+			return Snapshot{}, fmt.Errorf("%w: snapshot section of queue %d", ErrNewerFormat, queue)
 		case found:
-			return bad(int64(snapshot2HeaderSize+off), corruptReason("two sections for the default queue"))
+			return bad(int64(snapshot2HeaderSize+off), corruptReason("two state sections"))
 		}
-		snap.Body, found = body[off:off+int(n)], true
+		snap.Body, snap.Kind, found = body[off:off+int(n)], kind, true
 		off += int(n)
 	}
 	if !found {
-		return bad(snapshot2HeaderSize, corruptReason("no section for the default queue"))
+		return bad(snapshot2HeaderSize, corruptReason("no state section"))
 	}
 	return snap, nil
 }
@@ -244,7 +252,7 @@ func decodeSnapshot1(data []byte) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	return Snapshot{Version: snapshotVersion1, LSN: binary.BigEndian.Uint64(data[snapOffLSN:]), Body: body}, nil
+	return Snapshot{Version: snapshotVersion1, LSN: binary.BigEndian.Uint64(data[snapOffLSN:]), Body: body, Kind: SectionQueueState}, nil
 }
 
 // checkSnapshotFrame checks what both snapshot versions frame alike: a

@@ -71,7 +71,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 			t.Fatalf("read back %+v %v", snap, err)
 		}
 		// The file is exactly the drawing.
-		if got := readFileT(t, path); !bytes.Equal(got, encodeSnapshot2(testDir, lsn, section{SectionQueueState, 0, body})) {
+		if got := readFileT(t, path); !bytes.Equal(got, encodeSnapshot2(testDir, lsn, section{SectionDirState, 0, body})) {
 			t.Fatalf("snapshot %d is not the drawn layout", lsn)
 		}
 		info, err := os.Stat(path)
@@ -188,12 +188,13 @@ func TestSnapshotSections(t *testing.T) {
 		newer  bool
 		reason string // for corruption
 	}{
-		{"unknown_kind", encodeSnapshot2(testDir, 5, section{2, 0, state}), true, ""},
+		{"unknown_kind", encodeSnapshot2(testDir, 5, section{3, 0, state}), true, ""},
+		{"dir_state_and_queue_state", encodeSnapshot2(testDir, 5, section{SectionDirState, 0, state}, def), false, "two state sections"},
 		{"unknown_kind_after_the_default", encodeSnapshot2(testDir, 5, def, section{9, 0, nil}), true, ""},
 		{"named_queue", encodeSnapshot2(testDir, 5, section{SectionQueueState, 3, state}), true, ""},
 		{"named_queue_after_the_default", encodeSnapshot2(testDir, 5, def, section{SectionQueueState, 1, nil}), true, ""},
-		{"two_default_sections", encodeSnapshot2(testDir, 5, def, def), false, "two sections for the default queue"},
-		{"no_section", encodeSnapshot2(testDir, 5), false, "no section for the default queue"},
+		{"two_default_sections", encodeSnapshot2(testDir, 5, def, def), false, "two state sections"},
+		{"no_section", encodeSnapshot2(testDir, 5), false, "no state section"},
 		{"truncated_section_header", func() []byte {
 			b := encodeSnapshot2(testDir, 5, def)
 			b = append(b, 1, 0, 0) // three bytes of another section header

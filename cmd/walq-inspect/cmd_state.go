@@ -141,6 +141,8 @@ type jsonCounters struct {
 	Discarded    uint64 `json:"discarded"`
 	Redriven     uint64 `json:"redriven"`
 	Purged       uint64 `json:"purged"`
+	MovedIn      uint64 `json:"moved_in,omitempty"`
+	MovedOut     uint64 `json:"moved_out,omitempty"`
 }
 
 type jsonItem struct {

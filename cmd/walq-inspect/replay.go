@@ -472,7 +472,7 @@ func (r *replayer) apply(ev *event) {
 	// As rebuild.Apply, which recovery uses, refuses it.
 	err := rebuild.CheckKnown(ev.Pos, ev.Queue, ev.Type)
 	if err == nil {
-		err = rebuild.ApplyDecoded(r.st, r.logDir, ev.Pos, ev.Type, ev.Rec, ev.Err)
+		err = rebuild.ApplyDecoded(r.st, r.logDir, ev.Pos, ev.Queue, ev.Type, ev.Rec, ev.Err)
 	}
 	if err != nil {
 		r.stErr = err

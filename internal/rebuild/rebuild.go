@@ -31,7 +31,11 @@ func ReadSnapshot(dir string, f wal.SnapshotFile, want wal.DirID) (*state.State,
 	}
 	lsn := snap.LSN
 	st, err := state.UnmarshalSnapshot(snap.Body)
+	v := state.SnapshotVersion(snap.Body)
 	switch {
+	case err == nil && snap.Kind == wal.SectionQueueState && v != 1,
+		err == nil && snap.Kind == wal.SectionDirState && v != 2:
+		err = fmt.Errorf("a state of version %d in a section of kind %d", v, snap.Kind)
 	case !want.IsZero() && snap.Version != wal.FormatVersion:
 		err = fmt.Errorf("a format-%d snapshot in a directory of format %d", snap.Version, wal.FormatVersion)
 	case !want.IsZero() && snap.Dir != want:
@@ -102,18 +106,16 @@ func Apply(st *state.State, logDir string, pos wal.Position, rec wal.Record) err
 		return err
 	}
 	r, err := state.Decode(rec.Type, rec.Body)
-	return ApplyDecoded(st, logDir, pos, rec.Type, r, err)
+	return ApplyDecoded(st, logDir, pos, rec.Queue, rec.Type, r, err)
 }
 
 // CheckKnown refuses, with an error wrapping wal.ErrNewerFormat, a record
-// that a newer walq wrote: one of a queue other than the default, or of a
-// record type above state.LastType. Its frame verified, so no damage made
-// it; this build cannot apply it, and must not cut it as damage.
+// that a newer walq wrote: one of a record type above state.LastType. Its
+// frame verified, so no damage made it; this build cannot apply it, and
+// must not cut it as damage. (A record of a queue that does not exist is
+// not newer: the state refuses it, and it is corruption.)
 func CheckKnown(pos wal.Position, queue uint64, typ byte) error {
 	switch {
-	case queue != 0:
-		return fmt.Errorf("%w: record %d in %s belongs to queue %d, and this build has only the default queue",
-			wal.ErrNewerFormat, pos.Index, pos.File, queue)
 	case typ > state.LastType:
 		return fmt.Errorf("%w: record %d in %s has type %d, and this build knows types up to %d",
 			wal.ErrNewerFormat, pos.Index, pos.File, typ, state.LastType)
@@ -123,10 +125,10 @@ func CheckKnown(pos wal.Position, queue uint64, typ byte) error {
 
 // ApplyDecoded is Apply for a record already decoded: r and decodeErr are
 // what state.Decode returned for it.
-func ApplyDecoded(st *state.State, logDir string, pos wal.Position, typ byte, r state.Record, decodeErr error) error {
+func ApplyDecoded(st *state.State, logDir string, pos wal.Position, queue uint64, typ byte, r state.Record, decodeErr error) error {
 	err := decodeErr
 	if err == nil {
-		err = st.Apply(pos.Index, r)
+		err = st.ApplyTo(pos.Index, queue, r)
 	}
 	if err != nil {
 		return &wal.CorruptionError{Dir: logDir, File: pos.File, Index: pos.Index, Offset: pos.Offset,

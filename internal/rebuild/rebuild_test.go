@@ -268,10 +268,10 @@ func TestApplyRefusal(t *testing.T) {
 	}
 }
 
-// TestApplyRefusesNewerRecords: a record of another queue or of a type this
-// build does not know comes from a newer walq: ErrNewerFormat, never
-// corruption (which would invite a cut). Type 0 was never written by any
-// build: corruption.
+// TestApplyRefusesNewerRecords: a record of a type this build does not know
+// comes from a newer walq: ErrNewerFormat, never corruption (which would
+// invite a cut). Type 0 was never written by any build, and a record of a
+// queue that was never created cannot be: corruption.
 func TestApplyRefusesNewerRecords(t *testing.T) {
 	body, err := state.Encode(nil, &state.Ack{Time: 1, Receipt: 99})
 	if err != nil {
@@ -283,8 +283,8 @@ func TestApplyRefusesNewerRecords(t *testing.T) {
 		rec   wal.Record
 		newer string // "" for corruption
 	}{
-		{"another queue", wal.Record{Type: state.TypeAck, Queue: 3, LSN: 7, Body: body}, "belongs to queue 3"},
-		{"the type after the last", wal.Record{Type: state.LastType + 1, LSN: 7, Body: body}, "has type 11"},
+		{"a queue that does not exist", wal.Record{Type: state.TypeAck, Queue: 3, LSN: 7, Body: body}, ""},
+		{"the type after the last", wal.Record{Type: state.LastType + 1, LSN: 7, Body: body}, "has type 16"},
 		{"type 255", wal.Record{Type: 255, LSN: 7, Body: body}, "has type 255"},
 		{"type 0", wal.Record{Type: 0, LSN: 7, Body: body}, ""},
 	} {

@@ -1,0 +1,401 @@
+package walq
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/walq/walq/state"
+	"github.com/walq/walq/wal"
+)
+
+// QueueOptions are the settings of a named queue, given each time a handle
+// is made with OpenQueue. The zero value of a field takes the directory's
+// Options value (Visibility, MaxAttempts, Backoff, KeyWindow) or means no
+// bound (MaxItems, MaxBytes, MaxInFlight).
+//
+// Every field but Backoff is recorded in the log when it changes, so the
+// queue keeps its settings across restarts and walq-inspect shows them
+// offline. Backoff is code: it is not recorded, and until a handle gives
+// it after a restart (an expiry at recovery, say) the directory's
+// Options.Backoff applies.
+type QueueOptions struct {
+	Visibility  time.Duration
+	MaxAttempts int
+	Backoff     func(attempt int) time.Duration
+	KeyWindow   time.Duration
+	MaxItems    int
+	MaxBytes    int64
+	// MaxInFlight caps the queue's open leases: a Get, TryGet or Work on a
+	// queue at its cap waits as if it were empty. It is enforced on every
+	// lease, and replay checks it.
+	MaxInFlight int
+}
+
+// settings are the effective settings of one queue.
+type settings struct {
+	visibility  time.Duration
+	maxAttempts int
+	backoff     func(int) time.Duration
+	keyWindow   time.Duration
+	maxItems    int
+	maxBytes    int64
+	maxInFlight int
+}
+
+func (s settings) record() state.Settings {
+	return state.Settings{
+		Visibility: int64(s.visibility), MaxAttempts: int64(s.maxAttempts), KeyWindow: int64(s.keyWindow),
+		MaxItems: int64(s.maxItems), MaxBytes: s.maxBytes, MaxInFlight: int64(s.maxInFlight),
+	}
+}
+
+// defaultSettings are the default queue's settings: its Options.
+func (o Options) defaultSettings() settings {
+	return settings{
+		visibility: o.Visibility, maxAttempts: o.MaxAttempts, backoff: o.Backoff, keyWindow: o.KeyWindow,
+		maxItems: o.MaxItems, maxBytes: o.MaxBytes, maxInFlight: o.MaxInFlight,
+	}
+}
+
+// queueSettings checks qo and fills its zero fields from o.
+func (o Options) queueSettings(name string, qo QueueOptions) (settings, error) {
+	bad := func(field string, v any, why string) (settings, error) {
+		return settings{}, fmt.Errorf("%w: queue %q: QueueOptions.%s = %v: %s", ErrInvalid, name, field, v, why)
+	}
+	switch {
+	case qo.Visibility < 0 || qo.Visibility > MaxDuration:
+		return bad("Visibility", qo.Visibility, "negative or over MaxDuration")
+	case qo.MaxAttempts < 0:
+		return bad("MaxAttempts", qo.MaxAttempts, "negative")
+	case qo.KeyWindow < 0 || qo.KeyWindow > MaxDuration:
+		return bad("KeyWindow", qo.KeyWindow, "negative or over MaxDuration")
+	case qo.MaxItems < 0:
+		return bad("MaxItems", qo.MaxItems, "negative")
+	case qo.MaxBytes < 0:
+		return bad("MaxBytes", qo.MaxBytes, "negative")
+	case qo.MaxInFlight < 0:
+		return bad("MaxInFlight", qo.MaxInFlight, "negative")
+	}
+	s := settings{visibility: qo.Visibility, maxAttempts: qo.MaxAttempts, backoff: qo.Backoff, keyWindow: qo.KeyWindow,
+		maxItems: qo.MaxItems, maxBytes: qo.MaxBytes, maxInFlight: qo.MaxInFlight}
+	if s.visibility == 0 {
+		s.visibility = o.Visibility
+	}
+	if s.maxAttempts == 0 {
+		s.maxAttempts = o.MaxAttempts
+	}
+	if s.backoff == nil {
+		s.backoff = o.Backoff
+	}
+	if s.keyWindow == 0 {
+		s.keyWindow = o.KeyWindow
+	}
+	return s, nil
+}
+
+// settingsFromRecord are the settings of a queue known only from the log
+// (no handle has given its Backoff yet).
+func (o Options) settingsFromRecord(r state.Settings) settings {
+	return settings{
+		visibility: time.Duration(r.Visibility), maxAttempts: int(r.MaxAttempts), backoff: o.Backoff,
+		keyWindow: time.Duration(r.KeyWindow), maxItems: int(r.MaxItems), maxBytes: r.MaxBytes, maxInFlight: int(r.MaxInFlight),
+	}
+}
+
+// queueRT is what the directory keeps for one incarnation of a queue while
+// it is open: its settings, its blocked Gets, its watchers and its
+// counters. All handles of the incarnation share it.
+type queueRT struct {
+	id   uint64
+	name string
+	set  settings // under mu
+
+	waiters  waiterList       // blocked Gets, oldest first; under mu
+	watchers []*watcher       // WorkQueues calls watching it; under mu
+	deleted  chan struct{}    // closed when the queue is deleted
+	gone     bool             // deleted; under mu
+	work     WorkCounters     // Work's counters (worker.go)
+	lateAcks atomic.Uint64
+}
+
+func newRT(id uint64, name string, set settings) *queueRT {
+	return &queueRT{id: id, name: name, set: set, deleted: make(chan struct{})}
+}
+
+// label names the queue in errors and logs.
+func (rt *queueRT) label() string {
+	if rt.id == state.DefaultQueue {
+		return "the default queue"
+	}
+	return fmt.Sprintf("queue %q (incarnation %d)", rt.name, rt.id)
+}
+
+// watcher is told, through a channel with room for one signal, of every
+// change that may let a queue lease: WorkQueues waits on it instead of
+// blocking in Get on each queue.
+type watcher struct{ ch chan struct{} }
+
+// changedLocked tells the queue's blocked Gets (up to n of them) and every
+// watcher that an item may be ready.
+func (rt *queueRT) changedLocked(n int) {
+	rt.waiters.wake(n)
+	for _, w := range rt.watchers {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// leaseEndedLocked is called when a lease of the queue ends: under a cap on
+// leases in flight, a blocked Get may now take an item.
+func (rt *queueRT) leaseEndedLocked() {
+	if rt.set.maxInFlight > 0 {
+		rt.changedLocked(1)
+	}
+}
+
+// ErrQueueDeleted and ErrQueueBusy are the errors of named queues.
+var (
+	// ErrQueueDeleted is returned by every call on a handle whose queue was
+	// deleted, and by a Get or Work blocked on it when it is. A queue of
+	// the same name opened later is a new queue: the old handle never
+	// reaches it.
+	ErrQueueDeleted = errors.New("walq: queue deleted")
+
+	// ErrQueueBusy is returned by Delete, without force, for a queue with
+	// leases open. Nothing is changed.
+	ErrQueueBusy = errors.New("walq: queue has leases open")
+)
+
+// OpenQueue returns a handle on the named queue of q's directory, creating
+// it when there is none, and records opts as its settings when they differ
+// from those recorded. The record is durable, under the sync policy, when
+// OpenQueue returns. Names are 1 to 100 bytes of ASCII letters, digits,
+// '.', '_' and '-', starting with a letter or digit; a bad name is
+// ErrInvalid and says why.
+//
+// A named queue has the methods of the default queue; its items, keys,
+// dead letters, counters and settings are its own, and it shares the
+// directory's log, group commit, timer and compaction. Item IDs are unique
+// in the directory. Handles of one queue share its state: settings given
+// by the latest OpenQueue apply to all of them.
+func (q *Queue) OpenQueue(name string, opts QueueOptions) (*Queue, error) {
+	if err := state.CheckQueueName(name); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	set, err := q.opts.queueSettings(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	q.mu.Lock()
+	if err := q.usableLocked(); err != nil {
+		q.mu.Unlock()
+		return nil, err
+	}
+	now := q.qt.now()
+	var rt *queueRT
+	var commit *wal.Commit
+	if qs := q.st.QueueByName(name); qs == nil {
+		var lsn uint64
+		lsn, commit, err = q.appendToLocked(state.DefaultQueue, &state.CreateQueue{Time: now, Name: name, Settings: set.record()})
+		if err != nil {
+			q.mu.Unlock()
+			return nil, err
+		}
+		rt = newRT(lsn, name, set)
+		q.rts[lsn] = rt
+		q.opts.Logger.Info("walq: queue created", "queue", name, "id", lsn)
+	} else {
+		rt = q.rts[qs.ID()]
+		if qs.Settings() != set.record() {
+			if _, commit, err = q.appendToLocked(rt.id, &state.SetQueue{Time: now, Settings: set.record()}); err != nil {
+				q.mu.Unlock()
+				return nil, err
+			}
+		}
+		rt.set = set
+		rt.changedLocked(rt.waiters.len()) // a cap raised: let blocked Gets look again
+	}
+	q.mu.Unlock()
+	if commit != nil {
+		if err := q.wait(commit); err != nil {
+			return nil, err
+		}
+	}
+	return &Queue{directory: q.directory, rt: rt, detached: make(chan struct{})}, nil
+}
+
+// Name is the queue's name ("" for the default queue).
+func (q *Queue) Name() string { return q.rt.name }
+
+// callLocked returns why a call on this handle cannot be made, or nil: the
+// directory closed or failed, the handle closed, or its queue deleted.
+func (q *Queue) callLocked() error {
+	if err := q.usableLocked(); err != nil {
+		return err
+	}
+	if q.rt.gone {
+		return fmt.Errorf("%w: %s", ErrQueueDeleted, q.rt.label())
+	}
+	if q.detached != nil {
+		select {
+		case <-q.detached:
+			return fmt.Errorf("%w: the handle on %s", ErrClosed, q.rt.label())
+		default:
+		}
+	}
+	return nil
+}
+
+// Pause stops the queue delivering until the wall-clock time until (the
+// zero Time: until Resume). A paused queue takes puts, ends leases,
+// expires and discards as usual, and keeps its pause across restarts.
+// Pausing a paused queue replaces its pause.
+func (q *Queue) Pause(until time.Time) error {
+	return q.setPause(until, true)
+}
+
+// Resume ends the queue's pause; a queue not paused is left as it is.
+func (q *Queue) Resume() error {
+	return q.setPause(time.Time{}, false)
+}
+
+func (q *Queue) setPause(until time.Time, pause bool) error {
+	q.mu.Lock()
+	if err := q.callLocked(); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	now := q.qt.now()
+	rec := &state.PauseQueue{Time: now}
+	if pause {
+		rec.Until = math.MaxInt64
+		if !until.IsZero() {
+			rec.Until = q.qt.fromWall(until)
+			if rec.Until <= now {
+				q.mu.Unlock()
+				return fmt.Errorf("%w: pause %s until %v, which has passed", ErrInvalid, q.rt.label(), until.UTC().Format(time.RFC3339Nano))
+			}
+		}
+	} else if !q.st.Queue(q.rt.id).Paused(now) && q.st.Queue(q.rt.id).PausedUntil() == 0 {
+		q.mu.Unlock()
+		return nil
+	}
+	_, commit, err := q.appendToLocked(q.rt.id, rec)
+	if err == nil && !pause {
+		q.rt.changedLocked(q.rt.waiters.len())
+	}
+	q.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	q.opts.Logger.Info("walq: queue paused or resumed", "queue", q.rt.name, "paused", pause, "until", until)
+	return q.wait(commit)
+}
+
+// Delete deletes the queue with its items, keys, counters and dead
+// letters; its disk space comes back at the next compaction. It refuses,
+// with ErrQueueBusy, a queue with leases open unless force is set (their
+// receipts then return ErrQueueDeleted). Every handle of the queue, and
+// every Get and Work blocked on it, returns ErrQueueDeleted from then on.
+// The default queue cannot be deleted.
+func (q *Queue) Delete(force bool) error {
+	if q.rt.id == state.DefaultQueue {
+		return fmt.Errorf("%w: the default queue cannot be deleted", ErrInvalid)
+	}
+	q.mu.Lock()
+	if err := q.callLocked(); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	qs := q.st.Queue(q.rt.id)
+	if n := qs.Leased(); n > 0 && !force {
+		q.mu.Unlock()
+		return fmt.Errorf("%w: delete %s: %d leases open (force to delete anyway)", ErrQueueBusy, q.rt.label(), n)
+	}
+	items := qs.Len()
+	_, commit, err := q.appendToLocked(q.rt.id, &state.DeleteQueue{Time: q.qt.now(), Force: force})
+	if err == nil {
+		rt := q.rt
+		rt.gone = true
+		close(rt.deleted)
+		delete(q.rts, rt.id)
+		rt.changedLocked(rt.waiters.len())
+	}
+	q.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	q.opts.Logger.Info("walq: queue deleted", "queue", q.rt.name, "id", q.rt.id, "items", items, "forced", force)
+	return q.wait(commit)
+}
+
+// QueueInfo describes one queue of a directory.
+type QueueInfo struct {
+	Name    string // "" for the default queue
+	ID      uint64 // incarnation: 0 for the default queue, else the LSN of its creation
+	Created time.Time
+	// Paused says whether the queue delivers nothing now; PausedUntil is
+	// when the pause ends, zero for a pause until Resume.
+	Paused      bool
+	PausedUntil time.Time
+	// Options are the queue's settings in effect (Backoff aside).
+	Options QueueOptions
+	Stats   Stats
+}
+
+// Queues describes every queue of the directory, the default queue first,
+// then in the order they were created.
+func (q *Queue) Queues() ([]QueueInfo, error) {
+	q.mu.Lock()
+	if err := q.usableLocked(); err != nil {
+		q.mu.Unlock()
+		return nil, err
+	}
+	var rts []*queueRT
+	for _, qs := range q.st.Queues() {
+		rts = append(rts, q.rts[qs.ID()])
+	}
+	q.mu.Unlock()
+	out := make([]QueueInfo, 0, len(rts))
+	for _, rt := range rts {
+		h := &Queue{directory: q.directory, rt: rt}
+		info, ok := h.info()
+		if ok {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
+
+// info describes h's queue; false when it was deleted meanwhile.
+func (h *Queue) info() (QueueInfo, bool) {
+	st := h.Stats()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	qs := h.st.Queue(h.rt.id)
+	if qs == nil {
+		return QueueInfo{}, false
+	}
+	s := h.rt.set
+	info := QueueInfo{
+		Name: h.rt.name, ID: h.rt.id,
+		Options: QueueOptions{Visibility: s.visibility, MaxAttempts: s.maxAttempts, KeyWindow: s.keyWindow,
+			MaxItems: s.maxItems, MaxBytes: s.maxBytes, MaxInFlight: s.maxInFlight},
+		Stats: st,
+	}
+	if qs.Created() != 0 {
+		info.Created = h.qt.toWall(qs.Created())
+	}
+	if u := qs.PausedUntil(); u != 0 {
+		info.Paused = qs.Paused(h.qt.now())
+		if u != math.MaxInt64 {
+			info.PausedUntil = h.qt.toWall(u)
+		}
+	}
+	return info, true
+}

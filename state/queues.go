@@ -1,0 +1,425 @@
+package state
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+)
+
+// DefaultQueue is the ID of a directory's default queue. It always exists,
+// has no name and cannot be deleted. A named queue's ID is the LSN of the
+// record that created it, so IDs are never reused: a queue deleted and
+// created again under its name is a new incarnation with a new ID, and no
+// receipt, record or handle of the old one can touch it.
+const DefaultQueue uint64 = 0
+
+// MaxQueueName is the longest queue name, in bytes.
+const MaxQueueName = 100
+
+// CheckQueueName says what is wrong with name as the name of a queue, or
+// returns nil: 1 to MaxQueueName bytes of ASCII letters, digits, '.', '_'
+// and '-', starting with a letter or digit. Names are case-sensitive. The
+// characters are those safe in a file name, a URL path segment, a metric
+// label and a NATS subject token, so a name means the same everywhere it
+// travels.
+func CheckQueueName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("queue name is empty (the default queue has no name)")
+	case len(name) > MaxQueueName:
+		return fmt.Errorf("queue name of %d bytes, at most %d", len(name), MaxQueueName)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !ok && i > 0 {
+			ok = c == '.' || c == '_' || c == '-'
+		}
+		if !ok {
+			return fmt.Errorf("queue name %q: byte %d (%q) is not allowed: use letters, digits, '.', '_' and '-', starting with a letter or digit", name, i, c)
+		}
+	}
+	return nil
+}
+
+// Settings are a queue's recorded settings, the effective values (the
+// caller has applied its defaults): durations in nanoseconds, 0 meaning "no
+// bound" for MaxItems, MaxBytes and MaxInFlight. The state enforces
+// MaxInFlight on every lease; the others are the caller's to apply, and are
+// kept so that every reader of the directory knows them.
+type Settings struct {
+	Visibility  int64
+	MaxAttempts int64
+	KeyWindow   int64
+	MaxItems    int64
+	MaxBytes    int64
+	MaxInFlight int64
+}
+
+// QueueState is one queue of a directory: its heaps of waiting items, its
+// dead letters, its keys, its counts and its settings.
+type QueueState struct {
+	id          uint64
+	name        string
+	created     int64
+	settings    Settings
+	pausedUntil int64 // 0: not paused; maxTime: until resumed
+	deleted     bool
+
+	// Waiting items are in exactly one of delayed (ordered by due time) or
+	// the ready heap of their priority (ordered by due time, then Seq).
+	// An item moves from delayed to ready only in Promote, so a due item may
+	// still sit in delayed until a consumer asks: that lag is a metric.
+	delayed itemHeap
+	// maxDelayedDue bounds the due times in delayed from above (pushes
+	// raise it, removals leave it): when now reaches it, every delayed item
+	// is due and Promote moves them all at once.
+	maxDelayedDue int64
+	ready         map[int64]*itemHeap
+	levels        []int64 // priorities whose ready heap is non-empty, ascending
+	nready        int
+	leased        int
+
+	deadOrder []deadEntry // dead letters oldest first; stale entries skipped
+	ndead     int
+
+	keys map[string]*keyEntry
+
+	n        int   // items stored
+	bytes    int64 // sum of their body sizes
+	counters Counters
+}
+
+func newQueueState(id uint64, name string, created int64, set Settings) *QueueState {
+	return &QueueState{
+		id: id, name: name, created: created, settings: set,
+		delayed:       itemHeap{less: dueLess, pos: heapPos},
+		maxDelayedDue: math.MinInt64,
+		ready:         make(map[int64]*itemHeap),
+		keys:          make(map[string]*keyEntry),
+	}
+}
+
+// ID is the queue's incarnation ID (DefaultQueue for the default queue).
+func (q *QueueState) ID() uint64 { return q.id }
+
+// Name is the queue's name ("" for the default queue).
+func (q *QueueState) Name() string { return q.name }
+
+// Created is the time of the record that created the queue (0 for the
+// default queue).
+func (q *QueueState) Created() int64 { return q.created }
+
+// Settings are the queue's recorded settings (zero for the default queue
+// unless recorded: its settings are the Options given at Open).
+func (q *QueueState) Settings() Settings { return q.settings }
+
+// PausedUntil is 0 when the queue is not paused, math.MaxInt64 when it is
+// paused until resumed, otherwise the time its pause ends.
+func (q *QueueState) PausedUntil() int64 { return q.pausedUntil }
+
+// Paused reports whether the queue delivers nothing at t.
+func (q *QueueState) Paused(t int64) bool { return q.pausedUntil != 0 && t < q.pausedUntil }
+
+// Counters returns the queue's transition counters.
+func (q *QueueState) Counters() Counters { return q.counters }
+
+// Len is the number of stored items and Bytes the sum of their body sizes;
+// MaxItems and MaxBytes bound these.
+func (q *QueueState) Len() int     { return q.n }
+func (q *QueueState) Bytes() int64 { return q.bytes }
+
+// Leased is the number of open leases.
+func (q *QueueState) Leased() int { return q.leased }
+
+// Gauges returns counts by status and the times behind the age metrics.
+func (q *QueueState) Gauges() Gauges {
+	g := Gauges{
+		Ready:   q.nready,
+		Delayed: q.delayed.Len(),
+		Leased:  q.leased,
+		Dead:    q.ndead,
+		Items:   q.n,
+		Bytes:   q.bytes,
+		Keys:    len(q.keys),
+	}
+	for _, p := range q.levels {
+		if it := q.ready[p].Min(); it != nil && (g.OldestReadyDue == 0 || it.Due < g.OldestReadyDue) {
+			g.OldestReadyDue = it.Due
+		}
+	}
+	if it := q.delayed.Min(); it != nil {
+		g.DelayedHeadDue = it.Due
+	}
+	return g
+}
+
+// Promote moves waiting items whose due time is at or before now from the
+// delayed heap to the ready heaps.
+func (q *QueueState) Promote(now int64) {
+	if q.delayed.Len() > bulkPromote && q.maxDelayedDue <= now {
+		q.promoteAll()
+		return
+	}
+	for {
+		it := q.delayed.Min()
+		if it == nil || it.Due > now {
+			return
+		}
+		q.delayed.Remove(it)
+		q.pushReady(it)
+	}
+}
+
+// bulkPromote is the size of delayed from which Promote, when every item
+// is due (after a recovery, typically), rebuilds the ready heaps in O(n)
+// instead of moving items one at a time in O(n log n).
+const bulkPromote = 256
+
+func (q *QueueState) promoteAll() {
+	touched := make(map[int64]bool)
+	for _, it := range q.delayed.items {
+		h := q.ready[it.Priority]
+		if h == nil {
+			h = &itemHeap{less: dueLess, pos: heapPos}
+			q.ready[it.Priority] = h
+		}
+		if h.Len() == 0 && !touched[it.Priority] {
+			q.levels = append(q.levels, it.Priority)
+		}
+		touched[it.Priority] = true
+		h.items = append(h.items, it)
+		it.ready = true
+		q.nready++
+	}
+	for p := range touched {
+		q.ready[p].init()
+	}
+	slices.Sort(q.levels)
+	q.delayed.items = nil
+	q.maxDelayedDue = math.MinInt64
+}
+
+// NextReady returns the ready item that the next delivery should take
+// (smallest priority, then earliest due time, then smallest Seq, then
+// smallest ID), or nil. It does not look at pauses or caps. Call Promote
+// first.
+func (q *QueueState) NextReady() *Item {
+	if len(q.levels) == 0 {
+		return nil
+	}
+	return q.ready[q.levels[0]].Min()
+}
+
+// NextDue is the due time of the earliest delayed item (ok false if none).
+func (q *QueueState) NextDue() (int64, bool) {
+	if it := q.delayed.Min(); it != nil {
+		return it.Due, true
+	}
+	return 0, false
+}
+
+// KeyHolder reports the item that holds key in this queue at now under a
+// key window of window nanoseconds: a stored item, or one acked, discarded
+// or purged less than window ago.
+func (q *QueueState) KeyHolder(key string, now, window int64) (uint64, bool) {
+	k := q.keys[key]
+	if k == nil {
+		return 0, false
+	}
+	if k.Released != 0 && k.Released+window <= now {
+		return 0, false
+	}
+	return k.ID, true
+}
+
+// DeadLetters returns copies of up to limit dead letters, oldest first
+// (limit <= 0: all).
+func (q *QueueState) DeadLetters(limit int) []Item {
+	var out []Item
+	for _, e := range q.deadOrder {
+		if limit > 0 && len(out) >= limit {
+			break
+		}
+		if e.it.Status == Dead && e.it.deadSeq == e.seq {
+			out = append(out, e.it.Clone())
+		}
+	}
+	return out
+}
+
+func (q *QueueState) pushReady(it *Item) {
+	h := q.ready[it.Priority]
+	if h == nil {
+		h = &itemHeap{less: dueLess, pos: heapPos}
+		q.ready[it.Priority] = h
+	}
+	if h.Len() == 0 {
+		i := sort.Search(len(q.levels), func(i int) bool { return q.levels[i] >= it.Priority })
+		q.levels = append(q.levels, 0)
+		copy(q.levels[i+1:], q.levels[i:])
+		q.levels[i] = it.Priority
+	}
+	h.Push(it)
+	it.Status = Waiting
+	q.nready++
+	it.ready = true
+}
+
+// removeWaiting takes a waiting item out of its heaps.
+func (q *QueueState) removeWaiting(s *State, it *Item) {
+	if it.ready {
+		h := q.ready[it.Priority]
+		h.Remove(it)
+		q.nready--
+		if h.Len() == 0 {
+			i := sort.Search(len(q.levels), func(i int) bool { return q.levels[i] >= it.Priority })
+			q.levels = append(q.levels[:i], q.levels[i+1:]...)
+			delete(q.ready, it.Priority)
+		}
+		it.ready = false
+	} else {
+		q.delayed.Remove(it)
+	}
+	if it.deadlinePos >= 0 {
+		s.deadlines.Remove(it)
+	}
+}
+
+func (q *QueueState) leaveDead(it *Item) {
+	it.deadSeq = 0
+	q.ndead--
+	// Drop stale entries once they are the majority, so the order does not
+	// grow without bound under redrive and purge.
+	if len(q.deadOrder) > 64 && q.ndead < len(q.deadOrder)/2 {
+		live := q.deadOrder[:0:0]
+		for _, e := range q.deadOrder {
+			if e.it.Status == Dead && e.it.deadSeq == e.seq && e.it != it {
+				live = append(live, e)
+			}
+		}
+		q.deadOrder = live
+	}
+}
+
+func checkSettings(set Settings) error {
+	switch {
+	case set.Visibility <= 0:
+		return fmt.Errorf("visibility %d is not positive", set.Visibility)
+	case set.MaxAttempts <= 0:
+		return fmt.Errorf("max attempts %d is not positive", set.MaxAttempts)
+	case set.KeyWindow < 0, set.MaxItems < 0, set.MaxBytes < 0, set.MaxInFlight < 0:
+		return fmt.Errorf("negative setting in %+v", set)
+	}
+	return nil
+}
+
+func (s *State) applyCreate(lsn uint64, r *CreateQueue) error {
+	if err := CheckQueueName(r.Name); err != nil {
+		return invalid("create: %v", err)
+	}
+	if s.names[r.Name] != nil {
+		return invalid("create of queue %q, which exists as queue %d", r.Name, s.names[r.Name].id)
+	}
+	if err := checkSettings(r.Settings); err != nil {
+		return invalid("create of queue %q: %v", r.Name, err)
+	}
+	q := newQueueState(lsn, r.Name, r.Time, r.Settings)
+	s.queues[lsn] = q
+	s.names[r.Name] = q
+	return nil
+}
+
+func (s *State) applySet(q *QueueState, r *SetQueue) error {
+	if err := checkSettings(r.Settings); err != nil {
+		return invalid("settings of queue %d: %v", q.id, err)
+	}
+	q.settings = r.Settings
+	return nil
+}
+
+func (s *State) applyPause(q *QueueState, r *PauseQueue) error {
+	if r.Until < 0 {
+		return invalid("pause of queue %d until %d", q.id, r.Until)
+	}
+	q.pausedUntil = r.Until
+	return nil
+}
+
+func (s *State) applyDelete(q *QueueState, r *DeleteQueue) error {
+	switch {
+	case q.id == DefaultQueue:
+		return invalid("delete of the default queue")
+	case q.leased > 0 && !r.Force:
+		return invalid("delete of queue %d with %d leases open, not forced", q.id, q.leased)
+	}
+	var gone []*Item
+	s.items.each(func(it *Item) {
+		if it.Queue == q.id {
+			gone = append(gone, it)
+		}
+	})
+	for _, it := range gone {
+		switch it.Status {
+		case Waiting:
+			q.removeWaiting(s, it)
+		case Leased:
+			s.endLease(q, it)
+		}
+		s.items.del(it.ID)
+		it.Status = 0
+	}
+	live := s.released[:0]
+	for _, k := range s.released {
+		if k.q != q {
+			live = append(live, k)
+		}
+	}
+	clear(s.released[len(live):])
+	s.released = live
+	q.deleted = true
+	delete(s.queues, q.id)
+	delete(s.names, q.name)
+	return nil
+}
+
+func (s *State) applyMove(lsn uint64, q *QueueState, r *Move) error {
+	to := s.queues[r.Target]
+	switch {
+	case to == nil:
+		return invalid("redrive from queue %d into queue %d, which does not exist", q.id, r.Target)
+	case to == q:
+		return invalid("redrive of queue %d into itself as a move", q.id)
+	}
+	if err := s.checkDead(q, r.IDs, "redrive"); err != nil {
+		return err
+	}
+	for _, id := range r.IDs {
+		if it := s.items.get(id); it.Key != "" {
+			if k := to.keys[it.Key]; k != nil && k.Released == 0 {
+				return invalid("redrive of item %d into queue %d: key %q held by stored item %d", id, to.id, it.Key, k.ID)
+			}
+		}
+	}
+	for _, id := range r.IDs {
+		it := s.items.get(id)
+		q.leaveDead(it)
+		q.n--
+		q.bytes -= int64(len(it.Body))
+		if it.Key != "" {
+			if k := q.keys[it.Key]; k != nil && k.ID == it.ID {
+				delete(q.keys, it.Key)
+			}
+			to.keys[it.Key] = &keyEntry{Key: it.Key, ID: it.ID, q: to}
+		}
+		it.Queue = to.id
+		to.n++
+		to.bytes += int64(len(it.Body))
+		s.requeue(to, it, r.Time, lsn)
+		q.counters.Redriven++
+		q.counters.MovedOut++
+		to.counters.MovedIn++
+	}
+	return nil
+}
