@@ -113,11 +113,11 @@ type queueRT struct {
 	name string
 	set  settings // under mu
 
-	waiters  waiterList       // blocked Gets, oldest first; under mu
-	watchers []*watcher       // WorkQueues calls watching it; under mu
-	deleted  chan struct{}    // closed when the queue is deleted
-	gone     bool             // deleted; under mu
-	work     WorkCounters     // Work's counters (worker.go)
+	waiters  waiterList    // blocked Gets, oldest first; under mu
+	watchers []*watcher    // WorkQueues calls watching it; under mu
+	deleted  chan struct{} // closed when the queue is deleted
+	gone     bool          // deleted; under mu
+	work     WorkCounters  // Work's counters (worker.go)
 	lateAcks atomic.Uint64
 }
 

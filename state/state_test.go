@@ -562,10 +562,10 @@ func mpStr(s string) *mpNode {
 // Fields of the frozen snapshot layout (see MarshalSnapshot).
 const (
 	snapVersion, snapLastLSN, snapNextID, snapQueues, snapItems, snapKeys = 0, 1, 3, 4, 5, 6
-	itemID, itemQueue, itemKey, itemAttempts, itemStatus, itemReceipt   = 0, 1, 3, 9, 11, 12
-	itemHistory                                                        = 17
-	keyQueue, keyName, keyID, keyReleased                              = 0, 1, 2, 3
-	queueID, queueName                                                 = 0, 1
+	itemID, itemQueue, itemKey, itemAttempts, itemStatus, itemReceipt     = 0, 1, 3, 9, 11, 12
+	itemHistory                                                           = 17
+	keyQueue, keyName, keyID, keyReleased                                 = 0, 1, 2, 3
+	queueID, queueName                                                    = 0, 1
 )
 
 // snapshotFixture is a state with a waiting (1), two leased (2, 3) and a

@@ -64,7 +64,7 @@ const (
 	// SectionDirState is the kind of the section that holds the state of
 	// every queue of the directory (state body version 2): the only section
 	// written since named queues.
-	SectionDirState = 2
+	SectionDirState   = 2
 	sectionHeaderSize = 17
 )
 
