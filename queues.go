@@ -399,3 +399,74 @@ func (h *Queue) info() (QueueInfo, bool) {
 	}
 	return info, true
 }
+
+// RedriveTo sends dead letters of q to the queue target, a queue of the
+// same directory (q itself is Redrive): each keeps its ID, body, key and
+// delivery count, and waits ready with its attempts reset. Every ID must
+// be a dead letter of q, or nothing is changed and the error is
+// ErrNotFound. An item whose key is held in target (by a stored item, or
+// within target's key window) is reported as ErrDuplicate, and one that
+// would pass target's MaxItems or MaxBytes as ErrFull, in a *BatchError
+// whose Errors[i] is that of ids[i]; those items stay where they were,
+// and the others move, in one record.
+func (q *Queue) RedriveTo(target *Queue, ids ...uint64) error {
+	if target == nil || target.directory != q.directory {
+		return fmt.Errorf("%w: RedriveTo a queue of another directory, or none", ErrInvalid)
+	}
+	if target.rt == q.rt {
+		return q.Redrive(ids...)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	q.mu.Lock()
+	if err := q.checkDeadLocked(ids); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	if err := target.callLocked(); err != nil {
+		q.mu.Unlock()
+		return fmt.Errorf("redrive into %s: %w", target.rt.label(), err)
+	}
+	now := q.qt.now()
+	to := q.st.Queue(target.rt.id)
+	var errs []error
+	var moved []uint64
+	var n int
+	var bytes int64
+	for i, id := range ids {
+		it := q.st.Item(id)
+		if it.Key != "" {
+			if holder, held := to.KeyHolder(it.Key, now, int64(target.rt.set.keyWindow)); held {
+				errs = setErr(errs, len(ids), i, fmt.Errorf("%w: item %d: key %q is held in %s by item %d", ErrDuplicate, id, it.Key, target.rt.label(), holder))
+				continue
+			}
+		}
+		if err := target.rt.checkRoom(to, n+1, bytes+int64(len(it.Body))); err != nil {
+			errs = setErr(errs, len(ids), i, fmt.Errorf("item %d: %w", id, err))
+			continue
+		}
+		n++
+		bytes += int64(len(it.Body))
+		moved = append(moved, id)
+	}
+	var commit *wal.Commit
+	if len(moved) > 0 {
+		var err error
+		if _, commit, err = q.appendToLocked(q.rt.id, &state.Move{Time: now, Target: target.rt.id, IDs: moved}); err != nil {
+			q.mu.Unlock()
+			return err
+		}
+		target.rt.changedLocked(len(moved))
+	}
+	q.mu.Unlock()
+	if commit != nil {
+		if err := q.wait(commit); err != nil {
+			return err
+		}
+	}
+	if errs != nil {
+		return &BatchError{Errors: errs}
+	}
+	return nil
+}

@@ -161,14 +161,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		metrics:       newMetrics(),
 		rts:           make(map[uint64]*queueRT),
 	}
-	for _, qs := range st.Queues() {
-		set := o.defaultSettings()
-		if qs.ID() != state.DefaultQueue {
-			set = o.settingsFromRecord(qs.Settings())
-		}
-		d.rts[qs.ID()] = newRT(qs.ID(), qs.Name(), set)
-	}
-	q := &Queue{directory: d, rt: d.rts[state.DefaultQueue]}
+	q := &Queue{directory: d, rt: newRT(state.DefaultQueue, "", o.defaultSettings())}
 	d.def = q
 	q.snapLSN.Store(snap)
 	// A format-2 log always keeps a segment (truncation never removes the
@@ -205,6 +198,14 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 			Err: fmt.Errorf("snapshot covers LSN %d but the log ends at %d", snap, info.Last)}
 	}
 	q.log = log
+	// Every queue the log holds, as its records left it; a handle given by
+	// OpenQueue brings its Backoff.
+	d.rts[state.DefaultQueue] = q.rt
+	for _, qs := range st.Queues() {
+		if qs.ID() != state.DefaultQueue {
+			d.rts[qs.ID()] = newRT(qs.ID(), qs.Name(), o.settingsFromRecord(qs.Settings()))
+		}
+	}
 	q.recovery = RecoveryStats{
 		SnapshotLSN:    snap,
 		Replayed:       info.Replayed,

@@ -74,10 +74,10 @@ func (q *Queue) nextWakeLocked() int64 {
 	}
 	// Due times and pause ends matter only to a queue someone waits on.
 	for _, rt := range q.rts {
-		if rt.waiters.len() == 0 && len(rt.watchers) == 0 {
-			continue
-		}
 		qs := q.st.Queue(rt.id)
+		if qs == nil || (rt.waiters.len() == 0 && len(rt.watchers) == 0) {
+			continue // deleted (the record is applied before the runtime goes), or no one waits
+		}
 		if t, ok := qs.NextDue(); ok {
 			at = min(at, t)
 		}
@@ -127,7 +127,7 @@ func (q *Queue) tick() {
 			continue
 		}
 		qs := q.st.Queue(rt.id)
-		if qs.Paused(now) {
+		if qs == nil || qs.Paused(now) {
 			continue
 		}
 		qs.Promote(now)

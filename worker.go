@@ -48,6 +48,10 @@ type WorkOptions struct {
 	// leases, abandoned handlers [Queue.Work: the queue's Options.Logger;
 	// Work: discarded].
 	Logger *slog.Logger
+	// StrictOrder makes WorkQueues give a free shared worker to the first
+	// of its queues, in the order given, that has an item to lease, instead
+	// of sharing the workers by weight. Work ignores it.
+	StrictOrder bool
 	// Counters counts what the handlers did; several Work calls may share
 	// one [Queue.Work: the queue's own, shown in Stats().Work and by
 	// NewCollector; Work: none].
@@ -210,45 +214,16 @@ func (q *Queue) Work(ctx context.Context, n int, handler func(context.Context, M
 // Message's LeaseEnd, and never from before Get was called nor after it
 // returned, so the first heartbeat is never late.
 func Work(ctx context.Context, e Engine, n int, handler func(context.Context, Message) error, opts WorkOptions) error {
-	if e == nil {
-		return fmt.Errorf("%w: Work on a nil Engine", ErrInvalid)
-	}
 	if n < 1 {
 		return fmt.Errorf("%w: Work with %d workers", ErrInvalid, n)
 	}
-	if handler == nil {
-		return fmt.Errorf("%w: Work with a nil handler", ErrInvalid)
-	}
-	vis := e.Visibility()
-	if vis <= 0 {
-		return fmt.Errorf("%w: Work on an engine whose Visibility is %v", ErrInvalid, vis)
-	}
-	o, err := opts.withDefaults(vis, n)
+	take, stopTaking := context.WithCancelCause(ctx)
+	defer stopTaking(nil)
+	w, err := newWorkRun(ctx, take, stopTaking, e, n, handler, opts)
 	if err != nil {
 		return err
 	}
-	take, stopTaking := context.WithCancelCause(ctx)
-	defer stopTaking(nil)
-	w := &workRun{
-		e:          e,
-		clock:      e.Clock(),
-		vis:        vis,
-		log:        o.Logger,
-		cnt:        o.Counters,
-		handler:    handler,
-		opts:       o,
-		base:       context.WithoutCancel(ctx),
-		take:       take,
-		stopTaking: stopTaking,
-		stop:       make(chan struct{}),
-	}
-	if w.clock == nil {
-		return fmt.Errorf("%w: Work on an engine with a nil Clock", ErrInvalid)
-	}
-	if f, ok := e.(fastEngine); ok {
-		w.fast = f
-		w.failed, w.closed = f.stopped()
-	}
+	o := w.opts
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(w.worker)
@@ -278,6 +253,47 @@ func Work(ctx context.Context, e Engine, n int, handler func(context.Context, Me
 		<-workersDone
 	}
 	return w.failure()
+}
+
+// newWorkRun checks the arguments of a Work call on e with n workers and
+// makes its run; take is the context that ends when the run takes no more
+// items, and stopTaking ends it.
+func newWorkRun(ctx, take context.Context, stopTaking context.CancelCauseFunc, e Engine, n int, handler func(context.Context, Message) error, opts WorkOptions) (*workRun, error) {
+	if e == nil {
+		return nil, fmt.Errorf("%w: Work on a nil Engine", ErrInvalid)
+	}
+	if handler == nil {
+		return nil, fmt.Errorf("%w: Work with a nil handler", ErrInvalid)
+	}
+	vis := e.Visibility()
+	if vis <= 0 {
+		return nil, fmt.Errorf("%w: Work on an engine whose Visibility is %v", ErrInvalid, vis)
+	}
+	o, err := opts.withDefaults(vis, n)
+	if err != nil {
+		return nil, err
+	}
+	w := &workRun{
+		e:          e,
+		clock:      e.Clock(),
+		vis:        vis,
+		log:        o.Logger,
+		cnt:        o.Counters,
+		handler:    handler,
+		opts:       o,
+		base:       context.WithoutCancel(ctx),
+		take:       take,
+		stopTaking: stopTaking,
+		stop:       make(chan struct{}),
+	}
+	if w.clock == nil {
+		return nil, fmt.Errorf("%w: Work on an engine with a nil Clock", ErrInvalid)
+	}
+	if f, ok := e.(fastEngine); ok {
+		w.fast = f
+		w.failed, w.closed = f.stopped()
+	}
+	return w, nil
 }
 
 // workRun is one call of Work.
