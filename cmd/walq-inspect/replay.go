@@ -188,8 +188,12 @@ func (r *replayer) run() error {
 			return err
 		}
 		if r.visit != nil && r.logFirst > r.from {
+			last := r.logFirst - 1
+			if r.to != 0 {
+				last = min(last, r.to) // those after --to were not asked for
+			}
 			r.notes = append(r.notes, fmt.Sprintf("records %d..%d were compacted away before they could be read",
-				r.from, r.logFirst-1))
+				r.from, last))
 			r.from = r.logFirst
 		}
 	}
@@ -312,6 +316,13 @@ func (r *replayer) scanLog() error {
 	r.scan = res
 	if err != nil {
 		return err
+	}
+	if res.First > r.next {
+		// No record was read (the first one read would have been checked
+		// against r.next), and the log now starts after the records the
+		// replay needs: a compaction removed them, and, with --to, every
+		// record left is past it, so the scan stopped before reading any.
+		return errLogMoved{want: r.next, got: res.First}
 	}
 	var short *wal.CorruptionError
 	switch {
