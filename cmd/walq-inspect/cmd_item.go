@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/walq/walq/state"
 )
@@ -16,9 +17,18 @@ Prints where item ID is now (ready, delayed, leased, dead, or gone: acked,
 discarded or purged) with its attempts, last error, key and body, then every
 record in the log that changed it: the put, each lease with its attempt and
 lease end, extends, nacks with their cause, expiries, the dead-lettering,
-redrives and the ack. Records compacted away are summed up by the snapshot.`,
+redrives and the ack. Records compacted away are summed up by the snapshot.
+
+A stored item's attempts are listed as the state keeps them (its last 10
+leases, whether or not their records are still in the log): when each
+started and ended, how it ended (nack, expire, deadletter; "running" for
+the open lease) and its error text. An item's ID is unique in the
+directory, whichever queue it is in; in a directory with named queues the
+item's queue is shown (by name, "(default)" for the default queue, and
+incarnation ID), and an item gone with its queue says so. --queue NAME
+checks that the item is, or was, in a queue of that name.`,
 	flags: func(fs *flag.FlagSet) any {
-		o := &itemOpts{now: nowFlag(fs)}
+		o := &itemOpts{now: nowFlag(fs), queue: queueFlag(fs)}
 		fs.IntVar(&o.bodyMax, "body-max", defaultBodyMax, "show at most `n` bytes of the body (0: all)")
 		return o
 	},
@@ -27,6 +37,7 @@ redrives and the ack. Records compacted away are summed up by the snapshot.`,
 
 type itemOpts struct {
 	now     *timeFlag
+	queue   *string
 	bodyMax int
 }
 
@@ -66,16 +77,24 @@ func runItem(c *cmdEnv) int {
 	case st != nil && id >= st.NextID():
 		return c.errorf("no item %d: the queue has given IDs 1..%d so far", id, st.NextID()-1)
 	}
-	fmt.Fprintf(w, "item %d\n", id)
-	field := func(label, format string, args ...any) {
-		fmt.Fprintf(w, "  %-11s %s\n", label, clean(fmt.Sprintf(format, args...)))
-	}
 	var it *state.Item
 	if st != nil {
 		it = st.Item(id)
 	}
+	if *o.queue != "" {
+		if err := checkItemQueue(st, it, history, *o.queue); err != nil {
+			return c.errorf("%s: item %d: %v", c.dir, id, err)
+		}
+	}
+	fmt.Fprintf(w, "item %d\n", id)
+	field := func(label, format string, args ...any) {
+		fmt.Fprintf(w, "  %-11s %s\n", label, clean(fmt.Sprintf(format, args...)))
+	}
 	switch {
 	case it != nil:
+		if it.Queue != state.DefaultQueue || hasNamed(st) {
+			field("queue", "%s, id %d", itemQueueName(st, it), it.Queue)
+		}
 		describeItem(field, it, now, o.bodyMax)
 	case st != nil:
 		field("status", "%s", goneStatus(history, r.logFirst))
@@ -135,6 +154,60 @@ func describeItem(field func(label, format string, args ...any), it *state.Item,
 		field("key", "%s", quote(it.Key))
 	}
 	field("body", "%s", quoteBody(it.Body, bodyMax))
+	if len(it.History) > 0 {
+		field("leases", "the last %d of %s, oldest first (start, end, how it ended):", len(it.History),
+			plural(int(it.Deliveries), "delivery", "deliveries"))
+		for _, l := range attemptLines(it.History) {
+			field("", "%s", l)
+		}
+	}
+}
+
+// attemptLines describes an item's attempts, one a line.
+func attemptLines(history []state.Attempt) []string {
+	var out []string
+	for _, a := range history {
+		if a.How == 0 {
+			out = append(out, fmt.Sprintf("%s, running", fmtTime(a.Start)))
+			continue
+		}
+		l := fmt.Sprintf("%s to %s (%s)  %s", fmtTime(a.Start), fmtTime(a.End), fmtDur(time.Duration(a.End-a.Start)),
+			state.TypeName(a.How))
+		if a.Error != "" {
+			l += ": " + quote(a.Error)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// checkItemQueue checks --queue against the item's queue: the one it is
+// stored in, or, for an item gone, the queues of the records that changed
+// it.
+func checkItemQueue(st *state.State, it *state.Item, history []*event, name string) error {
+	var selErr error
+	if st != nil {
+		_, selErr = selectQueue(st, name)
+	}
+	if it != nil {
+		if selErr != nil {
+			return selErr
+		}
+		q := st.Queue(it.Queue)
+		if name == defaultQueueName && it.Queue == state.DefaultQueue || q != nil && it.Queue != state.DefaultQueue && q.Name() == name {
+			return nil
+		}
+		return fmt.Errorf("it is in %s, not in queue %s", queueRef(q), quote(name))
+	}
+	for _, ev := range history {
+		if ev.Type != state.TypeMove && queueMatch(ev, name) {
+			return nil
+		}
+	}
+	if selErr != nil {
+		return selErr
+	}
+	return fmt.Errorf("no record read that changed it is of a queue called %s", quote(name))
 }
 
 // goneStatus says how an item that is no longer stored left, from its last
@@ -154,6 +227,12 @@ func goneStatus(history []*event, logFirst uint64) string {
 			}
 		case *state.Purge:
 			return fmt.Sprintf("purged from the dead letters at %s (index %d)", at, ev.Pos.Index)
+		case *state.DeleteQueue:
+			q := fmt.Sprintf("queue %d", ev.Queue)
+			if ev.QueueKnown {
+				q = fmt.Sprintf("queue %s (id %d)", quoteName(ev.QueueName), ev.Queue)
+			}
+			return fmt.Sprintf("deleted with its %s at %s (index %d)", q, at, ev.Pos.Index)
 		}
 	}
 	return fmt.Sprintf("gone: acked, discarded or purged before index %d (compacted away)", logFirst)

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -20,12 +22,22 @@ var logCmd = &command{
 Prints the log's records in order, one per line under a header: the LSN
 (the record's index), time, type, where the record is, and what it does
 (item IDs, attempt, lease end, cause, outcome). Where it is: QUEUE, the
-queue it belongs to (0, the default queue, the only one so far); SEGMENT,
-the segment file by the first LSN its name gives (12 is
-log/00000000000000000012.seg); FRAME, the offset in that segment of the
-frame (the commit batch) that holds the record; BODY, the offset of the
-record's body. In a format-1 log FRAME and BODY are both the offset of the
+queue it belongs to (see below); SEGMENT, the segment file by the first
+LSN its name gives (12 is log/00000000000000000012.seg); FRAME, the
+offset in that segment of the frame (the commit batch) that holds the
+record; BODY, the offset of the record's body. In a format-1 log FRAME and BODY are both the offset of the
 record's entry. Times inside a line are relative to the record's own time.
+
+QUEUE is 0 for the default queue; a named queue is shown by its name (by
+its ID when the replay cannot tell its name: a queue created before the
+oldest record read that is in no snapshot). A create-queue record is a
+record of the directory (its queue field is 0) and is shown with the queue
+it creates, whose ID is the record's LSN; a name deleted and created again
+is a new incarnation, with a new ID. Only one incarnation of a name exists
+at any point of the log, so the name tells which one a record acts on.
+--queue NAME prints only the records that act on a queue of that name,
+every incarnation of it: its creation, its records, and moves into it
+("(default)": the default queue's records and moves into it).
 
 Item IDs are worked out by replaying the log. A record before the newest
 snapshot whose lease record was compacted away shows "item ?" (and, in JSON,
@@ -33,7 +45,9 @@ no "item").
 
 --json prints one JSON object per record, bodies in full: "body" when the body
 is UTF-8 text, "body_base64" otherwise, and always "body_len"; "queue",
-"segment", "frame" and "offset" (the body's) say where it is.
+"segment", "frame" and "offset" (the body's) say where it is; "queue" is the
+queue field of the record's header (0 for a create-queue record) and
+"queue_name" the name of the queue it acts on.
 
 --frames prints the frames instead, one per line: segment, offset, size,
 the LSNs of its records and its watermark, the last LSN that was fsynced
@@ -60,6 +74,7 @@ stderr, without --follow (with it they are the next frame being written).`,
 		fs.BoolVar(&o.follow, "follow", false, "keep printing records as they are appended")
 		fs.DurationVar(&o.interval, "interval", 250*time.Millisecond, "how often --follow looks for new records")
 		fs.IntVar(&o.bodyMax, "body-max", defaultBodyMax, "show at most `n` bytes of each body in text output (0: all)")
+		o.queue = queueFlag(fs)
 		return o
 	},
 	run: runLog,
@@ -72,6 +87,43 @@ type logOpts struct {
 	frames, follow bool
 	interval       time.Duration
 	bodyMax        int
+	queue          *string
+}
+
+// queueMatch reports whether a record acts on a queue called name (see
+// --queue).
+func queueMatch(ev *event, name string) bool {
+	m, isMove := ev.Rec.(*state.Move)
+	if name == defaultQueueName {
+		return ev.queueID() == state.DefaultQueue || isMove && m.Target == state.DefaultQueue
+	}
+	return ev.queueID() != state.DefaultQueue && ev.QueueKnown && ev.QueueName == name ||
+		isMove && ev.TargetKnown && ev.TargetName == name
+}
+
+// checkLogQueue fails when no queue of the name --queue gives was seen by
+// the replay: none in the snapshots, none created in the records read.
+func checkLogQueue(r *replayer, name string) error {
+	if name == "" || name == defaultQueueName {
+		return nil
+	}
+	for _, n := range r.qnames {
+		if n == name {
+			return nil
+		}
+	}
+	if r.st != nil {
+		_, err := selectQueue(r.st, name)
+		return err
+	}
+	names := []string{defaultQueueName}
+	for _, n := range r.qnames {
+		if n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names[1:])
+	return fmt.Errorf("no queue %s in the snapshots or the records read; the queues seen are %s", quote(name), strings.Join(names, ", "))
 }
 
 func typeNames() []string {
@@ -104,8 +156,8 @@ func runLog(c *cmdEnv) int {
 			types[t] = true
 		}
 	}
-	if o.frames && (types != nil || o.item != 0) {
-		return c.usageErrorf("--frames lists frames, whatever their records: it takes neither --type nor --item")
+	if o.frames && (types != nil || o.item != 0 || *o.queue != "") {
+		return c.usageErrorf("--frames lists frames, whatever their records: it takes none of --type, --item and --queue")
 	}
 	qf, err := listQueue(c.dir)
 	if err != nil {
@@ -122,6 +174,9 @@ func runLog(c *cmdEnv) int {
 	headed := false
 	visit := func(ev *event) error {
 		if types != nil && !types[ev.Type] {
+			return nil
+		}
+		if *o.queue != "" && !queueMatch(ev, *o.queue) {
 			return nil
 		}
 		if o.item != 0 && !ev.touches(o.item) {
@@ -156,6 +211,9 @@ func runLog(c *cmdEnv) int {
 	}
 	if err != nil {
 		return c.errorf("%v", err)
+	}
+	if err := checkLogQueue(r, *o.queue); err != nil {
+		return c.errorf("%s: %v", c.dir, err)
 	}
 	var stErr error
 	report := func() {

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/walq/walq/internal/layout"
+	"github.com/walq/walq/state"
 )
 
 // The queue's compaction thresholds when Options leave them zero
@@ -34,9 +35,15 @@ The live data is the queue's own estimate of what a snapshot takes (the
 bodies of the stored items plus 64 bytes per item), which is what the
 trigger compares the log with. The thresholds are options of the process
 that runs the queue, so pass them with --min-bytes and --ratio if it does
-not use the defaults.`,
+not use the defaults.
+
+The queues of a directory share its log, snapshots and compaction, so the
+figures are the directory's, every queue's items counted. With named
+queues each queue's share of the live data follows; --queue NAME shows
+that queue's alone ("(default)": the default queue's). The records of a
+deleted queue stay in the log until the next compaction.`,
 	flags: func(fs *flag.FlagSet) any {
-		o := &spaceOpts{}
+		o := &spaceOpts{queue: queueFlag(fs)}
 		fs.Int64Var(&o.minBytes, "min-bytes", defaultCompactMinBytes, "the queue's Options.CompactMinBytes")
 		fs.Float64Var(&o.ratio, "ratio", defaultCompactRatio, "the queue's Options.CompactRatio")
 		return o
@@ -45,6 +52,7 @@ not use the defaults.`,
 }
 
 type spaceOpts struct {
+	queue    *string
 	minBytes int64
 	ratio    float64
 }
@@ -62,6 +70,18 @@ func runSpace(c *cmdEnv) int {
 		return c.errorf("%v", err)
 	}
 	c.noteFormat(qf)
+	// The files are shown even when the state cannot be rebuilt; a bad
+	// --queue is told before anything is printed.
+	var st *state.State
+	var sel *state.QueueState
+	if *o.queue != "" {
+		if st, _, err = loadState(qf, 0); err != nil {
+			return c.errorf("%v", err)
+		}
+		if sel, err = selectQueue(st, *o.queue); err != nil {
+			return c.errorf("%s: %v", c.dir, err)
+		}
+	}
 	w := c.stdout
 	format1Label := "format-1 leftovers"
 	if qf.format1() {
@@ -98,14 +118,21 @@ func runSpace(c *cmdEnv) int {
 	fmt.Fprintf(tw, "total\t\t%s\n", fmtBytes(total))
 	tw.Flush()
 
-	st, _, err := loadState(qf, 0)
-	if err != nil {
-		return c.errorf("%v", err)
+	if st == nil {
+		if st, _, err = loadState(qf, 0); err != nil {
+			return c.errorf("%v", err)
+		}
 	}
 	logBytes := qf.bytes(qf.segmentKind())
 	live := liveBytes(st)
 	fmt.Fprintf(w, "\nlive data   ~%s: %s of bodies in %s, plus 64 B per item\n",
-		fmtBytes(live), fmtBytes(st.Bytes()), plural(st.Len(), "item", "items"))
+		fmtBytes(live), fmtBytes(st.TotalBytes()), plural(st.TotalLen(), "item", "items"))
+	if sel != nil || hasNamed(st) {
+		for _, q := range (scope{st: st, q: sel}).queues() {
+			fmt.Fprintf(w, "  %-9s ~%s: %s of bodies in %s\n", clean(queueName(q)),
+				fmtBytes(q.Bytes()+int64(q.Len())*64), fmtBytes(q.Bytes()), plural(q.Len(), "item", "items"))
+		}
+	}
 	if len(qf.of(layout.Snapshot)) > 0 {
 		fmt.Fprintf(w, "snapshot    %s as last written\n", fmtBytes(qf.of(layout.Snapshot)[len(qf.of(layout.Snapshot))-1].Size))
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"text/tabwriter"
 
 	"github.com/walq/walq/state"
@@ -21,9 +22,16 @@ as a table, or as one JSON document with --json (bodies in full).
 
 Ready and delayed are judged as of --now; with --at and no --now, as of the
 time of the record at that index. An index before the oldest snapshot that
-the log still reaches can no longer be rebuilt.`,
+the log still reaches can no longer be rebuilt.
+
+Named queues: without --queue every queue's items are listed, with a QUEUE
+column when the directory has named queues ("(default)" is the default
+queue), and the figures are summed over every queue; with --queue NAME,
+the items and figures of that queue alone. The JSON has a "queues" list
+(name, id, settings, pause) when the directory has named queues, and each
+item of a named queue its "queue" ID.`,
 	flags: func(fs *flag.FlagSet) any {
-		o := &stateOpts{now: nowFlag(fs)}
+		o := &stateOpts{now: nowFlag(fs), queue: queueFlag(fs)}
 		fs.Uint64Var(&o.at, "at", 0, "rebuild the state up to this `index` (0: the end of the log)")
 		fs.BoolVar(&o.json, "json", false, "print JSON")
 		fs.IntVar(&o.bodyMax, "body-max", defaultBodyMax, "show at most `n` bytes of each body in the table (0: all)")
@@ -34,6 +42,7 @@ the log still reaches can no longer be rebuilt.`,
 
 type stateOpts struct {
 	now     *timeFlag
+	queue   *string
 	at      uint64
 	json    bool
 	bodyMax int
@@ -53,6 +62,11 @@ func runState(c *cmdEnv) int {
 	if err != nil {
 		return c.errorf("%v", err)
 	}
+	sel, err := selectQueue(st, *o.queue)
+	if err != nil {
+		return c.errorf("%s: %v", c.dir, err)
+	}
+	sc := scope{st: st, q: sel}
 	now := o.now.ns
 	if now == 0 && o.at != 0 {
 		now = st.LastTime()
@@ -64,29 +78,42 @@ func runState(c *cmdEnv) int {
 		enc := json.NewEncoder(c.stdout)
 		enc.SetEscapeHTML(false)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(newJSONState(st, now)); err != nil {
+		if err := enc.Encode(newJSONState(sc, now)); err != nil {
 			return c.errorf("%v", err)
 		}
 		return exitOK
 	}
 	w := c.stdout
-	f := factsOf(st, now)
+	f := factsOf(sc, now)
 	fmt.Fprintf(w, "state at index %d (%s), next item ID %d, as of %s\n",
 		st.LastLSN(), fmtTime(st.LastTime()), st.NextID(), fmtTime(now))
-	fmt.Fprintf(w, "items     %s\n", f.itemsLine(st))
+	switch {
+	case sel != nil:
+		fmt.Fprintf(w, "scope     %s alone\n", queueRef(sel))
+	case hasNamed(st):
+		fmt.Fprintf(w, "scope     every queue: %s\n", queueNames(st))
+	}
+	fmt.Fprintf(w, "items     %s\n", f.itemsLine(sc))
 	fmt.Fprintf(w, "keys      %d held by stored items, %d by items gone\n", f.keysOfStored, f.keysInWindows)
-	fmt.Fprintf(w, "counters  %s\n", countersLine(st.Counters()))
-	items := sortedItems(st)
+	fmt.Fprintf(w, "counters  %s\n", countersLine(sc.counters()))
+	items := sc.items()
 	if len(items) == 0 {
 		return exitOK
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	named := sc.named()
+	if named {
+		fmt.Fprint(tw, "QUEUE\t")
+	}
 	fmt.Fprintln(tw, "ID\tSTATUS\tATTEMPTS\tDELIVERIES\tPRIORITY\tWHEN\tKEY\tBODY")
 	for _, it := range items {
 		key := "-"
 		if it.Key != "" {
 			key = quote(it.Key)
+		}
+		if named {
+			fmt.Fprintf(tw, "%s\t", itemQueueName(st, it))
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", it.ID, itemStatus(it, now), it.Attempts, it.Deliveries,
 			it.Priority, itemWhen(it, now), key, quoteBody(it.Body, o.bodyMax))
@@ -127,7 +154,47 @@ type jsonState struct {
 	Dead     int          `json:"dead"`
 	Bytes    int64        `json:"bytes"`
 	Keys     int          `json:"keys"`
+	Queues   []jsonQueue  `json:"queues,omitempty"`
 	Items    []jsonItem   `json:"items"`
+}
+
+// jsonQueue is one queue of the directory.
+type jsonQueue struct {
+	Name        string       `json:"name"` // "" for the default queue
+	ID          uint64       `json:"id"`
+	Created     jsonTime     `json:"created,omitempty"`
+	Settings    jsonSettings `json:"settings"`
+	PausedUntil jsonTime     `json:"paused_until,omitempty"`
+	// UntilResumed is set for a queue paused until it is resumed.
+	UntilResumed bool         `json:"paused_until_resumed,omitempty"`
+	Items        int          `json:"items"`
+	Leased       int          `json:"leased"`
+	Dead         int          `json:"dead"`
+	Counters     jsonCounters `json:"counters"`
+}
+
+// jsonSettings are a queue's recorded settings (durations in nanoseconds,
+// 0: no bound for the maxima).
+type jsonSettings struct {
+	Visibility  int64 `json:"visibility_ns"`
+	MaxAttempts int64 `json:"max_attempts"`
+	KeyWindow   int64 `json:"key_window_ns"`
+	MaxItems    int64 `json:"max_items"`
+	MaxBytes    int64 `json:"max_bytes"`
+	MaxInFlight int64 `json:"max_in_flight"`
+}
+
+func newJSONQueue(q *state.QueueState) jsonQueue {
+	j := jsonQueue{Name: q.Name(), ID: q.ID(), Created: jsonTime(q.Created()), Settings: jsonSettings(q.Settings()),
+		Items: q.Len(), Leased: q.Leased(), Dead: q.Gauges().Dead, Counters: jsonCounters(q.Counters())}
+	switch u := q.PausedUntil(); u {
+	case 0:
+	case math.MaxInt64:
+		j.UntilResumed = true
+	default:
+		j.PausedUntil = jsonTime(u)
+	}
+	return j
 }
 
 // jsonCounters is state.Counters with JSON names.
@@ -147,6 +214,7 @@ type jsonCounters struct {
 
 type jsonItem struct {
 	ID     uint64 `json:"id"`
+	Queue  uint64 `json:"queue,omitempty"`
 	Status string `json:"status"`
 	jsonBody
 	Key        *jsonString `json:"key,omitempty"`
@@ -163,7 +231,7 @@ type jsonItem struct {
 }
 
 func newJSONItem(it *state.Item, now int64) jsonItem {
-	j := jsonItem{ID: it.ID, Status: itemStatus(it, now), jsonBody: newJSONBody(it.Body), Priority: it.Priority,
+	j := jsonItem{ID: it.ID, Queue: it.Queue, Status: itemStatus(it, now), jsonBody: newJSONBody(it.Body), Priority: it.Priority,
 		EnqueuedAt: jsonTime(it.EnqueuedAt), Deadline: jsonTime(it.Deadline), Attempts: it.Attempts,
 		Deliveries: it.Deliveries, Receipt: it.Receipt, LeaseEnd: jsonTime(it.LeaseEnd), EndedAt: jsonTime(it.EndedAt)}
 	if it.Status == state.Waiting {
@@ -180,14 +248,28 @@ func newJSONItem(it *state.Item, now int64) jsonItem {
 	return j
 }
 
-func newJSONState(st *state.State, now int64) jsonState {
-	f := factsOf(st, now)
+func newJSONState(sc scope, now int64) jsonState {
+	st := sc.st
+	f := factsOf(sc, now)
 	j := jsonState{Index: st.LastLSN(), Time: jsonTime(st.LastTime()), Now: jsonTime(now), NextID: st.NextID(),
-		Counters: jsonCounters(st.Counters()), Ready: f.byStatus[statusReady], Delayed: f.byStatus[statusDelayed],
-		Leased: f.byStatus[state.Leased.String()], Dead: f.byStatus[state.Dead.String()], Bytes: st.Bytes(),
+		Counters: jsonCounters(sc.counters()), Ready: f.byStatus[statusReady], Delayed: f.byStatus[statusDelayed],
+		Leased: f.byStatus[state.Leased.String()], Dead: f.byStatus[state.Dead.String()], Bytes: sc.bytes(),
 		Keys: f.keysOfStored + f.keysInWindows, Items: []jsonItem{}}
-	for _, it := range sortedItems(st) {
+	if sc.q != nil || hasNamed(st) {
+		for _, q := range sc.queues() {
+			j.Queues = append(j.Queues, newJSONQueue(q))
+		}
+	}
+	for _, it := range sc.items() {
 		j.Items = append(j.Items, newJSONItem(it, now))
 	}
 	return j
+}
+
+// itemQueueName names the queue an item is stored in.
+func itemQueueName(st *state.State, it *state.Item) string {
+	if q := st.Queue(it.Queue); q != nil {
+		return clean(queueName(q))
+	}
+	return fmt.Sprint(it.Queue)
 }

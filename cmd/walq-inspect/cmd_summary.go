@@ -3,6 +3,9 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
 
 	"github.com/walq/walq/internal/layout"
 	"github.com/walq/walq/state"
@@ -22,9 +25,28 @@ the counters, and the log's size against the live data.
 
 A directory of format 1 (no marker) is read as format 1 wrote it.
 
-A waiting item counts as ready once its due time has come (as of --now).`,
-	flags: func(fs *flag.FlagSet) any { return nowFlag(fs) },
-	run:   runSummary,
+A waiting item counts as ready once its due time has come (as of --now).
+
+Named queues: the figures are of the whole directory, every queue summed,
+and a table follows with one line per queue: its name (the default queue
+is "(default)"), its incarnation ID (the index of the record that created
+it; 0 for the default queue), its items by state, how long its oldest ready
+item has been ready, whether it is paused and until when, its leases in
+flight against its cap (MaxInFlight), and its recorded options. The default
+queue's options are given by code at Open and are not recorded, so they
+are not known here. With --queue NAME the figures and the table are of
+that queue alone ("(default)" for the default queue); the directory's
+files, log and snapshots are shown whatever --queue says. A directory with
+only its default queue shows no table unless --queue is given.`,
+	flags: func(fs *flag.FlagSet) any {
+		return &summaryOpts{now: nowFlag(fs), queue: queueFlag(fs)}
+	},
+	run: runSummary,
+}
+
+type summaryOpts struct {
+	now   *timeFlag
+	queue *string
 }
 
 // recoveryCause is the cause recovery in the root package writes on the
@@ -32,7 +54,8 @@ A waiting item counts as ready once its due time has come (as of --now).`,
 const recoveryCause = "lease open at recovery"
 
 func runSummary(c *cmdEnv) int {
-	now := c.opts.(*timeFlag).now()
+	o := c.opts.(*summaryOpts)
+	now := o.now.now()
 	if !c.wantArgs(0) {
 		return c.usageErrorf("summary takes one argument, the queue directory")
 	}
@@ -54,6 +77,14 @@ func runSummary(c *cmdEnv) int {
 		return nil
 	})
 	scanErr := r.run()
+	var sel *state.QueueState
+	if scanErr == nil {
+		if st, err := r.state(); err == nil {
+			if sel, err = selectQueue(st, *o.queue); err != nil {
+				return c.errorf("%s: %v", c.dir, err)
+			}
+		}
+	}
 
 	w := c.stdout
 	line := func(label, format string, args ...any) {
@@ -127,9 +158,14 @@ func runSummary(c *cmdEnv) int {
 		line("problem", "the state cannot be rebuilt: %v", err)
 		return exitFailed
 	}
-	summarizeState(line, st, now)
+	sc := scope{st: st, q: sel}
+	summarizeState(line, sc, now)
 	line("space", "log %s, live data ~%s (\"walq-inspect space\" for more)",
 		fmtSize(qf.bytes(qf.segmentKind())), fmtSize(liveBytes(st)))
+	if sel != nil || hasNamed(st) {
+		fmt.Fprintln(w)
+		queuesTable(w, sc, now)
+	}
 	if failed {
 		return exitFailed
 	}
@@ -137,29 +173,53 @@ func runSummary(c *cmdEnv) int {
 }
 
 // summarizeState prints the state part of summary.
-func summarizeState(line func(label, format string, args ...any), st *state.State, now int64) {
-	f := factsOf(st, now)
+func summarizeState(line func(label, format string, args ...any), sc scope, now int64) {
+	st := sc.st
+	f := factsOf(sc, now)
 	if st.LastLSN() == 0 {
 		line("state", "empty: no record yet, next item ID %d", st.NextID())
 	} else {
 		line("state", "index %d at %s, next item ID %d", st.LastLSN(), fmtTime(st.LastTime()), st.NextID())
 	}
-	line("items", "%s", f.itemsLine(st))
+	switch {
+	case sc.q != nil:
+		line("scope", "%s alone, from here on", queueRef(sc.q))
+	case hasNamed(st):
+		line("scope", "every queue, from here on: %s", plural(len(st.Queues()), "queue", "queues"))
+	}
+	line("items", "%s", f.itemsLine(sc))
 	if it := f.oldestReady; it != nil {
-		line("ready", "oldest is item %d, due %s (%s)", it.ID, fmtTime(it.Due), ago(it.Due, now))
+		line("ready", "oldest is item %d%s, due %s (%s)", it.ID, sc.inQueue(it), fmtTime(it.Due), ago(it.Due, now))
 	}
 	if it := f.nextDelayed; it != nil {
-		line("delayed", "next is item %d, due %s (%s)", it.ID, fmtTime(it.Due), ago(it.Due, now))
+		line("delayed", "next is item %d%s, due %s (%s)", it.ID, sc.inQueue(it), fmtTime(it.Due), ago(it.Due, now))
 	}
 	if it := f.nextLeaseEnd; it != nil {
-		line("leased", "next lease to end is item %d's, at %s (%s)", it.ID, fmtTime(it.LeaseEnd), ago(it.LeaseEnd, now))
+		line("leased", "next lease to end is item %d's%s, at %s (%s)", it.ID, sc.inQueue(it), fmtTime(it.LeaseEnd), ago(it.LeaseEnd, now))
 	}
-	if dl := st.DeadLetters(1); len(dl) > 0 {
+	if dl := sc.deadLetters(1); len(dl) > 0 {
 		it := dl[0]
-		line("dead", "oldest is item %d, dead since %s after %s: %s", it.ID, fmtTime(it.EndedAt),
+		line("dead", "oldest is item %d%s, dead since %s after %s: %s", it.ID, sc.inQueue(&it), fmtTime(it.EndedAt),
 			plural(int(it.Attempts), "attempt", "attempts"), quote(it.LastError))
 	}
 	line("keys", "%d held: %d by stored items, %d by items gone (within the key window or not yet pruned)",
 		f.keysOfStored+f.keysInWindows, f.keysOfStored, f.keysInWindows)
-	line("counters", "%s", countersLine(st.Counters()))
+	line("counters", "%s", countersLine(sc.counters()))
+}
+
+// queuesTable prints one line per queue of the scope.
+func queuesTable(w io.Writer, sc scope, now int64) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tID\tREADY\tDELAYED\tLEASED\tDEAD\tOLDEST READY\tPAUSED\tIN FLIGHT\tOPTIONS")
+	for _, q := range sc.queues() {
+		f := factsOf(scope{st: sc.st, q: q}, now)
+		oldest := "-"
+		if it := f.oldestReady; it != nil {
+			oldest = fmtDur(time.Duration(now - it.Due))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", clean(queueName(q)), q.ID(),
+			f.byStatus[statusReady], f.byStatus[statusDelayed], f.byStatus[state.Leased.String()],
+			f.byStatus[state.Dead.String()], oldest, pausedText(q, now), inFlightText(q), optionsText(q))
+	}
+	tw.Flush()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/walq/walq/state"
@@ -30,8 +31,32 @@ var logHeader = fmt.Sprintf("%7s  %-24s  %-10s  %5s  %7s  %8s  %8s  %s",
 // offset of its frame in the segment and that of its body (format 1: both
 // the offset of its entry).
 func formatLogLine(ev *event, bodyMax int) string {
-	return fmt.Sprintf("%7d  %s  %-10s  %5d  %7s  %8d  %8d  %s", ev.Pos.Index, eventTime(ev), state.TypeName(ev.Type),
-		ev.Queue, segmentNumber(ev.Pos.File), ev.Pos.Frame, ev.Pos.Offset, eventText(ev, bodyMax))
+	return fmt.Sprintf("%7d  %s  %-10s  %5s  %7s  %8d  %8d  %s", ev.Pos.Index, eventTime(ev), state.TypeName(ev.Type),
+		queueColumn(ev), segmentNumber(ev.Pos.File), ev.Pos.Frame, ev.Pos.Offset, eventText(ev, bodyMax))
+}
+
+// queueColumn names the queue a record acts on: 0 for the default queue,
+// a named queue by its name when it is known and by its ID otherwise; a
+// create-queue record by the queue it creates.
+func queueColumn(ev *event) string {
+	switch {
+	case ev.queueID() == state.DefaultQueue:
+		return "0"
+	case ev.QueueKnown:
+		return clean(quoteName(ev.QueueName))
+	}
+	return fmt.Sprint(ev.Queue)
+}
+
+// targetRef names the queue a move goes into.
+func targetRef(ev *event, target uint64) string {
+	switch {
+	case target == state.DefaultQueue:
+		return "the default queue"
+	case ev.TargetKnown:
+		return fmt.Sprintf("queue %s (id %d)", quoteName(ev.TargetName), target)
+	}
+	return fmt.Sprintf("queue %d", target)
 }
 
 // segmentNumber shortens a segment's name to the first LSN it gives:
@@ -147,6 +172,32 @@ func eventDetails(ev *event, bodyMax int) string {
 		} else {
 			b.WriteString(itemsRef(ev, r.IDs))
 		}
+	case *state.CreateQueue:
+		fmt.Fprintf(&b, "queue %s id %d: %s", quoteName(r.Name), ev.Pos.Index, settingsText(r.Settings))
+		if ev.Earlier != 0 {
+			fmt.Fprintf(&b, "; a new incarnation of the name, whose last one (id %d) was deleted", ev.Earlier)
+		}
+	case *state.SetQueue:
+		b.WriteString(settingsText(r.Settings))
+	case *state.PauseQueue:
+		b.WriteString(pauseText(r))
+	case *state.DeleteQueue:
+		switch {
+		case !ev.IDsKnown:
+			b.WriteString("with its items")
+		case len(ev.IDs) == 0:
+			b.WriteString("with no items")
+		default:
+			fmt.Fprintf(&b, "with %s", itemsRef(ev, ev.IDs))
+		}
+		if r.Force {
+			b.WriteString(", forced")
+			if ev.Leased >= 0 {
+				fmt.Fprintf(&b, " (%s open)", plural(ev.Leased, "lease", "leases"))
+			}
+		}
+	case *state.Move:
+		fmt.Fprintf(&b, "%s into %s", itemsRef(ev, r.IDs), targetRef(ev, r.Target))
 	}
 	return b.String()
 }
@@ -173,6 +224,19 @@ type jsonEvent struct {
 	All      bool          `json:"all,omitempty"`     // purge of every dead letter
 	Put      []jsonPutItem `json:"put,omitempty"`
 	Error    jsonString    `json:"error,omitempty"` // the body does not decode
+
+	// Named queues. QueueName is the name of the queue the record acts on
+	// (left out for the default queue and when not known); of a
+	// create-queue record, the queue it creates, whose ID is the index.
+	QueueName *jsonString   `json:"queue_name,omitempty"`
+	Settings  *jsonSettings `json:"settings,omitempty"` // create-queue, set-queue
+	// Of a pause-queue record: "pause" with "until", "pause-until-resumed"
+	// or "resume".
+	Pause      string      `json:"pause,omitempty"`
+	Until      jsonTime    `json:"until,omitempty"`
+	Force      bool        `json:"force,omitempty"`  // delete-queue
+	Target     *uint64     `json:"target,omitempty"` // move: the queue it moves into
+	TargetName *jsonString `json:"target_name,omitempty"`
 }
 
 type jsonPutItem struct {
@@ -187,6 +251,10 @@ type jsonPutItem struct {
 func newJSONEvent(ev *event) jsonEvent {
 	j := jsonEvent{Index: ev.Pos.Index, Queue: ev.Queue, Segment: ev.Pos.File, Frame: ev.Pos.Frame, Offset: ev.Pos.Offset,
 		Type: state.TypeName(ev.Type)}
+	if ev.QueueKnown && ev.QueueName != "" {
+		n := jsonString(ev.QueueName)
+		j.QueueName = &n
+	}
 	if ev.Rec == nil {
 		j.Error = jsonString(ev.Err.Error())
 		return j
@@ -246,6 +314,32 @@ func newJSONEvent(ev *event) jsonEvent {
 		many()
 	case *state.Purge:
 		j.All = r.All
+		many()
+	case *state.CreateQueue:
+		set := jsonSettings(r.Settings)
+		j.Settings = &set
+	case *state.SetQueue:
+		set := jsonSettings(r.Settings)
+		j.Settings = &set
+	case *state.PauseQueue:
+		switch r.Until {
+		case 0:
+			j.Pause = "resume"
+		case math.MaxInt64:
+			j.Pause = "pause-until-resumed"
+		default:
+			j.Pause, j.Until = "pause", jsonTime(r.Until)
+		}
+	case *state.DeleteQueue:
+		j.Force = r.Force
+		many()
+	case *state.Move:
+		target := r.Target
+		j.Target = &target
+		if ev.TargetKnown && ev.TargetName != "" {
+			n := jsonString(ev.TargetName)
+			j.TargetName = &n
+		}
 		many()
 	}
 	return j

@@ -46,6 +46,7 @@ var fixtures = []*fixture{
 	{name: "future", build: buildFuture},
 	{name: "foreign", build: buildForeignSegment},
 	{name: "format1", build: buildFormat1},
+	{name: "named", build: buildNamed},
 }
 
 func fixtureNamed(t *testing.T, name string) *fixture {

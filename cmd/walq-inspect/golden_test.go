@@ -98,6 +98,26 @@ var goldenCases = []goldenCase{
 	{"format1", "state", []string{"state", "--now", "{now}"}, nil},
 	{"format1", "dead", []string{"dead"}, nil},
 	{"format1", "space", []string{"space"}, nil},
+
+	{"named", "summary", []string{"summary", "--now", "{now}"}, nil},
+	{"named", "summary-jobs", []string{"summary", "--now", "{now}", "--queue", "jobs"}, nil},
+	{"named", "summary-default", []string{"summary", "--now", "{now}", "--queue", "(default)"}, nil},
+	{"named", "log", []string{"log"}, nil},
+	{"named", "log-json", []string{"log", "--json", "--type", "create-queue,set-queue,pause-queue,delete-queue"}, nil},
+	{"named", "log-reports", []string{"log", "--queue", "reports"}, nil},
+	{"named", "log-default", []string{"log", "--queue", "(default)"}, nil},
+	{"named", "item-4-history", []string{"item", "--now", "{now}", "--queue", "jobs"}, []string{"4"}},
+	{"named", "item-5-deleted", []string{"item", "--now", "{now}"}, []string{"5"}},
+	{"named", "item-2-mail", []string{"item", "--now", "{now}"}, []string{"2"}},
+	{"named", "dead", []string{"dead"}, nil},
+	{"named", "dead-jobs", []string{"dead", "--queue", "jobs"}, nil},
+	{"named", "dead-mail", []string{"dead", "--queue", "mail"}, nil},
+	{"named", "state", []string{"state", "--now", "{now}"}, nil},
+	{"named", "state-mail", []string{"state", "--now", "{now}", "--queue", "mail"}, nil},
+	{"named", "state-json-jobs", []string{"state", "--json", "--now", "{now}", "--queue", "jobs"}, nil},
+	{"named", "verify", []string{"verify"}, nil},
+	{"named", "space", []string{"space"}, nil},
+	{"named", "bad-queue", []string{"summary", "--queue", "nope"}, nil},
 }
 
 func TestGolden(t *testing.T) {

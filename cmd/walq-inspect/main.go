@@ -17,7 +17,11 @@
 //
 // The commands are summary (the default), log (with --frames, the frames
 // and their watermarks), item, state, dead, verify and space;
-// "walq-inspect COMMAND -h" describes each. A directory of format 2 is
+// "walq-inspect COMMAND -h" describes each. Every command but verify shows
+// the whole directory, every queue in it, unless --queue NAME picks one
+// queue ("(default)" for the default queue); verify checks the files and
+// the log of the whole directory whatever --queue says. A directory of
+// format 2 is
 // checked against the directory ID in its marker (WALQ-FORMAT); one of
 // format 1 (no marker) is read as format 1 wrote it, read-only, until the
 // next walq.Open carries it forward; one whose marker is of a newer format
@@ -136,7 +140,8 @@ commands:
 	}
 	fmt.Fprintf(w, `
 Without a command, summary runs (a directory named like a command needs
-its path: ./log). "%s COMMAND -h" describes a command.
+its path: ./log). Every command shows the whole directory, all its queues,
+unless --queue NAME picks one ("(default)": the default queue). "%s COMMAND -h" describes a command.
 Exit status: 0 ok, 1 an error, a refusal or corruption found, 2 a usage
 error.
 `, programName)

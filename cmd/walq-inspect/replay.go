@@ -92,6 +92,31 @@ type event struct {
 	// Discarded is set on a lease ending whose next due time is at or after
 	// the item's deadline: the item is dropped, not retried.
 	Discarded bool
+
+	// The queue the record acts on, by name: for a create-queue record the
+	// queue it creates (its ID is the record's index), for every other
+	// record that of the queue field ("" for the default queue). QueueKnown
+	// is false when the name cannot be told (a queue created before the
+	// oldest record read).
+	QueueName  string
+	QueueKnown bool
+	// Of a move: the name of the queue it moves into.
+	TargetName  string
+	TargetKnown bool
+	// Of a create-queue record: the ID of the last incarnation of the name
+	// seen deleted (0: none seen).
+	Earlier uint64
+	// Of a delete-queue record: the leases open in the queue (-1: not
+	// known). IDs are the items deleted with it.
+	Leased int
+}
+
+// queueID is the ID of the queue the record acts on.
+func (ev *event) queueID() uint64 {
+	if ev.Type == state.TypeCreateQueue {
+		return ev.Pos.Index
+	}
+	return ev.Queue
 }
 
 // touches reports whether the event changes item id.
@@ -130,6 +155,11 @@ type replayer struct {
 	nextID   uint64
 	counted  bool // nextID was counted back from the pending snapshot
 	receipts map[uint64]uint64
+
+	// Queue names by ID, from the snapshots and the create records read,
+	// and the last deleted incarnation of each name.
+	qnames  map[uint64]string
+	deleted map[string]uint64
 
 	snaps    []snapshot
 	logFirst uint64
@@ -188,8 +218,12 @@ func (r *replayer) run() error {
 			return err
 		}
 		if r.visit != nil && r.logFirst > r.from {
+			last := r.logFirst - 1
+			if r.to != 0 {
+				last = min(last, r.to) // those after --to were not asked for
+			}
 			r.notes = append(r.notes, fmt.Sprintf("records %d..%d were compacted away before they could be read",
-				r.from, r.logFirst-1))
+				r.from, last))
 			r.from = r.logFirst
 		}
 	}
@@ -212,6 +246,16 @@ func (r *replayer) start() error {
 		r.snaps, r.logFirst = snaps, first
 		r.st, r.stErr, r.base, r.pending, r.nextID, r.counted = nil, nil, nil, nil, 0, false
 		r.receipts = make(map[uint64]uint64)
+		if r.qnames == nil {
+			r.qnames, r.deleted = make(map[uint64]string), make(map[string]uint64)
+		}
+		for _, sn := range snaps {
+			if sn.St != nil {
+				for _, q := range sn.St.Queues() {
+					r.qnames[q.ID()] = q.Name()
+				}
+			}
+		}
 		if r.choose() {
 			return nil
 		}
@@ -313,6 +357,13 @@ func (r *replayer) scanLog() error {
 	if err != nil {
 		return err
 	}
+	if res.First > r.next {
+		// No record was read (the first one read would have been checked
+		// against r.next), and the log now starts after the records the
+		// replay needs: a compaction removed them, and, with --to, every
+		// record left is past it, so the scan stopped before reading any.
+		return errLogMoved{want: r.next, got: res.First}
+	}
 	var short *wal.CorruptionError
 	switch {
 	case r.to == 0 && r.st != nil && r.st.LastLSN() > res.Last && r.stErr == nil:
@@ -385,7 +436,8 @@ func (r *replayer) record(pos wal.Position, rec wal.Record) error {
 
 // annotate decodes a record and works out the items it changes.
 func (r *replayer) annotate(pos wal.Position, rec wal.Record) *event {
-	ev := &event{Pos: pos, Type: rec.Type, Queue: rec.Queue}
+	ev := &event{Pos: pos, Type: rec.Type, Queue: rec.Queue, Leased: -1}
+	ev.QueueName, ev.QueueKnown = r.queueName(rec.Queue)
 	sr, err := state.Decode(rec.Type, rec.Body)
 	if err != nil {
 		ev.Err = err
@@ -442,13 +494,53 @@ func (r *replayer) annotate(pos wal.Position, rec wal.Record) *event {
 		case !x.All:
 			ev.IDs, ev.IDsKnown = x.IDs, true
 		case r.st != nil:
-			for _, it := range r.st.DeadLetters(0) {
-				ev.IDs = append(ev.IDs, it.ID)
+			if q := r.st.Queue(ev.Queue); q != nil {
+				for _, it := range q.DeadLetters(0) {
+					ev.IDs = append(ev.IDs, it.ID)
+				}
+				ev.IDsKnown = true
 			}
-			ev.IDsKnown = true
 		}
+	case *state.SetQueue, *state.PauseQueue:
+		ev.IDsKnown = true // no item
+	case *state.CreateQueue:
+		ev.IDsKnown = true
+		ev.QueueName, ev.QueueKnown = x.Name, true
+		ev.Earlier = r.deleted[x.Name]
+		r.qnames[pos.Index] = x.Name
+	case *state.DeleteQueue:
+		if r.st != nil {
+			if q := r.st.Queue(ev.Queue); q != nil {
+				r.st.Each(func(it *state.Item) {
+					if it.Queue == q.ID() {
+						ev.IDs = append(ev.IDs, it.ID)
+					}
+				})
+				ev.IDsKnown, ev.Leased = true, q.Leased()
+			}
+		}
+		if ev.QueueKnown {
+			r.deleted[ev.QueueName] = ev.Queue
+		}
+	case *state.Move:
+		ev.IDs, ev.IDsKnown = x.IDs, true
+		ev.TargetName, ev.TargetKnown = r.queueName(x.Target)
 	}
 	return ev
+}
+
+// queueName is the name of queue id ("" for the default queue), when known.
+func (r *replayer) queueName(id uint64) (string, bool) {
+	if id == state.DefaultQueue {
+		return "", true
+	}
+	if r.st != nil {
+		if q := r.st.Queue(id); q != nil {
+			return q.Name(), true
+		}
+	}
+	name, ok := r.qnames[id]
+	return name, ok
 }
 
 // apply applies a record to the state, or, without a state, keeps what

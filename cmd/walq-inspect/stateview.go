@@ -47,10 +47,11 @@ type stateFacts struct {
 	keysInWindows int // keys of items gone, still inside the key window (or not pruned yet)
 }
 
-func factsOf(st *state.State, now int64) stateFacts {
+// factsOf gathers the figures of the items in scope.
+func factsOf(sc scope, now int64) stateFacts {
 	f := stateFacts{byStatus: make(map[string]int)}
 	earlier := func(a, b *state.Item) bool { return a.Due < b.Due || (a.Due == b.Due && a.Seq < b.Seq) }
-	for _, it := range sortedItems(st) {
+	for _, it := range sc.items() {
 		s := itemStatus(it, now)
 		f.byStatus[s]++
 		switch s {
@@ -71,19 +72,25 @@ func factsOf(st *state.State, now int64) stateFacts {
 			f.keysOfStored++
 		}
 	}
-	f.keysInWindows = st.Gauges().Keys - f.keysOfStored
+	f.keysInWindows = sc.keys() - f.keysOfStored
 	return f
 }
 
-func (f stateFacts) itemsLine(st *state.State) string {
+func (f stateFacts) itemsLine(sc scope) string {
 	return fmt.Sprintf("%s stored, %s of bodies: %d ready, %d delayed, %d leased, %d dead",
-		plural(st.Len(), "item", "items"), fmtSize(st.Bytes()), f.byStatus[statusReady],
+		plural(sc.len(), "item", "items"), fmtSize(sc.bytes()), f.byStatus[statusReady],
 		f.byStatus[statusDelayed], f.byStatus[state.Leased.String()], f.byStatus[state.Dead.String()])
 }
 
+// countersLine prints the counters; moves between queues only when there
+// were any.
 func countersLine(c state.Counters) string {
-	return fmt.Sprintf("put %d, delivered %d, acked %d, nacked %d, expired %d, dead-lettered %d, discarded %d, redriven %d, purged %d",
+	s := fmt.Sprintf("put %d, delivered %d, acked %d, nacked %d, expired %d, dead-lettered %d, discarded %d, redriven %d, purged %d",
 		c.Put, c.Delivered, c.Acked, c.Nacked, c.Expired, c.DeadLettered, c.Discarded, c.Redriven, c.Purged)
+	if c.MovedIn != 0 || c.MovedOut != 0 {
+		s += fmt.Sprintf(", moved in %d, moved out %d", c.MovedIn, c.MovedOut)
+	}
+	return s
 }
 
 // ago says how long before now t was, or how long after: "4m0s ago", "in 5s".
@@ -97,5 +104,6 @@ func ago(t, now int64) string {
 
 // liveBytes is the queue's estimate of what a snapshot of st takes, the
 // figure its compaction trigger compares the log against (liveBytesLocked
-// in the root package's queue.go: body bytes plus 64 per stored item).
-func liveBytes(st *state.State) int64 { return st.Bytes() + int64(st.Len())*64 }
+// in the root package's sequencer.go: body bytes plus 64 per stored item,
+// of every queue of the directory).
+func liveBytes(st *state.State) int64 { return st.TotalBytes() + int64(st.TotalLen())*64 }
