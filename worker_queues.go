@@ -155,16 +155,16 @@ type pool struct {
 }
 
 type poolQueue struct {
-	src      Source
-	run      *workRun
-	reserved int  // free reserved workers
-	weight   int  // share of the shared workers
-	current   int // smooth weighted round-robin's running credit
-	lastTotal int // the total weight of the round that last picked it
-	empty    bool // the last TryGet found nothing, and no watch fired since
-	gone     bool // deleted: no longer served
-	pending  atomic.Bool
-	stop     func() // ends the watch
+	src       Source
+	run       *workRun
+	reserved  int  // free reserved workers
+	weight    int  // share of the shared workers
+	current   int  // smooth weighted round-robin's running credit
+	lastTotal int  // the total weight of the round that last picked it
+	empty     bool // the last TryGet found nothing, and no watch fired since
+	gone      bool // deleted: no longer served
+	pending   atomic.Bool
+	stop      func() // ends the watch
 }
 
 type slotDone struct {
