@@ -339,15 +339,17 @@ func TestWorkQueuesArguments(t *testing.T) {
 	h := func(context.Context, Message) error { return nil }
 	ctx := context.Background()
 	for name, call := range map[string]func() error{
-		"no queues":           func() error { return WorkQueues(ctx, nil, 1, h, WorkOptions{}) },
-		"no worker for one":   func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}}, 0, h, WorkOptions{}) },
-		"negative reserved":   func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0], Reserved: -1}}, 1, h, WorkOptions{}) },
-		"negative weight":     func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0], Weight: -1}}, 1, h, WorkOptions{}) },
-		"a queue twice":       func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}, {Queue: qs[0]}}, 1, h, WorkOptions{}) },
-		"nil handler":         func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}}, 1, nil, WorkOptions{}) },
-		"nil queue":           func() error { return WorkQueues(ctx, []WorkQueue{{}}, 1, h, WorkOptions{}) },
-		"negative shared":     func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0], Reserved: 1}}, -1, h, WorkOptions{}) },
-		"heartbeat too large": func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}}, 1, h, WorkOptions{HeartbeatEvery: time.Hour}) },
+		"no queues":         func() error { return WorkQueues(ctx, nil, 1, h, WorkOptions{}) },
+		"no worker for one": func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}}, 0, h, WorkOptions{}) },
+		"negative reserved": func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0], Reserved: -1}}, 1, h, WorkOptions{}) },
+		"negative weight":   func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0], Weight: -1}}, 1, h, WorkOptions{}) },
+		"a queue twice":     func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}, {Queue: qs[0]}}, 1, h, WorkOptions{}) },
+		"nil handler":       func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}}, 1, nil, WorkOptions{}) },
+		"nil queue":         func() error { return WorkQueues(ctx, []WorkQueue{{}}, 1, h, WorkOptions{}) },
+		"negative shared":   func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0], Reserved: 1}}, -1, h, WorkOptions{}) },
+		"heartbeat too large": func() error {
+			return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}}, 1, h, WorkOptions{HeartbeatEvery: time.Hour})
+		},
 	} {
 		if err := call(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
