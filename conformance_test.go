@@ -1,6 +1,10 @@
 package walq_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,10 +63,93 @@ func TestConformance(t *testing.T) {
 		tg.Caps.ManualClock = false
 		walqtest.Run(t, tg)
 	})
+	t.Run("named", func(t *testing.T) {
+		t.Parallel()
+		walqtest.Run(t, namedTarget(walq.SyncAlways))
+	})
 	t.Run("engine-methods-only", func(t *testing.T) {
 		t.Parallel()
 		walqtest.Run(t, wrappedTarget(walq.SyncAlways, func(q walqtest.Queue) walqtest.Queue { return methodsOnly{q} }))
 	})
+}
+
+// namedTarget gives the suite a named queue, "subject", of a directory in
+// which two other named queues and the default queue carry traffic of
+// their own all along (puts with the keys the suite uses, leases, acks and
+// nacks), so every behaviour runs beside other queues sharing its log,
+// sequencer, timer and compaction, and must not see them.
+func namedTarget(sync walq.SyncPolicy) walqtest.Target {
+	return walqtest.Target{
+		Open: func(dir string, cfg walqtest.Config) (walqtest.Queue, error) {
+			d, err := walq.Open(dir, walq.Options{Clock: cfg.Clock, Sync: sync, Visibility: 7 * time.Second, MaxAttempts: 2})
+			if err != nil {
+				return nil, err
+			}
+			subject, err := d.OpenQueue("subject", walq.QueueOptions{
+				Visibility:  cfg.Visibility,
+				MaxAttempts: cfg.MaxAttempts,
+				Backoff:     cfg.Backoff,
+				KeyWindow:   cfg.KeyWindow,
+			})
+			if err != nil {
+				d.Close()
+				return nil, err
+			}
+			neighbours := []*walq.Queue{d}
+			for _, name := range []string{"before", "after"} {
+				n, err := d.OpenQueue(name, walq.QueueOptions{MaxInFlight: 3})
+				if err != nil {
+					d.Close()
+					return nil, err
+				}
+				neighbours = append(neighbours, n)
+			}
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					case <-time.After(time.Millisecond):
+					}
+					n := neighbours[i%len(neighbours)]
+					n.Put(context.Background(), []byte("neighbour"), walq.WithKey(fmt.Sprintf("k%d", i%7)), walq.WithPriority(-1))
+					if m, ok, err := n.TryGet(); err == nil && ok {
+						if i%5 == 0 {
+							n.Nack(m.Receipt, errors.New("neighbour fails"))
+						} else {
+							n.Ack(m.Receipt)
+						}
+					}
+				}
+			}()
+			return &namedQueue{Queue: walqtest.Walq(subject), dir: d, stop: stop, done: done}, nil
+		},
+		Caps: walqtest.Capabilities{ManualClock: true, Reopen: true, Processes: true,
+			Priority: true, Keys: true, Deadlines: true},
+	}
+}
+
+// namedQueue is the suite's queue of namedTarget: Close stops the
+// neighbours' traffic and closes the directory.
+type namedQueue struct {
+	walqtest.Queue
+	dir  *walq.Queue
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+func (n *namedQueue) Close() error {
+	err := walq.ErrClosed
+	n.once.Do(func() {
+		close(n.stop)
+		<-n.done
+		err = n.dir.Close()
+	})
+	return err
 }
 
 // wrappedTarget is walqTarget with each queue it opens wrapped.
