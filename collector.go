@@ -1,23 +1,34 @@
 package walq
 
 import (
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// NewCollector returns a Prometheus collector for q: every figure of Stats
-// and Work's counters, with the constant label queue=name. Register it on
-// your own registry (walq never touches the global one):
+// NewCollector returns a Prometheus collector for the directory of q:
+// every figure of Stats for each of its queues, and the directory's log,
+// fsync, compaction and recovery figures. Every series carries the
+// constant label dir=name; a queue's series also carry queue=<its name>,
+// "(default)" for the default queue (no queue name can start with "("). A
+// queue's oldest_ready_age_seconds carries paused="true" while the queue
+// is paused, so an old item behind a pause shows as what it is. Register
+// it on your own registry (walq never touches the global one):
 //
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(walq.NewCollector(q, "emails"))
 //
-// Each scrape calls q.Stats once. Unregister the collector before closing
-// the queue.
+// One collector covers every queue of the directory, those opened later
+// and those never opened in this process; a deleted queue's series go with
+// it. Unregister the collector before closing the directory.
 func NewCollector(q *Queue, name string) prometheus.Collector {
 	c := &collector{q: q}
-	labels := prometheus.Labels{"queue": name}
-	desc := func(metric, help string, variable ...string) *prometheus.Desc {
+	labels := prometheus.Labels{"dir": name}
+	dirDesc := func(metric, help string, variable ...string) *prometheus.Desc {
 		return prometheus.NewDesc("walq_"+metric, help, variable, labels)
+	}
+	desc := func(metric, help string, variable ...string) *prometheus.Desc {
+		return dirDesc(metric, help, append([]string{"queue"}, variable...)...)
 	}
 	gauge := func(metric, help string, value func(*Stats) float64) {
 		c.plain = append(c.plain, plainMetric{desc(metric, help), prometheus.GaugeValue, value})
@@ -25,10 +36,17 @@ func NewCollector(q *Queue, name string) prometheus.Collector {
 	counter := func(metric, help string, value func(*Stats) float64) {
 		c.plain = append(c.plain, plainMetric{desc(metric, help), prometheus.CounterValue, value})
 	}
+	dirGauge := func(metric, help string, value func(*Stats) float64) {
+		c.dir = append(c.dir, plainMetric{dirDesc(metric, help), prometheus.GaugeValue, value})
+	}
+	dirCounter := func(metric, help string, value func(*Stats) float64) {
+		c.dir = append(c.dir, plainMetric{dirDesc(metric, help), prometheus.CounterValue, value})
+	}
 
 	c.items = desc("items", "Stored items by state: ready, delayed (waiting for their due time or a backoff), leased, dead (dead letters).", "state")
-	c.fsync = desc("fsync_duration_seconds", "Time per fsync of the log.")
-	c.batch = desc("commit_batch_records", "Records written per group commit (one write and, under SyncAlways, one fsync).")
+	c.oldest = desc("oldest_ready_age_seconds", "How long the oldest ready item has been ready (delayed items excluded); paused=\"true\" while the queue is paused.", "paused")
+	c.fsync = dirDesc("fsync_duration_seconds", "Time per fsync of the log.")
+	c.batch = dirDesc("commit_batch_records", "Records written per group commit (one write and, under SyncAlways, one fsync).")
 
 	gauge("stored_bytes", "Sum of the bodies of the stored items, dead letters included.",
 		func(s *Stats) float64 { return float64(s.Bytes) })
@@ -53,34 +71,40 @@ func NewCollector(q *Queue, name string) prometheus.Collector {
 		func(s *Stats) float64 { return float64(s.Redriven) })
 	counter("purged_total", "Dead letters dropped for good.",
 		func(s *Stats) float64 { return float64(s.Purged) })
+	counter("moved_in_total", "Dead letters of another queue redriven into this one.",
+		func(s *Stats) float64 { return float64(s.MovedIn) })
+	counter("moved_out_total", "Dead letters of this queue redriven into another.",
+		func(s *Stats) float64 { return float64(s.MovedOut) })
+	gauge("paused", "1 while the queue is paused: it takes puts and delivers nothing.",
+		func(s *Stats) float64 { return b2f(s.Paused) })
+	gauge("max_in_flight", "The queue's cap on open leases; 0 when it has none.",
+		func(s *Stats) float64 { return float64(s.MaxInFlight) })
 	counter("late_acks_total", "Calls with a receipt whose lease had already ended, since the queue was opened: each is work that may have run twice.",
 		func(s *Stats) float64 { return float64(s.LateAcks) })
 
-	gauge("oldest_ready_age_seconds", "How long the oldest ready item has been ready (delayed items excluded).",
-		func(s *Stats) float64 { return s.OldestReady.Seconds() })
 	gauge("delayed_past_due_seconds", "How far the earliest delayed item is past its due time without a consumer taking it; zero while consumers keep up.",
 		func(s *Stats) float64 { return s.DelayedPastDue.Seconds() })
 
-	gauge("log_bytes", "Size of the log segments.",
+	dirGauge("log_bytes", "Size of the log segments.",
 		func(s *Stats) float64 { return float64(s.LogBytes) })
-	gauge("log_segments", "Number of log segments.",
+	dirGauge("log_segments", "Number of log segments.",
 		func(s *Stats) float64 { return float64(s.LogSegments) })
-	gauge("live_bytes", "Approximate size of a snapshot of the live state; compaction brings the log back toward it.",
+	dirGauge("live_bytes", "Approximate size of a snapshot of the live state; compaction brings the log back toward it.",
 		func(s *Stats) float64 { return float64(s.LiveBytes) })
-	counter("compactions_total", "Compactions done since the queue was opened.",
+	dirCounter("compactions_total", "Compactions done since the queue was opened.",
 		func(s *Stats) float64 { return float64(s.Compactions) })
-	counter("compactions_failed_total", "Compactions that failed since the queue was opened (the log is kept; the next try waits for it to double).",
+	dirCounter("compactions_failed_total", "Compactions that failed since the queue was opened (the log is kept; the next try waits for it to double).",
 		func(s *Stats) float64 { return float64(s.CompactionsFailed) })
-	gauge("last_compaction_timestamp_seconds", "When the last compaction ended, in Unix seconds; 0 if none since the queue was opened.",
+	dirGauge("last_compaction_timestamp_seconds", "When the last compaction ended, in Unix seconds; 0 if none since the queue was opened.",
 		func(s *Stats) float64 {
 			if s.LastCompacted.IsZero() {
 				return 0
 			}
 			return float64(s.LastCompacted.UnixNano()) / 1e9
 		})
-	gauge("last_compaction_duration_seconds", "How long the last compaction took.",
+	dirGauge("last_compaction_duration_seconds", "How long the last compaction took.",
 		func(s *Stats) float64 { return s.LastCompactIn.Seconds() })
-	gauge("recovery_duration_seconds", "How long Open took to recover the queue.",
+	dirGauge("recovery_duration_seconds", "How long Open took to recover the queue.",
 		func(s *Stats) float64 { return s.Recovery.Duration.Seconds() })
 
 	counter("work_handler_errors_total", "Handler calls in Work that returned an error (panics not included).",
@@ -99,10 +123,26 @@ func NewCollector(q *Queue, name string) prometheus.Collector {
 }
 
 type collector struct {
-	q            *Queue
-	items        *prometheus.Desc
-	fsync, batch *prometheus.Desc
-	plain        []plainMetric
+	q             *Queue
+	items, oldest *prometheus.Desc
+	fsync, batch  *prometheus.Desc
+	plain         []plainMetric // one series per queue
+	dir           []plainMetric // one series for the directory
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// queueLabel is a queue's value of the queue label.
+func queueLabel(name string) string {
+	if name == "" {
+		return "(default)"
+	}
+	return name
 }
 
 // plainMetric is a gauge or counter read from one Stats value.
@@ -114,25 +154,41 @@ type plainMetric struct {
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.items
+	ch <- c.oldest
 	ch <- c.fsync
 	ch <- c.batch
 	for _, m := range c.plain {
 		ch <- m.desc
 	}
+	for _, m := range c.dir {
+		ch <- m.desc
+	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	st := c.q.Stats()
-	for _, s := range []struct {
-		state string
-		n     int
-	}{{"ready", st.Ready}, {"delayed", st.Delayed}, {"leased", st.Leased}, {"dead", st.Dead}} {
-		ch <- prometheus.MustNewConstMetric(c.items, prometheus.GaugeValue, float64(s.n), s.state)
+	infos, err := c.q.Queues()
+	if err != nil {
+		return // closed or failed: nothing to report
 	}
+	for i := range infos {
+		st := &infos[i].Stats
+		queue := queueLabel(infos[i].Name)
+		for _, s := range []struct {
+			state string
+			n     int
+		}{{"ready", st.Ready}, {"delayed", st.Delayed}, {"leased", st.Leased}, {"dead", st.Dead}} {
+			ch <- prometheus.MustNewConstMetric(c.items, prometheus.GaugeValue, float64(s.n), queue, s.state)
+		}
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.OldestReady.Seconds(), queue, strconv.FormatBool(st.Paused))
+		for _, m := range c.plain {
+			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(st), queue)
+		}
+	}
+	st := &infos[0].Stats // the directory's figures are in every queue's
 	ch <- constHistogram(c.fsync, st.Fsync)
 	ch <- constHistogram(c.batch, st.CommitBatch)
-	for _, m := range c.plain {
-		ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(&st))
+	for _, m := range c.dir {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(st))
 	}
 }
 

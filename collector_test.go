@@ -126,42 +126,46 @@ func TestCollectorMatchesStats(t *testing.T) {
 	}
 
 	want := map[string]float64{
-		`walq_items{state="ready"}`:              float64(st.Ready),
-		`walq_items{state="delayed"}`:            float64(st.Delayed),
-		`walq_items{state="leased"}`:             float64(st.Leased),
-		`walq_items{state="dead"}`:               float64(st.Dead),
-		"walq_stored_bytes":                      float64(st.Bytes),
-		"walq_keys":                              float64(st.Keys),
-		"walq_put_total":                         float64(st.Put),
-		"walq_delivered_total":                   float64(st.Delivered),
-		"walq_acked_total":                       float64(st.Acked),
-		"walq_nacked_total":                      float64(st.Nacked),
-		"walq_leases_expired_total":              float64(st.Expired),
-		"walq_dead_lettered_total":               float64(st.DeadLettered),
-		"walq_discarded_total":                   float64(st.Discarded),
-		"walq_redriven_total":                    float64(st.Redriven),
-		"walq_purged_total":                      float64(st.Purged),
-		"walq_late_acks_total":                   float64(st.LateAcks),
-		"walq_oldest_ready_age_seconds":          st.OldestReady.Seconds(),
-		"walq_delayed_past_due_seconds":          st.DelayedPastDue.Seconds(),
-		"walq_log_bytes":                         float64(st.LogBytes),
-		"walq_log_segments":                      float64(st.LogSegments),
-		"walq_live_bytes":                        float64(st.LiveBytes),
-		"walq_compactions_total":                 float64(st.Compactions),
-		"walq_compactions_failed_total":          float64(st.CompactionsFailed),
-		"walq_last_compaction_timestamp_seconds": float64(st.LastCompacted.UnixNano()) / 1e9,
-		"walq_last_compaction_duration_seconds":  st.LastCompactIn.Seconds(),
-		"walq_recovery_duration_seconds":         st.Recovery.Duration.Seconds(),
-		"walq_work_handler_errors_total":         1,
-		"walq_work_handler_panics_total":         2,
-		"walq_work_handler_timeouts_total":       3,
-		"walq_work_handlers_abandoned_total":     4,
-		"walq_work_abandoned_handlers_running":   5,
-		"walq_work_leases_lost_total":            6,
-		"walq_fsync_duration_seconds_count":      float64(st.Fsync.Count),
-		"walq_fsync_duration_seconds_sum":        st.Fsync.Sum,
-		"walq_commit_batch_records_count":        float64(st.CommitBatch.Count),
-		"walq_commit_batch_records_sum":          st.CommitBatch.Sum,
+		`walq_items{state="ready"}`:                     float64(st.Ready),
+		`walq_items{state="delayed"}`:                   float64(st.Delayed),
+		`walq_items{state="leased"}`:                    float64(st.Leased),
+		`walq_items{state="dead"}`:                      float64(st.Dead),
+		"walq_stored_bytes":                             float64(st.Bytes),
+		"walq_keys":                                     float64(st.Keys),
+		"walq_put_total":                                float64(st.Put),
+		"walq_delivered_total":                          float64(st.Delivered),
+		"walq_acked_total":                              float64(st.Acked),
+		"walq_nacked_total":                             float64(st.Nacked),
+		"walq_leases_expired_total":                     float64(st.Expired),
+		"walq_dead_lettered_total":                      float64(st.DeadLettered),
+		"walq_discarded_total":                          float64(st.Discarded),
+		"walq_redriven_total":                           float64(st.Redriven),
+		"walq_purged_total":                             float64(st.Purged),
+		"walq_late_acks_total":                          float64(st.LateAcks),
+		`walq_oldest_ready_age_seconds{paused="false"}`: st.OldestReady.Seconds(),
+		"walq_moved_in_total":                           0,
+		"walq_moved_out_total":                          0,
+		"walq_paused":                                   0,
+		"walq_max_in_flight":                            0,
+		"walq_delayed_past_due_seconds":                 st.DelayedPastDue.Seconds(),
+		"walq_log_bytes":                                float64(st.LogBytes),
+		"walq_log_segments":                             float64(st.LogSegments),
+		"walq_live_bytes":                               float64(st.LiveBytes),
+		"walq_compactions_total":                        float64(st.Compactions),
+		"walq_compactions_failed_total":                 float64(st.CompactionsFailed),
+		"walq_last_compaction_timestamp_seconds":        float64(st.LastCompacted.UnixNano()) / 1e9,
+		"walq_last_compaction_duration_seconds":         st.LastCompactIn.Seconds(),
+		"walq_recovery_duration_seconds":                st.Recovery.Duration.Seconds(),
+		"walq_work_handler_errors_total":                1,
+		"walq_work_handler_panics_total":                2,
+		"walq_work_handler_timeouts_total":              3,
+		"walq_work_handlers_abandoned_total":            4,
+		"walq_work_abandoned_handlers_running":          5,
+		"walq_work_leases_lost_total":                   6,
+		"walq_fsync_duration_seconds_count":             float64(st.Fsync.Count),
+		"walq_fsync_duration_seconds_sum":               st.Fsync.Sum,
+		"walq_commit_batch_records_count":               float64(st.CommitBatch.Count),
+		"walq_commit_batch_records_sum":                 st.CommitBatch.Sum,
 	}
 	for name, h := range map[string]Histogram{"walq_fsync_duration_seconds": st.Fsync, "walq_commit_batch_records": st.CommitBatch} {
 		for i, bound := range h.Bounds {
@@ -189,24 +193,42 @@ func TestCollectorMatchesStats(t *testing.T) {
 	}
 }
 
+// dirMetrics are the series of the directory, which carry no queue label.
+var dirMetrics = map[string]bool{
+	"walq_fsync_duration_seconds": true, "walq_commit_batch_records": true, "walq_log_bytes": true,
+	"walq_log_segments": true, "walq_live_bytes": true, "walq_compactions_total": true,
+	"walq_compactions_failed_total": true, "walq_last_compaction_timestamp_seconds": true,
+	"walq_last_compaction_duration_seconds": true, "walq_recovery_duration_seconds": true,
+}
+
 // scraped flattens gathered families into name{labels} -> value, with
 // histograms as _count, _sum and _bucket{le} series. It checks that every
-// series carries queue="jobs" and leaves that label out of the key.
+// series carries dir="jobs", and a queue label when it is a queue's, and
+// leaves dir out of the key, and queue too when it is "(default)".
 func scraped(t *testing.T, families []*dto.MetricFamily) map[string]float64 {
 	t.Helper()
 	out := make(map[string]float64)
 	for _, f := range families {
 		for _, m := range f.GetMetric() {
 			var labels []string
-			queue := ""
+			dir, queue := "", ""
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "queue" {
-					queue = l.GetValue()
+				switch l.GetName() {
+				case "dir":
+					dir = l.GetValue()
 					continue
+				case "queue":
+					queue = l.GetValue()
+					if queue == "(default)" {
+						continue
+					}
 				}
 				labels = append(labels, l.GetName()+`="`+l.GetValue()+`"`)
 			}
-			if queue != "jobs" {
+			if dir != "jobs" {
+				t.Errorf("%s: dir label %q", f.GetName(), dir)
+			}
+			if (queue == "") != dirMetrics[f.GetName()] {
 				t.Errorf("%s: queue label %q", f.GetName(), queue)
 			}
 			key := func(name string, extra ...string) string {
@@ -237,3 +259,46 @@ func scraped(t *testing.T, families []*dto.MetricFamily) map[string]float64 {
 }
 
 func formatBound(b float64) string { return strconv.FormatFloat(b, 'g', -1, 64) }
+
+// TestCollectorNamedQueues: one collector shows every queue of the
+// directory under its queue label, a paused queue's waiting items under
+// paused="true" with their age, and drops a deleted queue's series.
+func TestCollectorNamedQueues(t *testing.T) {
+	q, clock, _ := testQueue(t, Options{})
+	mail, err := q.OpenQueue("mail", QueueOptions{MaxInFlight: 4})
+	must(t, err)
+	held, err := q.OpenQueue("held", QueueOptions{})
+	must(t, err)
+	must(t, held.Pause(time.Time{}))
+	mustPut(t, held, "waits behind the pause")
+	mustPut(t, mail, "m")
+	clock.Advance(time.Minute)
+	c := NewCollector(q, "jobs")
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	families, err := reg.Gather()
+	must(t, err)
+	got := scraped(t, families)
+	for name, want := range map[string]float64{
+		`walq_paused{queue="held"}`:                                 1,
+		`walq_paused{queue="mail"}`:                                 0,
+		`walq_max_in_flight{queue="mail"}`:                          4,
+		`walq_oldest_ready_age_seconds{paused="true",queue="held"}`: 60,
+		`walq_put_total{queue="held"}`:                              1,
+		`walq_put_total{queue="mail"}`:                              1,
+		`walq_put_total`:                                            0, // the default queue
+		`walq_log_segments`:                                         1,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
+	must(t, held.Delete(false))
+	families, err = reg.Gather()
+	must(t, err)
+	for name := range scraped(t, families) {
+		if strings.Contains(name, `queue="held"`) {
+			t.Errorf("%s scraped after its queue was deleted", name)
+		}
+	}
+}

@@ -198,6 +198,13 @@ func (q *Queue) stats(all bool) Stats {
 			add(qs, q.rts[qs.ID()])
 		}
 	} else if qs := q.st.Queue(q.rt.id); qs != nil && !q.rt.gone {
+		if qs.Paused(now) {
+			// Nothing is delivered, so nothing promotes due items: do it
+			// here, so that the age of what waits behind the pause shows
+			// as the oldest ready age (DelayedPastDue measures consumers
+			// that do not keep up, and there are none).
+			qs.Promote(now)
+		}
 		add(qs, q.rt)
 		name, paused, inFlight = q.rt.name, qs.Paused(now), q.rt.set.maxInFlight
 	}
