@@ -311,17 +311,25 @@ type RunResult struct {
 // measure runs a load with the probe and the CPU profile around it and
 // puts together its figures.
 func measure(l *load, prof *profiler) (*RunResult, *loadResult, error) {
-	before := l.q.Stats()
+	return measureAll([]*load{l}, prof)
+}
+
+// measureAll runs loads, each on its own queue of one directory, at once,
+// and puts together their figures: counts and histograms summed, the
+// directory's records and fsyncs counted once.
+func measureAll(ls []*load, prof *profiler) (*RunResult, *loadResult, error) {
+	l := ls[0]
+	before := l.q.DirStats()
 	if err := prof.start(); err != nil {
 		return nil, nil, err
 	}
 	p := startProbe()
-	lr, err := l.run()
+	lr, err := runAll(ls)
 	use := p.end()
 	if err != nil {
 		return nil, nil, err
 	}
-	after := l.q.Stats()
+	after := l.q.DirStats()
 	d := deltaStats(before, after)
 	secs := lr.elapsed.Seconds()
 	items := lr.acks
@@ -383,6 +391,65 @@ type DelayResult struct {
 	MinLatenessUs float64 `json:"min_lateness_us"`
 }
 
+// runAll runs the loads at once and merges what they did.
+func runAll(ls []*load) (*loadResult, error) {
+	if len(ls) == 1 {
+		return ls[0].run()
+	}
+	results := make([]*loadResult, len(ls))
+	errs := make([]error, len(ls))
+	var wg sync.WaitGroup
+	for i, l := range ls {
+		wg.Go(func() { results[i], errs[i] = l.run() })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	m := &loadResult{put: newHist(), get: newHist(), ack: newHist(), e2e: newHist(), late: newHist()}
+	first := true
+	for _, r := range results {
+		m.elapsed = max(m.elapsed, r.elapsed)
+		m.puts, m.gets, m.acks, m.early = m.puts+r.puts, m.gets+r.gets, m.acks+r.acks, m.early+r.early
+		for _, h := range []struct{ to, from *hist }{{m.put, r.put}, {m.get, r.get}, {m.ack, r.ack}, {m.e2e, r.e2e}, {m.late, r.late}} {
+			if h.from != nil {
+				h.to.merge(h.from)
+			}
+		}
+		if r.late != nil && r.late.n > 0 && (first || r.minLateness < m.minLateness) {
+			m.minLateness, first = r.minLateness, false
+		}
+	}
+	return m, nil
+}
+
+// newLoads are the loads cfg describes: one on q alone, or one on each of
+// cfg.queues named queues of q's directory, each with cfg's producers and
+// consumers, and cfg.n split among them.
+func newLoads(q *walq.Queue, cfg *config) ([]*walq.Queue, []*load, error) {
+	if cfg.queues == 1 {
+		return []*walq.Queue{q}, []*load{newLoad(q, cfg)}, nil
+	}
+	var qs []*walq.Queue
+	var ls []*load
+	for i := range cfg.queues {
+		h, err := q.OpenQueue(fmt.Sprintf("q%d", i), walq.QueueOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		l := newLoad(h, cfg)
+		l.seed += uint64(i)
+		if cfg.n > 0 {
+			l.n = cfg.n / int64(cfg.queues)
+			if int64(i) < cfg.n%int64(cfg.queues) {
+				l.n++
+			}
+		}
+		qs, ls = append(qs, h), append(ls, l)
+	}
+	return qs, ls, nil
+}
+
 // newLoad is the load that cfg describes, on q.
 func newLoad(q *walq.Queue, cfg *config) *load {
 	return &load{
@@ -404,14 +471,19 @@ func runLoadWorkload(cfg *config, qdir string, prof *profiler, res *Result) erro
 		return err
 	}
 	defer q.Close()
-	l := newLoad(q, cfg)
-	switch cfg.workload {
-	case "put":
-		l.consumers = 0
-	case "delay":
-		l.delayMax = cfg.delayMax
+	_, ls, err := newLoads(q, cfg)
+	if err != nil {
+		return err
 	}
-	r, lr, err := measure(l, prof)
+	for _, l := range ls {
+		switch cfg.workload {
+		case "put":
+			l.consumers = 0
+		case "delay":
+			l.delayMax = cfg.delayMax
+		}
+	}
+	r, lr, err := measureAll(ls, prof)
 	if err != nil {
 		return err
 	}

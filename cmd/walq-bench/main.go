@@ -70,6 +70,7 @@ type config struct {
 	workload     string
 	producers    int
 	consumers    int
+	queues       int
 	body         int
 	n            int64
 	duration     time.Duration
@@ -104,6 +105,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&c.producers, "producers", 16, "goroutines that put")
 	fs.IntVar(&c.consumers, "consumers", 16, "goroutines (or Work workers) that lease and ack [delay: 4]")
+	fs.IntVar(&c.queues, "queues", 1, "put, cycle, delay: named queues in the one directory, each with -producers and -consumers of its own (1: the default queue alone)")
 	fs.IntVar(&c.body, "body", 128, "body size in bytes")
 	fs.Int64Var(&c.n, "n", 0, "items to put (instead of -duration) [delay: 1000; recover, mem: 1000000]")
 	fs.DurationVar(&c.duration, "duration", 0, "how long to run (instead of -n) [put, cycle: 5s; compact: 5s per phase]")
@@ -203,6 +205,10 @@ func (c *config) finish(set map[string]bool) error {
 		return fmt.Errorf("delay needs -body of at least %d bytes (it carries the delay)", delayBodyMin)
 	case c.batch < 1:
 		return errors.New("-batch must be at least 1")
+	case c.queues < 1:
+		return errors.New("-queues must be at least 1")
+	case c.queues > 1 && c.workload != "put" && c.workload != "cycle" && c.workload != "delay":
+		return fmt.Errorf("-queues applies to put, cycle and delay, not %s", c.workload)
 	case c.maxReady < 0:
 		return errors.New("-max-ready must not be negative")
 	case c.consumer != "work" && c.consumer != "plain":

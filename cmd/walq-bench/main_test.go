@@ -60,6 +60,17 @@ func TestWorkloads(t *testing.T) {
 		}},
 		{"cycle plain", []string{"cycle", "-n", "200", "-producers", "4", "-consumers", "4", "-consumer", "plain"}, checkCycle(200)},
 		{"cycle work", []string{"cycle", "-n", "200", "-producers", "4", "-consumers", "4", "-consumer", "work"}, checkCycle(200)},
+		{"cycle queues", []string{"cycle", "-n", "203", "-queues", "3", "-producers", "2", "-consumers", "2"}, func(t *testing.T, r *Result) {
+			checkCycle(203)(t, r)
+			if r.Config.Queues != 3 {
+				t.Errorf("config reports %d queues", r.Config.Queues)
+			}
+		}},
+		{"put queues", []string{"put", "-n", "100", "-queues", "4", "-producers", "1", "-sync", "never"}, func(t *testing.T, r *Result) {
+			if r.Run.Puts != 100 || r.Run.Backlog != 100 {
+				t.Errorf("puts %d backlog %d over 4 queues, want 100 100", r.Run.Puts, r.Run.Backlog)
+			}
+		}},
 		{"cycle bounded", []string{"cycle", "-n", "200", "-producers", "4", "-consumers", "4", "-max-ready", "5", "-sync", "never"}, checkCycle(200)},
 		{"cycle bounded duration", []string{"cycle", "-duration", "150ms", "-producers", "4", "-consumers", "2", "-max-ready", "3", "-sync", "never", "-consumer", "plain"}, func(t *testing.T, r *Result) {
 			// A producer takes one of 3 slots before it puts; a delivery
@@ -244,6 +255,8 @@ func TestBadArguments(t *testing.T) {
 		{"delay", "-body", "8"},
 		{"put", "extra"},
 		{"cycle", "-producers", "0"},
+		{"cycle", "-queues", "0"},
+		{"recover", "-queues", "2"},
 	} {
 		err := runWith(args, io.Discard, io.Discard)
 		var ue usageError

@@ -30,6 +30,7 @@ type Result struct {
 
 // ConfigReport is the run's configuration as it ran.
 type ConfigReport struct {
+	Queues          int     `json:"queues,omitempty"` // named queues, each with Producers and Consumers; 0: the default queue
 	Producers       int     `json:"producers"`
 	Consumers       int     `json:"consumers"`
 	Consumer        string  `json:"consumer"`
@@ -55,6 +56,9 @@ func (c *config) report(qdir string) ConfigReport {
 		SegmentBytes:    c.segmentBytes(),
 		MaxReady:        c.maxReady,
 		Dir:             qdir,
+	}
+	if c.queues > 1 {
+		r.Queues = c.queues
 	}
 	switch c.workload {
 	case "put", "recover", "mem":
@@ -147,6 +151,12 @@ func (r *Result) writeText(w io.Writer) error {
 	head := fmt.Sprintf("walq-bench %s: %d producers", r.Workload, c.Producers)
 	if c.Consumers > 0 {
 		head += fmt.Sprintf(", %d consumers (%s)", c.Consumers, c.Consumer)
+	}
+	if c.Queues > 1 {
+		head = fmt.Sprintf("walq-bench %s: %d queues, each with %d producers", r.Workload, c.Queues, c.Producers)
+		if c.Consumers > 0 {
+			head += fmt.Sprintf(" and %d consumers (%s)", c.Consumers, c.Consumer)
+		}
 	}
 	head += fmt.Sprintf(", body %d B, sync %s", c.BodyBytes, c.Sync)
 	if c.MaxReady > 0 {
