@@ -29,6 +29,22 @@
 // Attempts are counted when a lease starts, so an item that crashes the
 // whole process is still dead-lettered after Options.MaxAttempts.
 //
+// # Named queues
+//
+// A directory holds its default queue (the Queue Open returns) and any
+// number of named queues (OpenQueue), which share its log, its sequencer,
+// its group commit, its timer and its compaction, so many kinds of work
+// cost one fsync stream. A named queue is a Queue handle with the same
+// calls, and its own items, keys, dead letters, counters and settings
+// (QueueOptions, recorded in the log when they change). A queue can be
+// paused (until a time or until resumed; it takes puts and delivers
+// nothing) and deleted with everything in it; its name can then make a
+// new, empty queue, which no handle, receipt or record of the old one can
+// reach (ErrQueueDeleted). Item IDs are unique in the directory, so
+// RedriveTo moves a dead letter to another queue under its ID. WorkQueues
+// serves several queues from one pool of workers, with workers reserved
+// per queue and the shared ones given by weight or in strict order.
+//
 // # Work and other engines
 //
 // Queue.Work runs handlers with a pool of workers: it extends each lease

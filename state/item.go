@@ -72,9 +72,9 @@ func (it *Item) Clone() Item {
 
 // HistoryLen is how many attempts an item remembers, and MaxAttemptError
 // how many bytes of each attempt's error text: an item's history costs at
-// most HistoryLen*(40+MaxAttemptError) bytes of memory, 5.4 KiB, and 40
-// bytes an attempt that ended without an error text (an expired lease
-// records its cause).
+// most HistoryLen*(40+MaxAttemptError) bytes of memory, 5.4 KiB, beside
+// the 24 bytes of its slice header in every Item. The history survives a
+// redrive (whose attempt count starts again) and a move to another queue.
 const (
 	HistoryLen      = 10
 	MaxAttemptError = 512
@@ -91,11 +91,19 @@ type Attempt struct {
 }
 
 func (it *Item) addAttempt(a Attempt) {
-	if len(it.History) >= HistoryLen {
-		copy(it.History, it.History[1:])
-		it.History = it.History[:HistoryLen-1]
+	h := it.History
+	switch {
+	case len(h) >= HistoryLen:
+		copy(h, h[1:])
+		h = h[:HistoryLen-1]
+	case len(h) == cap(h):
+		// Grow by doubling, but never past HistoryLen: append would
+		// round 8 up to 16.
+		g := make([]Attempt, len(h), min(max(2*cap(h), 1), HistoryLen))
+		copy(g, h)
+		h = g
 	}
-	it.History = append(it.History, a)
+	it.History = append(h, a)
 }
 
 func (it *Item) endAttempt(t int64, how byte, cause string) {
