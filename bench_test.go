@@ -3,6 +3,7 @@ package walq
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,5 +122,133 @@ func BenchmarkCycle(b *testing.B) {
 				})
 			})
 		}
+	}
+}
+
+// BenchmarkPutBesideLargeBatch measures a small durable put to one queue
+// while another queue of the directory puts a batch of the given size
+// back to back: the records share the log, so a small put waits for the
+// large write (and its fsync) in progress. It reports the small put's
+// median, 99th percentile and worst latency.
+func BenchmarkPutBesideLargeBatch(b *testing.B) {
+	body := make([]byte, 128)
+	for _, size := range []int{0, 1 << 20, 8 << 20, 60 << 20} {
+		b.Run(fmt.Sprintf("batch=%dMiB", size>>20), func(b *testing.B) {
+			q := benchQueue(b, SyncAlways)
+			q.opts.CompactMinBytes = 1 << 40 // keep compaction out of the figures
+			small, err := q.OpenQueue("small", QueueOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			large, err := q.OpenQueue("large", QueueOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			if size > 0 {
+				items := make([]Item, size/(64<<10))
+				for i := range items {
+					items[i].Body = make([]byte, 64<<10)
+				}
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						if _, err := large.PutBatch(ctx, items); err != nil && ctx.Err() == nil {
+							b.Error(err)
+							return
+						}
+						// Drain what was put, so the log's size stays bounded.
+						for {
+							m, ok, err := large.TryGet()
+							if err != nil || !ok {
+								break
+							}
+							large.Ack(m.Receipt)
+						}
+					}
+				})
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				if _, err := small.Put(ctx, body); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			cancel()
+			wg.Wait()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+		})
+	}
+}
+
+// BenchmarkPutDuringCompaction measures a small durable put to one queue
+// while compactions run back to back beside a cold, paused queue that
+// holds the given backlog: each compaction writes the backlog into a new
+// snapshot, and the small put's fsync shares the disk with that write.
+func BenchmarkPutDuringCompaction(b *testing.B) {
+	body := make([]byte, 128)
+	for _, size := range []int{0, 256 << 20} {
+		b.Run(fmt.Sprintf("backlog=%dMiB", size>>20), func(b *testing.B) {
+			q := benchQueue(b, SyncAlways)
+			q.opts.DisableAutoCompact = true
+			hot, err := q.OpenQueue("hot", QueueOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cold, err := q.OpenQueue("cold", QueueOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := cold.Pause(time.Time{}); err != nil {
+				b.Fatal(err)
+			}
+			items := make([]Item, 256)
+			for i := range items {
+				items[i].Body = make([]byte, 64<<10)
+			}
+			for put := 0; put < size; put += 16 << 20 {
+				if _, err := cold.PutBatch(context.Background(), items); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			var compactions atomic.Int64
+			if size > 0 {
+				wg.Go(func() {
+					for ctx.Err() == nil {
+						if err := q.Compact(); err != nil {
+							b.Error(err)
+							return
+						}
+						compactions.Add(1)
+					}
+				})
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				if _, err := hot.Put(ctx, body); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			cancel()
+			wg.Wait()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+			b.ReportMetric(float64(compactions.Load()), "compactions")
+		})
 	}
 }

@@ -126,6 +126,29 @@ func appendSnapshot2(dst []byte, id DirID, lsn uint64, state []byte) []byte {
 	return dst
 }
 
+// snapshotSyncEvery is how much of a snapshot is written between fsyncs.
+// A file system that orders data before its journal (ext4's data=ordered)
+// may flush every dirty page of the disk at the log's next fsync: written
+// whole and synced once, a large snapshot would stall every queue's fsync
+// behind it. In chunks, the log's fsyncs wait for one chunk at most.
+const snapshotSyncEvery = 8 << 20
+
+// writeSynced writes b to f and fsyncs it, every snapshotSyncEvery bytes
+// and at the end.
+func writeSynced(f File, b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), snapshotSyncEvery)
+		if _, err := f.Write(b[:n]); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
 // EncodeSnapshot returns the bytes of the format-2 snapshot file of
 // directory id covering lsn with the default queue's state. WriteSnapshot
 // writes the same bytes; this is for tools and tests.
@@ -154,10 +177,7 @@ func WriteSnapshot(fsys FS, dir string, id DirID, lsn uint64, state []byte, perm
 			err = fmt.Errorf("write snapshot %d: %w", lsn, err)
 		}
 	}()
-	_, err = f.Write(appendSnapshot2(make([]byte, 0, snapshot2HeaderSize+sectionHeaderSize+len(state)), id, lsn, state))
-	if err == nil {
-		err = f.Sync()
-	}
+	err = writeSynced(f, appendSnapshot2(make([]byte, 0, snapshot2HeaderSize+sectionHeaderSize+len(state)), id, lsn, state))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
