@@ -388,3 +388,5 @@ func (p *pool) unpick(q *poolQueue, reserved bool) {
 		}
 	}
 }
+
+var _ Source = (*Queue)(nil)
