@@ -572,9 +572,9 @@ type DeadLetter struct {
 	History []Attempt
 }
 
-// Attempt is one delivery of an item: when its lease started and ended,
-// how it ended ("nack", "expire" or "deadletter"; "" while it runs) and
-// the error text, cut to 512 bytes.
+// Attempt is one delivery of an item that did not end in an ack: when its
+// lease started and ended, how it ended ("nack", "expire" or
+// "deadletter") and the error text, cut to 512 bytes.
 type Attempt struct {
 	Start, End time.Time
 	How        string
@@ -587,10 +587,7 @@ func attemptsOf(h []state.Attempt, off offset) []Attempt {
 	}
 	out := make([]Attempt, len(h))
 	for i, a := range h {
-		out[i] = Attempt{Start: off.toWall(a.Start), Error: a.Error}
-		if a.How != 0 {
-			out[i].End, out[i].How = off.toWall(a.End), state.TypeName(a.How)
-		}
+		out[i] = Attempt{Start: off.toWall(a.Start), End: off.toWall(a.End), How: state.TypeName(a.How), Error: a.Error}
 	}
 	return out
 }
@@ -616,7 +613,7 @@ func (q *Queue) DeadLetters(limit int) []DeadLetter {
 			LastError:  it.LastError,
 			DeadAt:     off.toWall(it.EndedAt),
 			EnqueuedAt: off.toWall(it.EnqueuedAt),
-			History:    attemptsOf(it.History, off),
+			History:    attemptsOf(it.History(), off),
 		}
 	}
 	return out

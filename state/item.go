@@ -30,26 +30,33 @@ func (s Status) String() string {
 
 // Item is one stored item. Callers outside the package get copies (see
 // Clone); the state owns the originals.
+//
+// Its fields are laid out so that it takes 176 bytes, the size class an
+// item took before named queues: the queue's ID and the history cost no
+// memory per item beyond it.
 type Item struct {
 	ID         uint64
-	Queue      uint64 // the queue it is stored in
+	Queue      uint64 // the ID of the queue it is stored in
 	Body       []byte // never modified after the put
 	Key        string
 	Priority   int64
-	EnqueuedAt int64  // time of the put
-	Due        int64  // Waiting: when it becomes ready; ready order within a priority
-	Deadline   int64  // 0: none
-	Seq        uint64 // LSN of the record that made it Waiting; FIFO tie-breaker
-	Attempts   int32  // leases since the put or the last redrive
-	Deliveries int32  // leases ever
-	Status     Status
-	Receipt    uint64 // Leased: LSN of the lease record
-	LeaseEnd   int64  // Leased
-	LastError  string
-	EndedAt    int64 // time of the last lease ending (Dead: when it died)
-	// History holds the item's last attempts, oldest first, at most
-	// HistoryLen of them (see Attempt).
-	History []Attempt
+	EnqueuedAt int64 // time of the put
+	// Due is, while Waiting, when it becomes ready (and its order in the
+	// ready heap of its priority); while Leased, when its lease began.
+	Due       int64
+	Deadline  int64  // 0: none
+	Seq       uint64 // LSN of the record that made it Waiting; FIFO tie-breaker
+	Receipt   uint64 // Leased: LSN of the lease record
+	LeaseEnd  int64  // Leased
+	LastError string
+	EndedAt   int64  // time of the last lease ending (Dead: when it died)
+	deadSeq   uint64 // position in the dead-letter order while Dead
+	// history holds the item's last attempts that did not end in an ack,
+	// oldest first, at most HistoryLen of them; nil when there was none.
+	history *[]Attempt
+
+	Attempts   int32 // leases since the put or the last redrive
+	Deliveries int32 // leases ever
 
 	// heapPos is the position in whichever of the waiting, ready or lease
 	// heaps holds the item (an item is in exactly one of them, or in none
@@ -57,8 +64,18 @@ type Item struct {
 	// deadline only). -1 when absent.
 	heapPos     int32
 	deadlinePos int32
-	deadSeq     uint64 // position in the dead-letter order while Dead
-	ready       bool   // waiting and in a ready heap (not in delayed)
+	Status      Status
+	ready       bool // waiting and in a ready heap (not in delayed)
+}
+
+// History returns the item's last attempts that did not end in an ack
+// (nack, expiry, dead letter), oldest first: at most HistoryLen. The
+// caller must not modify it.
+func (it *Item) History() []Attempt {
+	if it.history == nil {
+		return nil
+	}
+	return *it.history
 }
 
 // Clone returns a copy that shares the (immutable) body and has its own
@@ -66,23 +83,28 @@ type Item struct {
 func (it *Item) Clone() Item {
 	c := *it
 	c.heapPos, c.deadlinePos = -1, -1
-	c.History = slices.Clone(it.History)
+	if it.history != nil {
+		h := slices.Clone(*it.history)
+		c.history = &h
+	}
 	return c
 }
 
 // HistoryLen is how many attempts an item remembers, and MaxAttemptError
 // how many bytes of each attempt's error text: an item's history costs at
-// most HistoryLen*(40+MaxAttemptError) bytes of memory, 5.4 KiB, beside
-// the 24 bytes of its slice header in every Item. The history survives a
-// redrive (whose attempt count starts again) and a move to another queue.
+// most 32+HistoryLen*(40+MaxAttemptError) bytes of memory, 5.4 KiB, and
+// nothing for an item whose attempts all ended in an ack (the common case:
+// it is gone). The history survives a redrive (whose attempt count starts
+// again) and a move to another queue.
 const (
 	HistoryLen      = 10
 	MaxAttemptError = 512
 )
 
-// Attempt is one lease of an item: when it started and ended, and how it
-// ended (0 while it runs; TypeNack, TypeExpire or TypeDeadLetter). An
-// attempt that ends in an ack leaves no history: the item is gone.
+// Attempt is one lease of an item that ended without an ack: when it
+// started and ended, and how it ended (TypeNack, TypeExpire or
+// TypeDeadLetter). An attempt that ends in an ack leaves no history: the
+// item is gone.
 type Attempt struct {
 	Start int64
 	End   int64
@@ -90,8 +112,13 @@ type Attempt struct {
 	Error string // the cause, cut to MaxAttemptError bytes
 }
 
+// addAttempt records an attempt that ended.
 func (it *Item) addAttempt(a Attempt) {
-	h := it.History
+	if it.history == nil {
+		h := make([]Attempt, 0, 1)
+		it.history = &h
+	}
+	h := *it.history
 	switch {
 	case len(h) >= HistoryLen:
 		copy(h, h[1:])
@@ -99,19 +126,11 @@ func (it *Item) addAttempt(a Attempt) {
 	case len(h) == cap(h):
 		// Grow by doubling, but never past HistoryLen: append would
 		// round 8 up to 16.
-		g := make([]Attempt, len(h), min(max(2*cap(h), 1), HistoryLen))
+		g := make([]Attempt, len(h), min(2*cap(h), HistoryLen))
 		copy(g, h)
 		h = g
 	}
-	it.History = append(h, a)
-}
-
-func (it *Item) endAttempt(t int64, how byte, cause string) {
-	if len(it.History) == 0 {
-		return
-	}
-	a := &it.History[len(it.History)-1]
-	a.End, a.How, a.Error = t, how, CutError(cause)
+	*it.history = append(h, a)
 }
 
 // CutError cuts an error text to at most MaxAttemptError bytes, on a UTF-8

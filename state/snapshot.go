@@ -75,8 +75,8 @@ func (s *State) MarshalSnapshot() ([]byte, error) {
 	size := 64
 	s.items.each(func(it *Item) { // in ID order
 		items = append(items, it)
-		size += len(it.Body) + len(it.Key) + len(it.LastError) + 56 + 24*len(it.History)
-		for _, a := range it.History {
+		size += len(it.Body) + len(it.Key) + len(it.LastError) + 56 + 24*len(it.History())
+		for _, a := range it.History() {
 			size += len(a.Error)
 		}
 	})
@@ -130,8 +130,8 @@ func (s *State) MarshalSnapshot() ([]byte, error) {
 		b = appendStr(b, it.LastError)
 		b = appendInt(b, it.EndedAt)
 		b = appendUint(b, it.deadSeq)
-		b = appendArrayLen(b, len(it.History))
-		for _, a := range it.History {
+		b = appendArrayLen(b, len(it.History()))
+		for _, a := range it.History() {
 			b = appendArrayLen(b, 4)
 			b = appendInt(b, a.Start)
 			b = appendInt(b, a.End)
@@ -228,13 +228,17 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 				how := d.uint()
 				a.Error = d.str()
 				switch {
-				case how != 0 && how != uint64(TypeNack) && how != uint64(TypeExpire) && how != uint64(TypeDeadLetter):
+				case how != uint64(TypeNack) && how != uint64(TypeExpire) && how != uint64(TypeDeadLetter):
 					d.fail("item %d: attempt ended by record type %d", it.ID, how)
 				case len(a.Error) > MaxAttemptError:
 					d.fail("item %d: attempt error of %d bytes, at most %d", it.ID, len(a.Error), MaxAttemptError)
 				}
 				a.How = byte(how)
-				it.History = append(it.History, a)
+				if it.history == nil {
+					hist := make([]Attempt, 0, h)
+					it.history = &hist
+				}
+				*it.history = append(*it.history, a)
 			}
 		}
 		it.heapPos, it.deadlinePos = -1, -1

@@ -501,7 +501,7 @@ func (s *State) applyLease(lsn uint64, q *QueueState, r *Lease) error {
 	it.LeaseEnd = r.LeaseEnd
 	it.Attempts++
 	it.Deliveries++
-	it.addAttempt(Attempt{Start: r.Time})
+	it.Due = r.Time // while leased: when the lease began (the attempt's start)
 	s.leases[lsn] = it
 	s.leaseHeap.Push(it)
 	q.leased++
@@ -577,7 +577,7 @@ func (s *State) applyEnd(lsn uint64, q *QueueState, r *End) error {
 	if r.Cause != "" {
 		it.LastError = r.Cause
 	}
-	it.endAttempt(r.Time, r.Kind, r.Cause)
+	it.addAttempt(Attempt{Start: it.Due, End: r.Time, How: r.Kind, Error: CutError(r.Cause)})
 	switch {
 	case r.Dead:
 		it.Status = Dead

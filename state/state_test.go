@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/walq/walq/state"
 )
@@ -992,4 +993,13 @@ func BenchmarkSnapshot(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestItemSize: an item takes no more memory than before named queues (the
+// 176-byte size class): its queue and history were fitted into the
+// padding and one pointer.
+func TestItemSize(t *testing.T) {
+	if n := unsafe.Sizeof(state.Item{}); n > 176 {
+		t.Fatalf("state.Item is %d bytes, over the 176 of its size class", n)
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/walq/walq/state"
@@ -154,16 +155,23 @@ func describeItem(field func(label, format string, args ...any), it *state.Item,
 		field("key", "%s", quote(it.Key))
 	}
 	field("body", "%s", quoteBody(it.Body, bodyMax))
-	if len(it.History) > 0 {
-		field("leases", "the last %d of %s, oldest first (start, end, how it ended):", len(it.History),
+	history := it.History()
+	if it.Status == state.Leased {
+		// The running attempt is no history yet: a leased item's Due is
+		// when its lease began.
+		history = append(slices.Clone(history), state.Attempt{Start: it.Due})
+	}
+	if len(history) > 0 {
+		field("leases", "the last %d of %s, oldest first (start, end, how it ended):", len(history),
 			plural(int(it.Deliveries), "delivery", "deliveries"))
-		for _, l := range attemptLines(it.History) {
+		for _, l := range attemptLines(history) {
 			field("", "%s", l)
 		}
 	}
 }
 
-// attemptLines describes an item's attempts, one a line.
+// attemptLines describes an item's attempts, one a line (How 0: the
+// running one). The history holds the attempts that did not end in an ack.
 func attemptLines(history []state.Attempt) []string {
 	var out []string
 	for _, a := range history {
