@@ -77,7 +77,21 @@ func (q *Queue) compact() (err error) {
 		}
 	}()
 
-	covered, err := q.log.Sync()
+	// After a queue was deleted the tail is sealed too, so that the
+	// truncation below removes every segment the snapshot covers: the
+	// deleted queue's bodies leave the disk with this compaction, not with
+	// the one after the tail fills. (Otherwise the tail stays: a log that
+	// still reaches back past the snapshot is what recovery falls back on
+	// when the snapshot does not verify.)
+	sync := q.log.Sync
+	roll := q.rollAtCompaction.Swap(false)
+	if roll {
+		sync = q.log.SyncRoll
+	}
+	covered, err := sync()
+	if err != nil && roll {
+		q.rollAtCompaction.Store(true)
+	}
 	if err != nil {
 		return fmt.Errorf("walq: compaction: sync log: %w", err)
 	}

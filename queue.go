@@ -74,6 +74,9 @@ type directory struct {
 	compactMu     sync.Mutex    // one compaction at a time
 	snapLSN       atomic.Uint64 // LSN covered by the newest snapshot; written under compactMu
 	compactAfter  int64         // no automatic compaction below this log size; under mu
+	// rollAtCompaction asks the next compaction to seal the tail segment
+	// (a queue was deleted: its bodies must leave the disk with it).
+	rollAtCompaction atomic.Bool
 
 	metrics  metrics
 	recovery RecoveryStats

@@ -323,6 +323,7 @@ func (q *Queue) Delete(force bool) error {
 		rt := q.rt
 		rt.gone = true
 		close(rt.deleted)
+		q.rollAtCompaction.Store(true)
 		delete(q.rts, rt.id)
 		rt.changedLocked(rt.waiters.len())
 	}

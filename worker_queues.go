@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -114,7 +114,6 @@ func WorkQueues(ctx context.Context, queues []WorkQueue, shared int, handler fun
 		take:   take,
 		strict: opts.StrictOrder,
 		shared: shared,
-		wake:   make(chan struct{}, 1),
 		done:   make(chan slotDone, workers),
 	}
 	for i, wq := range queues {
@@ -141,14 +140,12 @@ func WorkQueues(ctx context.Context, queues []WorkQueue, shared int, handler fun
 	return p.serve(p.qs[0].run.opts.DrainTimeout)
 }
 
-// pool is one call of WorkQueues. Only serve's goroutine touches it, but
-// for the pending flags and the channels.
+// pool is one call of WorkQueues. Only serve's goroutine touches it.
 type pool struct {
 	take    context.Context
 	strict  bool
 	shared  int // free shared workers
 	qs      []*poolQueue
-	wake    chan struct{} // a watch fired (see poolQueue.pending)
 	done    chan slotDone
 	running int
 	err     error // what stops the pool
@@ -163,7 +160,7 @@ type poolQueue struct {
 	lastTotal int  // the total weight of the round that last picked it
 	empty     bool // the last TryGet found nothing, and no watch fired since
 	gone      bool // deleted: no longer served
-	pending   atomic.Bool
+	watch     <-chan struct{}
 	stop      func() // ends the watch
 }
 
@@ -174,23 +171,17 @@ type slotDone struct {
 }
 
 func (p *pool) serve(drainTimeout time.Duration) error {
+	// The loop waits on the slots, the context and every queue's watch at
+	// once; before each dispatch it takes the watches' signals without
+	// waiting, so a change made before a slot came free (a handler that
+	// puts into a higher queue, then returns) is seen by that dispatch.
+	cases := []reflect.SelectCase{
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.done)},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.take.Done())},
+	}
 	for _, q := range p.qs {
-		ch, stop := q.src.Watch()
-		q.stop = stop
-		go func() {
-			for {
-				select {
-				case <-ch:
-					q.pending.Store(true)
-					select {
-					case p.wake <- struct{}{}:
-					default:
-					}
-				case <-p.take.Done():
-					return
-				}
-			}
-		}()
+		q.watch, q.stop = q.src.Watch()
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q.watch)})
 	}
 	defer func() {
 		for _, q := range p.qs {
@@ -198,20 +189,23 @@ func (p *pool) serve(drainTimeout time.Duration) error {
 		}
 	}()
 	for p.take.Err() == nil && p.err == nil {
+		for _, q := range p.qs {
+			select {
+			case <-q.watch:
+				q.empty = false
+			default:
+			}
+		}
 		p.dispatch()
 		if p.err != nil || p.allGone() {
 			break
 		}
-		select {
-		case d := <-p.done:
-			p.finished(d)
-		case <-p.wake:
-			for _, q := range p.qs {
-				if q.pending.Swap(false) {
-					q.empty = false
-				}
-			}
-		case <-p.take.Done():
+		i, v, _ := reflect.Select(cases)
+		switch {
+		case i == 0:
+			p.finished(v.Interface().(slotDone))
+		case i >= 2:
+			p.qs[i-2].empty = false
 		}
 	}
 	if p.err != nil {

@@ -210,6 +210,7 @@ type requestOp int
 
 const (
 	opSync requestOp = iota
+	opSyncRoll
 	opTruncateFront
 	opClose
 )
@@ -587,6 +588,16 @@ func (l *Log) Sync() (uint64, error) {
 	return r.lsn, r.err
 }
 
+// SyncRoll is Sync, and then seals the tail segment and starts a new one
+// (when the tail holds any record), so that every record up to the LSN it
+// returns lies in sealed segments, which TruncateFront can remove whole.
+// Compaction calls it, so that what the snapshot covers leaves the disk
+// with the truncation that follows, the tail included.
+func (l *Log) SyncRoll() (uint64, error) {
+	r := l.call(request{op: opSyncRoll})
+	return r.lsn, r.err
+}
+
 // TruncateFront removes every segment whose records all lie before index
 // (the tail segment never), oldest first, and fsyncs the directory; index-1
 // must be <= DurableLSN. Whole files are removed and nothing is rewritten,
@@ -656,6 +667,12 @@ func (l *Log) run() {
 			switch r.op {
 			case opSync:
 				err := l.flush(true)
+				r.reply <- result{lsn: l.synced, err: err}
+			case opSyncRoll:
+				err := l.flush(true)
+				if err == nil && l.tail.size > SegmentHeaderSize {
+					err = l.roll(l.written + 1)
+				}
 				r.reply <- result{lsn: l.synced, err: err}
 			case opTruncateFront:
 				r.reply <- result{err: l.truncateFront(r.index)}

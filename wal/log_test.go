@@ -1325,3 +1325,49 @@ func TestIntervalFsyncFailure(t *testing.T) {
 	recs, _ := reopen(t, dir, Options{})
 	checkRecords(t, recs, 1, uint64(len(recs)))
 }
+
+// TestSyncRoll: SyncRoll seals the tail, so TruncateFront removes every
+// record up to what it returned, the old tail included; the log goes on
+// in the new segment and reopens whole. On a tail with no record it rolls
+// nothing.
+func TestSyncRoll(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, Options{}, 10) // one segment: the tail
+	l, _ := openLog(t, dir, Options{})
+	covered, err := l.SyncRoll()
+	if err != nil || covered != 10 {
+		t.Fatalf("SyncRoll = %d, %v; want 10", covered, err)
+	}
+	segs := l.Segments()
+	if len(segs) != 2 || segs[1].First != 11 {
+		t.Fatalf("segments after SyncRoll: %+v", segs)
+	}
+	if _, err := l.SyncRoll(); err != nil || len(l.Segments()) != 2 {
+		t.Fatalf("SyncRoll of an empty tail: %v, %d segments", err, len(l.Segments()))
+	}
+	if err := l.TruncateFront(covered + 1); err != nil {
+		t.Fatal(err)
+	}
+	if segs := l.Segments(); len(segs) != 1 || segs[0].First != 11 {
+		t.Fatalf("segments after the truncation: %+v", segs)
+	}
+	lsn, c := l.Append(1, testBody(11))
+	if lsn != 11 || c.Wait() != nil {
+		t.Fatalf("append after the roll: lsn %d, %v", lsn, c.Wait())
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var got []uint64
+	l2, info, err := Open(dir, withDir(Options{}), 11, func(pos Position, rec Record) error {
+		got = append(got, rec.LSN)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if info.Last != 11 || len(got) != 1 || got[0] != 11 {
+		t.Fatalf("reopened: last %d, replayed %v", info.Last, got)
+	}
+}
