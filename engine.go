@@ -63,11 +63,13 @@ type fastEngine interface {
 	heartbeat(r Receipt, d time.Duration) error
 	// stopped returns channels closed when the engine failed and when it
 	// was closed; failure says why it failed.
-	stopped() (failed, closed <-chan struct{})
+	stopped() (failed, closed, deleted <-chan struct{})
 	failure() error
 }
 
-func (q *Queue) stopped() (failed, closed <-chan struct{}) { return q.failed, q.done }
+func (q *Queue) stopped() (failed, closed, deleted <-chan struct{}) {
+	return q.failed, q.done, q.rt.deleted
+}
 
 var _ fastEngine = (*Queue)(nil)
 

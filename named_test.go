@@ -424,3 +424,35 @@ func TestNamedHandleClose(t *testing.T) {
 	mustPut(t, h2, "still open")
 	mustPut(t, q, "directory open")
 }
+
+// TestWorkOnDeletedQueue: Work blocked on a queue that is deleted returns
+// ErrQueueDeleted; so does Work with a handler running when it is forced.
+func TestWorkOnDeletedQueue(t *testing.T) {
+	q, _, _ := testQueue(t, Options{})
+	idle := mustOpenQueue(t, q, "idle", QueueOptions{})
+	done := make(chan error, 1)
+	go func() {
+		done <- idle.Work(context.Background(), 2, func(context.Context, Message) error { return nil }, WorkOptions{})
+	}()
+	idle.waitForWaiters(2)
+	must(t, idle.Delete(false))
+	if err := <-done; !errors.Is(err, ErrQueueDeleted) {
+		t.Fatalf("Work on a deleted queue = %v", err)
+	}
+
+	busy := mustOpenQueue(t, q, "busy", QueueOptions{})
+	mustPut(t, busy, "x")
+	started := make(chan struct{})
+	go func() {
+		done <- busy.Work(context.Background(), 1, func(ctx context.Context, _ Message) error {
+			close(started)
+			<-ctx.Done()
+			return ctx.Err()
+		}, WorkOptions{Timeout: -1, DrainTimeout: -1})
+	}()
+	<-started
+	must(t, busy.Delete(true))
+	if err := <-done; !errors.Is(err, ErrQueueDeleted) {
+		t.Fatalf("Work with a handler running on a deleted queue = %v", err)
+	}
+}

@@ -291,7 +291,7 @@ func newWorkRun(ctx, take context.Context, stopTaking context.CancelCauseFunc, e
 	}
 	if f, ok := e.(fastEngine); ok {
 		w.fast = f
-		w.failed, w.closed = f.stopped()
+		w.failed, w.closed, w.deleted = f.stopped()
 	}
 	return w, nil
 }
@@ -307,6 +307,9 @@ type workRun struct {
 	// failed and closed are closed when the engine fails or is closed, for
 	// engines that say so (nil otherwise: never ready).
 	failed, closed <-chan struct{}
+	// deleted is closed when the engine's queue is deleted (a walq named
+	// queue; nil otherwise): its leases are gone, its handlers cancelled.
+	deleted <-chan struct{}
 
 	handler func(context.Context, Message) error
 	opts    WorkOptions
@@ -468,6 +471,7 @@ func (w *workRun) run(l leased) result {
 	heartbeat := b.timer.C()
 	stop := w.stop
 	failed := w.failed
+	deleted := w.deleted
 	var graceTimer Timer
 	var grace <-chan time.Time
 	defer func() {
@@ -540,6 +544,12 @@ func (w *workRun) run(l leased) result {
 		case <-failed:
 			heartbeat, failed = nil, nil
 			err := w.fast.failure()
+			w.fail(err)
+			interrupt(err)
+		case <-deleted:
+			heartbeat, deleted = nil, nil
+			err := fmt.Errorf("%w: the handler's item went with its queue", ErrQueueDeleted)
+			res.leaseLost = true // nothing to settle: the item is gone
 			w.fail(err)
 			interrupt(err)
 		case <-grace:
@@ -624,6 +634,9 @@ func (w *workRun) keep(m Message, res result, b *beater, cancel context.CancelCa
 				return
 			}
 		case <-w.closed:
+			go w.drop(m, done)
+			return
+		case <-w.deleted:
 			go w.drop(m, done)
 			return
 		case <-w.failed:

@@ -127,7 +127,11 @@ func WorkQueues(ctx context.Context, queues []WorkQueue, shared int, handler fun
 				o.Counters = &q.rt.work
 			}
 		}
-		w, err := newWorkRun(ctx, take, stopTaking, wq.Queue, workers, handler, o)
+		// Each queue's run has its own take under the pool's, so that a
+		// queue deleted under a running handler stops that queue alone.
+		qtake, qstop := context.WithCancelCause(take)
+		defer qstop(nil)
+		w, err := newWorkRun(ctx, qtake, qstop, wq.Queue, workers, handler, o)
 		if err != nil {
 			return fmt.Errorf("WorkQueues: queue %d: %w", i, err)
 		}

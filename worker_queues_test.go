@@ -356,3 +356,38 @@ func TestWorkQueuesArguments(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkQueuesDeleteUnderHandler: a queue deleted, forced, while one of
+// its handlers runs cancels that handler; the other queues go on.
+func TestWorkQueuesDeleteUnderHandler(t *testing.T) {
+	_, _, qs := poolQueues(t, 2, QueueOptions{})
+	doomed, other := qs[0], qs[1]
+	fill(t, doomed, 1)
+	cancelled := make(chan error, 1)
+	got := make(chan string, 10)
+	h := func(ctx context.Context, m Message) error {
+		if m.Queue == "q0" {
+			<-ctx.Done()
+			cancelled <- context.Cause(ctx)
+			return ctx.Err()
+		}
+		got <- string(m.Body)
+		return nil
+	}
+	stop := runPool(t, []WorkQueue{{Queue: doomed}, {Queue: other}}, 2, h, WorkOptions{Timeout: -1})
+	settledLeases := func() {
+		for doomed.Stats().Leased == 0 {
+			runtime.Gosched()
+		}
+	}
+	settledLeases()
+	must(t, doomed.Delete(true))
+	if err := <-cancelled; !errors.Is(err, ErrQueueDeleted) {
+		t.Fatalf("the handler's context ended with %v, want ErrQueueDeleted", err)
+	}
+	fill(t, other, 1)
+	if b := <-got; b != "x" {
+		t.Fatalf("other queue delivered %q", b)
+	}
+	must(t, stop())
+}
