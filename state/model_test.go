@@ -1047,6 +1047,39 @@ func (mc *machine) PruneKeys(*rapid.T) {
 	mc.m.prune()
 }
 
+// PruneKeysBy prunes a copy of the state, rebuilt from the log (so that
+// its released keys are in the live order, superseded ones included), with
+// each queue's own key window, as the directory does. It may forget a key
+// only once its queue's window has passed since the release, never a key
+// that a stored item holds, and asks only for the windows of queues that
+// exist.
+func (mc *machine) PruneKeysBy(t *rapid.T) {
+	m := mc.m
+	c := replay(t, state.New(), mc.log)
+	c.PruneKeysBy(m.now, func(id uint64) int64 {
+		q := m.queue(id)
+		if q == nil {
+			t.Fatalf("PruneKeysBy asks for the key window of queue %d, which does not exist", id)
+		}
+		return q.settings.KeyWindow
+	})
+	for _, q := range m.live() {
+		w := q.settings.KeyWindow
+		for key, k := range q.keys {
+			if k.released != 0 && k.released+w <= m.now {
+				continue
+			}
+			if id, held := c.Queue(q.id).KeyHolder(key, m.now, w); !held || id != k.id {
+				t.Fatalf("queue %d: after PruneKeysBy(%d), KeyHolder(%q, window %d) = %d, %v; model: held by %d (released at %d)",
+					q.id, m.now, key, w, id, held, k.id, k.released)
+			}
+		}
+	}
+	if _, queue, ok := c.NextKeyRelease(); ok && m.queue(queue) == nil {
+		t.Fatalf("after PruneKeysBy, NextKeyRelease names queue %d, which does not exist", queue)
+	}
+}
+
 func (mc *machine) Checkpoint(t *rapid.T) {
 	mc.checkpoints = append(mc.checkpoints, checkpoint{mc.m.lsn, marshal(t, mc.s)})
 }
