@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math"
+	"strings"
+	"testing"
 
 	"github.com/walq/walq/state"
 )
@@ -57,6 +60,61 @@ func sampleRecords() []state.Record {
 		&state.Discard{Time: 6000, IDs: []uint64{2}}, // lsn 13
 		&state.Purge{Time: 6100, All: true},          // lsn 14: nothing dead, still valid
 	}
+}
+
+// queued is a record with the queue whose log holds it.
+type queued struct {
+	queue uint64
+	rec   state.Record
+}
+
+// longCause is an error text longer than an attempt keeps, with
+// MaxAttemptError falling inside a 3-byte rune.
+var longCause = "x" + strings.Repeat("€", 300)
+
+// queueRecords carries on after sampleRecords (LSN 15 on) with the records
+// of named queues: a queue "jobs" is created (its ID is 15), takes a put,
+// a lease and a dead letter, is paused, set, has the dead letter moved to
+// the default queue, is resumed, deleted with a lease open and created
+// again as queue 25.
+func queueRecords() []queued {
+	const jobs = 15
+	return []queued{
+		{0, &state.CreateQueue{Time: 6200, Name: "jobs", Settings: state.Settings{Visibility: 1000, MaxAttempts: 3, KeyWindow: 500, MaxInFlight: 1}}},
+		{jobs, &state.Put{Time: 6300, Items: []state.NewItem{{Body: []byte("j1"), Due: 6300, Key: "ka"}, {Body: []byte("j2"), Due: 6300}}}}, // items 4, 5
+		{jobs, &state.Lease{Time: 6400, ID: 4, LeaseEnd: 7400}},                                                                             // lsn 17
+		{jobs, &state.End{Kind: state.TypeDeadLetter, Time: 6500, Receipt: 17, Cause: longCause, Due: 6500, Dead: true}},
+		{jobs, &state.PauseQueue{Time: 6600, Until: math.MaxInt64}},
+		{jobs, &state.SetQueue{Time: 6700, Settings: state.Settings{Visibility: 2000, MaxAttempts: 5, MaxItems: 10, MaxBytes: 1000, MaxInFlight: 2}}},
+		{jobs, &state.Move{Time: 6800, Target: state.DefaultQueue, IDs: []uint64{4}}}, // key "ka" was released in the default queue
+		{jobs, &state.PauseQueue{Time: 6900, Until: 0}},
+		{jobs, &state.Lease{Time: 7000, ID: 5, LeaseEnd: 8000}},
+		{jobs, &state.DeleteQueue{Time: 7100, Force: true}},
+		{0, &state.CreateQueue{Time: 7200, Name: "jobs", Settings: state.Settings{Visibility: 1000, MaxAttempts: 1}}}, // queue 25
+		{25, &state.PauseQueue{Time: 7300, Until: 9000}},
+	}
+}
+
+// sampleHistory is sampleRecords in the default queue's log, then
+// queueRecords.
+func sampleHistory() []queued {
+	var out []queued
+	for _, rec := range sampleRecords() {
+		out = append(out, queued{state.DefaultQueue, rec})
+	}
+	return append(out, queueRecords()...)
+}
+
+// historyState applies sampleHistory to an empty state.
+func historyState(t testing.TB) *state.State {
+	t.Helper()
+	st := state.New()
+	for i, r := range sampleHistory() {
+		if err := st.ApplyTo(uint64(i+1), r.queue, r.rec); err != nil {
+			t.Fatalf("sample record %d (%s, queue %d): %v", i+1, state.TypeName(r.rec.Type()), r.queue, err)
+		}
+	}
+	return st
 }
 
 func errorf(format string, args ...any) error { return fmt.Errorf(format, args...) }

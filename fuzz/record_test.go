@@ -3,6 +3,7 @@ package fuzz
 import (
 	"bytes"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 
@@ -20,14 +21,18 @@ import (
 //     flipped in it is refused;
 //   - the body decoder never panics, and what it accepts re-encodes to a
 //     body that decodes to the same record;
-//   - Apply never panics, leaves the state exactly as it was when it refuses
-//     a record, and keeps the state consistent when it accepts one.
+//   - ApplyTo never panics, leaves the state exactly as it was when it
+//     refuses a record, and keeps the state consistent when it accepts one;
+//     the record is tried in the log of each queue of the fixture (the
+//     default queue, a named one, a deleted one, which refuses everything).
 //
 // The input is tried twice: as an entry, and as type byte + body sealed in
 // a valid envelope, so that the fuzzer reaches the body decoder without
 // having to forge CRCs.
 func FuzzRecord(f *testing.F) {
-	for i, rec := range sampleRecords() {
+	historyState(f) // the seeds are a history that applies
+	for i, q := range sampleHistory() {
+		rec := q.rec
 		body, err := state.Encode(nil, rec)
 		if err != nil {
 			f.Fatal(err)
@@ -38,6 +43,13 @@ func FuzzRecord(f *testing.F) {
 		bad := bytes.Clone(entry)
 		bad[len(bad)-1] ^= 0x40
 		f.Add(bad)
+	}
+	for _, rec := range fixtureRecords() {
+		body, err := state.Encode(nil, rec)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(append([]byte{rec.Type()}, body...))
 	}
 	f.Add([]byte{})
 	f.Add(make([]byte, 32))
@@ -99,46 +111,100 @@ func checkEntry(t *testing.T, entry []byte) bool {
 	return true
 }
 
-// fixtureState is a state with an item in every status: ready (1, key
-// "ka"), delayed (2, with a deadline), leased (3, receipt 2), dead (4) and
-// ready (5, priority 2), at LSN 5.
+// fixtureState is a state with an item in every status in the default
+// queue: ready (1, key "ka"), delayed (2, with a deadline), leased (3,
+// receipt 2), dead (4) and ready (5, priority 2); the same in the named
+// queue "jobs" (queue 6, MaxInFlight 2, paused until 3000): ready (6, key
+// "ka"), delayed (7, with a deadline), leased (8, receipt 8), dead (9, key
+// "kd"); and queue 11, deleted with its item 10; at LSN 14.
 func fixtureState(t testing.TB) *state.State {
 	t.Helper()
 	st := state.New()
-	for i, rec := range []state.Record{
-		&state.Put{Time: 100, Items: []state.NewItem{
+	for i, r := range []queued{
+		{0, &state.Put{Time: 100, Items: []state.NewItem{
 			{Body: []byte("one"), Due: 100, Key: "ka"},
 			{Body: []byte("two"), Due: 10_000, Deadline: 20_000},
 			{Body: []byte("three"), Due: 100},
 			{Body: []byte("four"), Due: 100, Key: "kd"},
 			{Body: []byte("five"), Due: 100, Priority: 2},
-		}},
-		&state.Lease{Time: 200, ID: 3, LeaseEnd: 5000},
-		&state.Lease{Time: 300, ID: 4, LeaseEnd: 5000},
-		&state.End{Kind: state.TypeDeadLetter, Time: 400, Receipt: 3, Cause: "poison", Due: 400, Dead: true},
-		&state.Extend{Time: 500, Receipt: 2, LeaseEnd: 6000},
+		}}},
+		{0, &state.Lease{Time: 200, ID: 3, LeaseEnd: 5000}},
+		{0, &state.Lease{Time: 300, ID: 4, LeaseEnd: 5000}},
+		{0, &state.End{Kind: state.TypeDeadLetter, Time: 400, Receipt: 3, Cause: "poison", Due: 400, Dead: true}},
+		{0, &state.Extend{Time: 500, Receipt: 2, LeaseEnd: 6000}},
+		{0, &state.CreateQueue{Time: 600, Name: "jobs", Settings: state.Settings{Visibility: 1000, MaxAttempts: 3, MaxInFlight: 2}}},
+		{fixtureJobs, &state.Put{Time: 700, Items: []state.NewItem{
+			{Body: []byte("six"), Due: 700, Key: "ka"},
+			{Body: []byte("seven"), Due: 10_000, Deadline: 20_000},
+			{Body: []byte("eight"), Due: 700},
+			{Body: []byte("nine"), Due: 700, Key: "kd"},
+		}}},
+		{fixtureJobs, &state.Lease{Time: 800, ID: 8, LeaseEnd: 5000}},
+		{fixtureJobs, &state.Lease{Time: 900, ID: 9, LeaseEnd: 5000}},
+		{fixtureJobs, &state.End{Kind: state.TypeDeadLetter, Time: 1000, Receipt: 9, Cause: longCause, Due: 1000, Dead: true}},
+		{0, &state.CreateQueue{Time: 1100, Name: "gone", Settings: state.Settings{Visibility: 1000, MaxAttempts: 1}}},
+		{fixtureGone, &state.Put{Time: 1200, Items: []state.NewItem{{Body: []byte("ten"), Due: 1200, Key: "ka"}}}},
+		{fixtureGone, &state.DeleteQueue{Time: 1300, Force: true}},
+		{fixtureJobs, &state.PauseQueue{Time: 1400, Until: 3000}},
 	} {
-		if err := st.Apply(uint64(i+1), rec); err != nil {
+		if err := st.ApplyTo(uint64(i+1), r.queue, r.rec); err != nil {
 			t.Fatalf("fixture record %d: %v", i+1, err)
 		}
 	}
 	return st
 }
 
+// fixtureRecords are records about the named queues of fixtureState, some
+// of which it takes in the log of a queue and some it refuses: seeds that
+// put the fuzzer near the rules of pauses, caps, moves and deletes.
+func fixtureRecords() []state.Record {
+	return []state.Record{
+		&state.Lease{Time: 2999, ID: 6, LeaseEnd: 4000},                       // jobs is paused until 3000
+		&state.Lease{Time: 3000, ID: 6, LeaseEnd: 4000},                       // and no longer
+		&state.Move{Time: 1500, Target: state.DefaultQueue, IDs: []uint64{9}}, // "kd" is held by item 4 there
+		&state.Move{Time: 1500, Target: fixtureJobs, IDs: []uint64{4}},        // "kd" is held by item 9 there
+		&state.Move{Time: 1500, Target: fixtureGone, IDs: []uint64{4}},        // deleted
+		&state.Redrive{Time: 1500, IDs: []uint64{9}},                          // a dead letter of jobs only
+		&state.SetQueue{Time: 1500, Settings: state.Settings{Visibility: 1, MaxAttempts: 1, MaxInFlight: 1}},
+		&state.PauseQueue{Time: 1500, Until: math.MaxInt64},
+		&state.PauseQueue{Time: 1500},
+		&state.DeleteQueue{Time: 1500},              // a lease is open in each queue
+		&state.DeleteQueue{Time: 1500, Force: true}, // refused for the default queue only
+		&state.CreateQueue{Time: 1500, Name: "gone", Settings: state.Settings{Visibility: 5, MaxAttempts: 2}},
+		&state.CreateQueue{Time: 1500, Name: "jobs", Settings: state.Settings{Visibility: 5, MaxAttempts: 2}},
+		&state.Ack{Time: 1500, Receipt: 8},                                     // the lease of jobs
+		&state.Put{Time: 1500, Items: []state.NewItem{{Due: 1500, Key: "ka"}}}, // "ka" is taken in both queues
+	}
+}
+
+// The named queues of fixtureState.
+const (
+	fixtureJobs = 6  // exists
+	fixtureGone = 11 // deleted
+)
+
 func checkApply(t *testing.T, r state.Record) {
 	t.Helper()
-	st := fixtureState(t)
-	before := mustSnapshot(t, st)
-	if err := st.Apply(st.LastLSN()+1, r); err != nil {
-		if after := mustSnapshot(t, st); !bytes.Equal(before, after) {
-			t.Fatalf("Apply refused %+v (%v) but changed the state", r, err)
+	for _, queue := range []uint64{state.DefaultQueue, fixtureJobs, fixtureGone} {
+		st := fixtureState(t)
+		before := mustSnapshot(t, st)
+		if err := st.ApplyTo(st.LastLSN()+1, queue, r); err != nil {
+			if !errors.Is(err, state.ErrInvalid) {
+				t.Fatalf("ApplyTo refused %+v in queue %d with %v, which is not ErrInvalid", r, queue, err)
+			}
+			if after := mustSnapshot(t, st); !bytes.Equal(before, after) {
+				t.Fatalf("ApplyTo refused %+v in queue %d (%v) but changed the state", r, queue, err)
+			}
+			continue
 		}
-		return
+		if queue == fixtureGone {
+			t.Fatalf("a deleted queue took %T %+v", r, r)
+		}
+		if err := consistent(st, true); err != nil {
+			t.Fatalf("after ApplyTo(queue %d, %+v): %v", queue, r, err)
+		}
+		roundTrip(t, st)
 	}
-	if err := consistent(st); err != nil {
-		t.Fatalf("after Apply(%+v): %v", r, err)
-	}
-	roundTrip(t, st)
 }
 
 func mustSnapshot(t *testing.T, st *state.State) []byte {
@@ -161,49 +227,86 @@ func roundTrip(t *testing.T, st *state.State) {
 	if b2 := mustSnapshot(t, st2); !bytes.Equal(b, b2) {
 		t.Fatalf("a snapshot of the decoded snapshot differs")
 	}
-	if st.Gauges() != st2.Gauges() || st.Counters() != st2.Counters() {
-		t.Fatalf("gauges or counters differ after a snapshot round trip:\n  %+v %+v\n  %+v %+v",
-			st.Gauges(), st.Counters(), st2.Gauges(), st2.Counters())
+	qs, qs2 := st.Queues(), st2.Queues()
+	if len(qs) != len(qs2) {
+		t.Fatalf("%d queues, %d after a snapshot round trip", len(qs), len(qs2))
+	}
+	for i, q := range qs {
+		q2 := qs2[i]
+		if q.ID() != q2.ID() || q.Name() != q2.Name() || q.Settings() != q2.Settings() || q.PausedUntil() != q2.PausedUntil() ||
+			q.Gauges() != q2.Gauges() || q.Counters() != q2.Counters() {
+			t.Fatalf("queue %d differs after a snapshot round trip:\n  %+v %+v\n  %+v %+v",
+				q.ID(), q.Gauges(), q.Counters(), q2.Gauges(), q2.Counters())
+		}
 	}
 }
 
 // consistent checks what holds of every state built by applying records
-// from an empty one: each item in one place, the gauges adding up, items
-// conserved.
-func consistent(st *state.State) error {
-	g, c := st.Gauges(), st.Counters()
-	var waiting, leased, dead int
-	var bytes int64
+// from an empty one: each item in one place and in a queue that exists,
+// the gauges of each queue adding up, each attempt history within its
+// bounds and, if conserved is set (not for a state from a fuzzed
+// snapshot, whose counters are arbitrary), items conserved in each queue.
+func consistent(st *state.State, conserved bool) error {
+	type tally struct {
+		waiting, leased, dead, n int
+		bytes                    int64
+	}
+	tallies := make(map[uint64]*tally)
+	for _, q := range st.Queues() {
+		tallies[q.ID()] = &tally{}
+	}
 	var err error
+	total := 0
 	st.Each(func(it *state.Item) {
-		bytes += int64(len(it.Body))
+		total++
+		q, tl := st.Queue(it.Queue), tallies[it.Queue]
+		if q == nil {
+			err = errors.Join(err, errorf("item %d is in queue %d, which does not exist", it.ID, it.Queue))
+			return
+		}
+		tl.n++
+		tl.bytes += int64(len(it.Body))
 		switch it.Status {
 		case state.Waiting:
-			waiting++
+			tl.waiting++
 		case state.Leased:
-			leased++
+			tl.leased++
 			if st.Leased(it.Receipt) != it {
 				err = errors.Join(err, errorf("leased item %d is not found by its receipt %d", it.ID, it.Receipt))
 			}
 		case state.Dead:
-			dead++
+			tl.dead++
 		default:
 			err = errors.Join(err, errorf("item %d has status %d", it.ID, it.Status))
 		}
 		if it.Key != "" {
-			if id, held := st.KeyHolder(it.Key, st.LastTime(), 0); !held || id != it.ID {
-				err = errors.Join(err, errorf("item %d: key %q held by %d (%v)", it.ID, it.Key, id, held))
+			if id, held := q.KeyHolder(it.Key, st.LastTime(), 0); !held || id != it.ID {
+				err = errors.Join(err, errorf("item %d: key %q held by %d (%v) in queue %d", it.ID, it.Key, id, held, it.Queue))
+			}
+		}
+		if len(it.History) > state.HistoryLen {
+			err = errors.Join(err, errorf("item %d has %d attempts in its history", it.ID, len(it.History)))
+		}
+		for _, a := range it.History {
+			if len(a.Error) > state.MaxAttemptError {
+				err = errors.Join(err, errorf("item %d has an attempt error of %d bytes", it.ID, len(a.Error)))
 			}
 		}
 	})
-	if g.Ready+g.Delayed != waiting || g.Leased != leased || g.Dead != dead || g.Items != st.Len() || g.Bytes != bytes {
-		err = errors.Join(err, errorf("gauges %+v, items: %d waiting %d leased %d dead %d bytes", g, waiting, leased, dead, bytes))
+	if total != st.TotalLen() {
+		err = errors.Join(err, errorf("Each visits %d items, TotalLen is %d", total, st.TotalLen()))
 	}
-	if c.Put != uint64(st.Len())+c.Acked+c.Discarded+c.Purged {
-		err = errors.Join(err, errorf("not conserved: %+v with %d stored", c, st.Len()))
-	}
-	if n := len(st.DeadLetters(0)); n != dead {
-		err = errors.Join(err, errorf("%d dead letters listed, %d dead items", n, dead))
+	for _, q := range st.Queues() {
+		g, c, tl := q.Gauges(), q.Counters(), tallies[q.ID()]
+		if g.Ready+g.Delayed != tl.waiting || g.Leased != tl.leased || g.Dead != tl.dead || g.Items != tl.n || g.Items != q.Len() || g.Bytes != tl.bytes {
+			err = errors.Join(err, errorf("queue %d: gauges %+v, items: %+v", q.ID(), g, *tl))
+		}
+		if conserved && c.Put+c.MovedIn != uint64(q.Len())+c.Acked+c.Discarded+c.Purged+c.MovedOut {
+			err = errors.Join(err, errorf("queue %d: not conserved: %+v with %d stored", q.ID(), c, q.Len()))
+		}
+		if n := len(q.DeadLetters(0)); n != tl.dead {
+			err = errors.Join(err, errorf("queue %d: %d dead letters listed, %d dead items", q.ID(), n, tl.dead))
+		}
 	}
 	return err
 }

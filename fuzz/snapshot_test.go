@@ -21,14 +21,15 @@ import (
 // The input is tried twice: as a whole file, and as a body framed in a
 // valid header, so that the fuzzer reaches the body decoder.
 func FuzzSnapshot(f *testing.F) {
-	st := fixtureState(f)
-	body, err := st.MarshalSnapshot()
-	if err != nil {
-		f.Fatal(err)
+	for _, st := range []*state.State{fixtureState(f), historyState(f)} {
+		body, err := st.MarshalSnapshot()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(snapshotFile(st.LastLSN(), body))
+		f.Add(wal.EncodeSnapshot(fuzzDir, st.LastLSN(), body))
+		f.Add(body)
 	}
-	f.Add(snapshotFile(st.LastLSN(), body))
-	f.Add(wal.EncodeSnapshot(fuzzDir, st.LastLSN(), body))
-	f.Add(body)
 	empty, _ := state.New().MarshalSnapshot()
 	f.Add(snapshotFile(0, empty))
 	f.Add(wal.EncodeSnapshot(fuzzDir, 0, empty))
@@ -71,48 +72,103 @@ func checkSnapshotFile(t *testing.T, file []byte) ([]byte, bool) {
 }
 
 // useState drives a decoded state through what the queue would do with it:
-// recovery ends every open lease, deadlines discard, and each ready item is
-// leased and acked. Nothing may panic and every step must apply.
+// recovery ends every open lease, paused queues are resumed, deadlines
+// discard, and each ready item of each queue is leased and acked (or, in
+// a queue with a cap of one, leased and failed into the dead letters);
+// dead letters are moved between queues, which may be refused (a key held
+// in the target) without a change; named queues are deleted and created
+// again. Nothing may panic and every other step must apply.
 func useState(t *testing.T, st *state.State) {
 	t.Helper()
 	roundTrip(t, st)
 	st.Gauges()
 	st.DeadLetters(0)
 	lsn := st.LastLSN()
-	apply := func(r state.Record) {
+	apply := func(queue uint64, r state.Record) {
 		t.Helper()
 		if lsn == math.MaxUint64 {
 			return
 		}
 		lsn++
-		if err := st.Apply(lsn, r); err != nil {
-			t.Fatalf("a state from an accepted snapshot refuses %T %+v: %v", r, r, err)
+		if err := st.ApplyTo(lsn, queue, r); err != nil {
+			t.Fatalf("a state from an accepted snapshot refuses %T %+v in queue %d: %v", r, r, queue, err)
 		}
+	}
+	// try applies a record that may be refused, but only without a change.
+	try := func(queue uint64, r state.Record) {
+		t.Helper()
+		if lsn == math.MaxUint64 {
+			return
+		}
+		before := mustSnapshot(t, st)
+		if err := st.ApplyTo(lsn+1, queue, r); err != nil {
+			if after := mustSnapshot(t, st); !bytes.Equal(before, after) {
+				t.Fatalf("a state from an accepted snapshot refused %T %+v in queue %d (%v) but changed", r, r, queue, err)
+			}
+			return
+		}
+		lsn++
 	}
 	now := max(st.LastTime(), 0)
 	if now > math.MaxInt64/2 {
 		return // times near the end of int64: a lease end would overflow
 	}
 	for _, it := range st.OpenLeases() {
-		apply(&state.End{Kind: state.TypeExpire, Time: now, Receipt: it.Receipt, Cause: "recovery", Due: now, Dead: true})
+		apply(it.Queue, &state.End{Kind: state.TypeExpire, Time: now, Receipt: it.Receipt, Cause: "recovery", Due: now, Dead: true})
 	}
-	for range 64 {
+	for range 1 << 12 {
 		passed := st.PassedDeadlines(now, 16)
 		if len(passed) > 0 {
-			ids := make([]uint64, len(passed))
-			for i, it := range passed {
-				ids[i] = it.ID
+			queue := passed[0].Queue
+			var ids []uint64
+			for _, it := range passed {
+				if it.Queue == queue {
+					ids = append(ids, it.ID)
+				}
 			}
-			apply(&state.Discard{Time: now, IDs: ids})
+			apply(queue, &state.Discard{Time: now, IDs: ids})
 			continue
 		}
-		st.Promote(now)
-		it := st.NextReady()
-		if it == nil {
-			break
+		break
+	}
+	for _, q := range st.Queues() {
+		if q.Paused(now) {
+			apply(q.ID(), &state.PauseQueue{Time: now})
 		}
-		apply(&state.Lease{Time: now, ID: it.ID, LeaseEnd: now + 1})
-		apply(&state.Ack{Time: now, Receipt: lsn})
+		for range 64 {
+			q.Promote(now)
+			it := q.NextReady()
+			if it == nil {
+				break
+			}
+			apply(q.ID(), &state.Lease{Time: now, ID: it.ID, LeaseEnd: now + 1})
+			if q.Settings().MaxInFlight == 1 {
+				apply(q.ID(), &state.End{Kind: state.TypeDeadLetter, Time: now, Receipt: lsn, Cause: longCause, Due: now, Dead: true})
+			} else {
+				apply(q.ID(), &state.Ack{Time: now, Receipt: lsn})
+			}
+		}
+	}
+	queues := st.Queues()
+	for i, q := range queues {
+		to := queues[(i+1)%len(queues)]
+		if dead := q.DeadLetters(4); len(dead) > 0 && to != q {
+			ids := make([]uint64, len(dead))
+			for j := range dead {
+				ids[j] = dead[j].ID
+			}
+			try(q.ID(), &state.Move{Time: now, Target: to.ID(), IDs: ids})
+		}
+	}
+	if err := consistent(st, false); err != nil {
+		t.Fatalf("a state from an accepted snapshot, used: %v", err)
+	}
+	for _, q := range st.Queues() {
+		if q.ID() != state.DefaultQueue {
+			name := q.Name()
+			apply(q.ID(), &state.DeleteQueue{Time: now})
+			apply(state.DefaultQueue, &state.CreateQueue{Time: now, Name: name, Settings: state.Settings{Visibility: 1, MaxAttempts: 1}})
+		}
 	}
 	roundTrip(t, st)
 }

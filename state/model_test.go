@@ -5,8 +5,11 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"pgregory.net/rapid"
 
@@ -14,18 +17,37 @@ import (
 )
 
 // This file checks *state.State against a plain model: a slice of items with
-// one status field each, a slice of dead-letter IDs and a fake clock. The
-// model knows nothing of heaps, levels or stale entries; every query it
+// one status field and one queue each, a slice of queues ever created, each
+// with its dead-letter IDs and its keys, and a fake clock. The model knows
+// nothing of heaps, levels, stale entries or the ID index; every query it
 // answers is a linear scan over the items, written from the semantics in
 // DESIGN.md and the doc comments of package state, not from its code.
 
 const (
 	clockStart = 1_000_000 // the fake clock never reads 0: a zero time means "none" in several fields
-	keyWindow  = 50        // KeyWindow of the fake queue, in clock units
+	keyWindow  = 50        // the key window the machine prunes with, in clock units
 )
 
-// testKeys is small so that puts collide on keys often.
+// testKeys is small so that puts collide on keys often, within a queue and
+// across queues (where they must not).
 var testKeys = []string{"a", "b", "c"}
+
+// queueNames is small so that creates often name a queue that exists, and
+// recreate a deleted queue under its name.
+var queueNames = []string{"jobs", "mail.v2", "x-1"}
+
+// causes are the error texts of lease endings: short ones, and long ones of
+// 1- to 4-byte runes placed so that MaxAttemptError falls on, or inside, a
+// rune.
+var causes = []string{
+	"", "", "boom", "timeout",
+	strings.Repeat("e", state.MaxAttemptError),
+	strings.Repeat("e", state.MaxAttemptError+1),
+	"x" + strings.Repeat("é", 300),
+	strings.Repeat("€", 200),
+	"ab" + strings.Repeat("😀", 150),
+	"ü" + strings.Repeat("€", 171),
+}
 
 type mStatus int
 
@@ -36,10 +58,11 @@ const (
 	mAcked
 	mDiscarded
 	mPurged
+	mGone // its queue was deleted
 )
 
 func (st mStatus) String() string {
-	return [...]string{"?", "waiting", "leased", "dead", "acked", "discarded", "purged"}[st]
+	return [...]string{"?", "waiting", "leased", "dead", "acked", "discarded", "purged", "gone"}[st]
 }
 
 // stored reports whether an item in this status is still held by the state.
@@ -51,6 +74,7 @@ func (st mStatus) stored() bool { return st == mWaiting || st == mLeased || st =
 // with it.
 type mItem struct {
 	id         uint64
+	queue      uint64 // the queue it is in (or was in, when its queue was deleted)
 	body       []byte
 	key        string
 	priority   int64
@@ -67,21 +91,51 @@ type mItem struct {
 	lastError  string
 	endedAt    int64
 	removedAt  int64 // acked, discarded or purged at
+	history    []state.Attempt
+}
+
+// mKey is a key a queue remembers: held by item id while that item is
+// stored in the queue (released 0), then for the key window from released.
+type mKey struct {
+	id       uint64
+	released int64
+}
+
+// mQueue is the model of one incarnation of a queue.
+type mQueue struct {
+	id          uint64
+	name        string
+	created     int64
+	settings    state.Settings
+	pausedUntil int64
+	counters    state.Counters
+	dead        []uint64 // dead letters, oldest first
+	keys        map[string]*mKey
+	deleted     bool
+}
+
+func newMQueue(id uint64, name string, created int64, set state.Settings) *mQueue {
+	return &mQueue{id: id, name: name, created: created, settings: set, keys: make(map[string]*mKey)}
+}
+
+func (q *mQueue) paused(now int64) bool { return q.pausedUntil != 0 && now < q.pausedUntil }
+
+// receiptOf is a receipt handed out, with the queue of its lease.
+type receiptOf struct {
+	receipt, queue uint64
 }
 
 type model struct {
 	now      int64
 	lsn      uint64
 	lastTime int64
-	items    []*mItem // items[id-1]
-	dead     []uint64 // dead letters, oldest first
-	pruned   map[string]bool
-	counters state.Counters
-	receipts []uint64 // every receipt ever handed out
+	items    []*mItem  // items[id-1]
+	queues   []*mQueue // every queue ever created, in order; queues[0] is the default queue
+	receipts []receiptOf
 }
 
 func newModel() *model {
-	return &model{now: clockStart, pruned: make(map[string]bool)}
+	return &model{now: clockStart, queues: []*mQueue{newMQueue(state.DefaultQueue, "", 0, state.Settings{})}}
 }
 
 func (m *model) item(id uint64) *mItem {
@@ -89,6 +143,59 @@ func (m *model) item(id uint64) *mItem {
 		return nil
 	}
 	return m.items[id-1]
+}
+
+// live lists the queues that exist, in ID order.
+func (m *model) live() []*mQueue {
+	var out []*mQueue
+	for _, q := range m.queues {
+		if !q.deleted {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+func (m *model) liveIDs() []uint64 {
+	var out []uint64
+	for _, q := range m.live() {
+		out = append(out, q.id)
+	}
+	return out
+}
+
+// queue returns the queue with id if it exists.
+func (m *model) queue(id uint64) *mQueue {
+	for _, q := range m.queues {
+		if q.id == id && !q.deleted {
+			return q
+		}
+	}
+	return nil
+}
+
+func (m *model) byName(name string) *mQueue {
+	for _, q := range m.live() {
+		if q.name == name {
+			return q
+		}
+	}
+	return nil
+}
+
+// notQueues lists IDs that name no existing queue: deleted incarnations,
+// LSNs of records that created none, and IDs never used.
+func (m *model) notQueues() []uint64 {
+	cands := []uint64{m.lsn, m.lsn + 1, m.lsn + 5, math.MaxUint64}
+	if m.lsn > 1 {
+		cands = append(cands, 1, m.lsn-1)
+	}
+	for _, q := range m.queues {
+		if q.deleted {
+			cands = append(cands, q.id)
+		}
+	}
+	return slices.DeleteFunc(cands, func(id uint64) bool { return m.queue(id) != nil })
 }
 
 // filter returns the items for which keep holds, in ID order.
@@ -100,6 +207,11 @@ func (m *model) filter(keep func(*mItem) bool) []*mItem {
 		}
 	}
 	return out
+}
+
+// in returns the items stored in q for which keep holds, in ID order.
+func (m *model) in(q *mQueue, keep func(*mItem) bool) []*mItem {
+	return m.filter(func(it *mItem) bool { return it.status.stored() && it.queue == q.id && keep(it) })
 }
 
 func ids(items []*mItem) []uint64 {
@@ -115,10 +227,19 @@ func (m *model) leased(it *mItem) bool { return it.status == mLeased }
 // running is a lease that may still be acked, extended or nacked.
 func (m *model) running(it *mItem) bool { return it.status == mLeased && m.now < it.leaseEnd }
 
-// leasable is a waiting item that a Lease at now may take.
+// leasable is a waiting item that a Lease at now may take, as far as the
+// item goes (its queue may refuse: see mayLease).
 func (m *model) leasable(it *mItem) bool {
 	return it.status == mWaiting && it.due <= m.now && (it.deadline == 0 || m.now < it.deadline)
 }
+
+// atCap reports whether q has as many open leases as its MaxInFlight allows.
+func (m *model) atCap(q *mQueue) bool {
+	return q.settings.MaxInFlight > 0 && int64(len(m.in(q, m.leased))) >= q.settings.MaxInFlight
+}
+
+// mayLease reports whether q takes a Lease at now: not paused, below its cap.
+func (m *model) mayLease(q *mQueue) bool { return !q.paused(m.now) && !m.atCap(q) }
 
 func (m *model) passed(it *mItem) bool {
 	return it.status == mWaiting && it.deadline != 0 && it.deadline <= m.now
@@ -158,24 +279,19 @@ func (m *model) passedDeadlines() []*mItem {
 	return out
 }
 
-// promote is Promote(now): waiting items that are due become ready.
-func (m *model) promote() {
-	for _, it := range m.items {
-		if it.status == mWaiting && it.due <= m.now {
-			it.promoted = true
-		}
+// promote is Promote(now) of q: its waiting items that are due become ready.
+func (m *model) promote(q *mQueue) {
+	for _, it := range m.in(q, func(it *mItem) bool { return it.status == mWaiting && it.due <= m.now }) {
+		it.promoted = true
 	}
 }
 
-// nextReady is the promoted item a delivery takes: smallest priority, then
-// earliest due time, then the record that made it waiting, then the ID (the
-// order of items within one put or redrive).
-func (m *model) nextReady() *mItem {
+// nextReady is the promoted item of q a delivery takes: smallest priority,
+// then earliest due time, then the record that made it waiting, then the ID
+// (the order of items within one put or redrive).
+func (m *model) nextReady(q *mQueue) *mItem {
 	var best *mItem
-	for _, it := range m.items {
-		if it.status != mWaiting || !it.promoted {
-			continue
-		}
+	for _, it := range m.in(q, func(it *mItem) bool { return it.status == mWaiting && it.promoted }) {
 		if best == nil || cmp.Or(
 			cmp.Compare(it.priority, best.priority),
 			cmp.Compare(it.due, best.due),
@@ -187,58 +303,51 @@ func (m *model) nextReady() *mItem {
 	return best
 }
 
-// holder answers KeyHolder(key, now, window) for window <= keyWindow: the
-// newest item put with the key holds it while stored, and for window after
-// it left, unless PruneKeys has forgotten it.
-func (m *model) holder(key string, window int64) (uint64, bool) {
-	var newest *mItem
-	for _, it := range m.items {
-		if it.key == key {
-			newest = it
-		}
-	}
+// holder answers KeyHolder(key, now, window) of q for window <= keyWindow:
+// the item that took the key in q holds it while stored there, and for
+// window after it left, unless PruneKeys has forgotten it.
+func (m *model) holder(q *mQueue, key string, window int64) (uint64, bool) {
+	k := q.keys[key]
 	switch {
-	case newest == nil || m.pruned[key]:
+	case k == nil:
 		return 0, false
-	case newest.status.stored() || m.now < newest.removedAt+window:
-		return newest.id, true
+	case k.released == 0 || m.now < k.released+window:
+		return k.id, true
 	}
 	return 0, false
 }
 
-// keyCount is the number of keys the state still remembers.
-func (m *model) keyCount() int {
-	n := 0
-	for _, key := range testKeys {
-		if slices.ContainsFunc(m.items, func(it *mItem) bool { return it.key == key }) && !m.pruned[key] {
-			n++
-		}
+// storedHolder is the stored item of q that holds key, or nil.
+func (m *model) storedHolder(q *mQueue, key string) *mItem {
+	if k := q.keys[key]; key != "" && k != nil && k.released == 0 {
+		return m.item(k.id)
 	}
-	return n
+	return nil
 }
 
+// prune is PruneKeys(now, keyWindow): every queue forgets the keys released
+// at least keyWindow ago.
 func (m *model) prune() {
-	for _, key := range testKeys {
-		if _, held := m.holder(key, keyWindow); !held {
-			for _, it := range m.items {
-				if it.key == key {
-					m.pruned[key] = true
-				}
+	for _, q := range m.live() {
+		for key, k := range q.keys {
+			if k.released != 0 && k.released+keyWindow <= m.now {
+				delete(q.keys, key)
 			}
 		}
 	}
 }
 
-func (m *model) put(lsn uint64, items []state.NewItem) {
+func (m *model) put(q *mQueue, lsn uint64, items []state.NewItem) {
 	for _, n := range items {
-		m.items = append(m.items, &mItem{
-			id: uint64(len(m.items) + 1), body: n.Body, key: n.Key, priority: n.Priority,
+		it := &mItem{
+			id: uint64(len(m.items) + 1), queue: q.id, body: n.Body, key: n.Key, priority: n.Priority,
 			enqueuedAt: m.now, due: n.Due, deadline: n.Deadline, seq: lsn, status: mWaiting,
-		})
-		if n.Key != "" {
-			m.pruned[n.Key] = false
 		}
-		m.counters.Put++
+		m.items = append(m.items, it)
+		if n.Key != "" {
+			q.keys[n.Key] = &mKey{id: it.id}
+		}
+		q.counters.Put++
 	}
 }
 
@@ -247,44 +356,107 @@ func (m *model) lease(it *mItem, lsn uint64, leaseEnd int64) {
 	it.receipt, it.leaseEnd = lsn, leaseEnd
 	it.attempts++
 	it.deliveries++
-	m.receipts = append(m.receipts, lsn)
-	m.counters.Delivered++
+	it.history = append(it.history, state.Attempt{Start: m.now})
+	if len(it.history) > state.HistoryLen {
+		it.history = slices.Clone(it.history[len(it.history)-state.HistoryLen:])
+	}
+	m.receipts = append(m.receipts, receiptOf{lsn, it.queue})
+	m.queue(it.queue).counters.Delivered++
 }
 
+// remove takes an acked, discarded or purged item out; its key, if it still
+// holds it, is released now.
 func (m *model) remove(it *mItem, st mStatus) {
+	q := m.queue(it.queue)
 	it.status, it.promoted = st, false
 	it.receipt, it.leaseEnd = 0, 0
 	it.removedAt = m.now
+	if k := q.keys[it.key]; it.key != "" && k != nil && k.id == it.id {
+		k.released = m.now
+	}
+}
+
+// cutError is the attempt error text of cause: the longest prefix of at
+// most MaxAttemptError bytes that ends on a rune boundary (cause is valid
+// UTF-8).
+func cutError(cause string) string {
+	n := 0
+	for i, r := range cause {
+		if end := i + utf8.RuneLen(r); end <= state.MaxAttemptError {
+			n = end
+		} else {
+			break
+		}
+	}
+	return cause[:n]
 }
 
 func (m *model) end(kind byte, it *mItem, lsn uint64, cause string, due int64, dead bool) {
+	q := m.queue(it.queue)
 	it.receipt, it.leaseEnd = 0, 0
 	it.endedAt = m.now
 	if cause != "" {
 		it.lastError = cause
 	}
+	a := &it.history[len(it.history)-1]
+	a.End, a.How, a.Error = m.now, kind, cutError(cause)
 	switch kind {
 	case state.TypeNack:
-		m.counters.Nacked++
+		q.counters.Nacked++
 	case state.TypeExpire:
-		m.counters.Expired++
+		q.counters.Expired++
 	}
 	switch {
 	case dead:
 		it.status = mDead
-		m.dead = append(m.dead, it.id)
-		m.counters.DeadLettered++
+		q.dead = append(q.dead, it.id)
+		q.counters.DeadLettered++
 	case it.deadline != 0 && due >= it.deadline:
 		m.remove(it, mDiscarded)
-		m.counters.Discarded++
+		q.counters.Discarded++
 	default:
 		it.status, it.promoted = mWaiting, false
 		it.due, it.seq = due, lsn
 	}
 }
 
-func (m *model) undead(id uint64) {
-	m.dead = slices.DeleteFunc(m.dead, func(d uint64) bool { return d == id })
+func (q *mQueue) undead(id uint64) {
+	q.dead = slices.DeleteFunc(q.dead, func(d uint64) bool { return d == id })
+}
+
+// requeue makes a dead letter waiting again, ready now, attempts reset.
+func (m *model) requeue(it *mItem, lsn uint64) {
+	it.status, it.promoted = mWaiting, false
+	it.attempts = 0
+	it.due, it.seq = m.now, lsn
+}
+
+// move is a Move of the dead letters ids from q into to.
+func (m *model) move(q, to *mQueue, lsn uint64, ids []uint64) {
+	for _, id := range ids {
+		it := m.item(id)
+		q.undead(id)
+		if it.key != "" {
+			if k := q.keys[it.key]; k != nil && k.id == id {
+				delete(q.keys, it.key)
+			}
+			to.keys[it.key] = &mKey{id: id}
+		}
+		it.queue = to.id
+		m.requeue(it, lsn)
+		q.counters.Redriven++
+		q.counters.MovedOut++
+		to.counters.MovedIn++
+	}
+}
+
+// deleteQueue is a DeleteQueue of q: it and all in it are gone.
+func (m *model) deleteQueue(q *mQueue) {
+	for _, it := range m.in(q, func(*mItem) bool { return true }) {
+		it.status, it.promoted = mGone, false
+		it.receipt, it.leaseEnd = 0, 0
+	}
+	q.deleted = true
 }
 
 // checkpoint is a snapshot taken mid-history, with the LSN it covers.
@@ -295,9 +467,10 @@ type checkpoint struct {
 
 // logged is one applied record as the log would hold it.
 type logged struct {
-	lsn  uint64
-	typ  byte
-	body []byte
+	lsn   uint64
+	queue uint64
+	typ   byte
+	body  []byte
 }
 
 // machine drives a *state.State and the model side by side.
@@ -322,18 +495,19 @@ func marshal(t rapid.TB, s *state.State) []byte {
 	return b
 }
 
-// apply applies a record that must be valid at the next LSN and logs it.
-func (mc *machine) apply(t *rapid.T, rec state.Record) uint64 {
+// apply applies a record of queue that must be valid at the next LSN and
+// logs it.
+func (mc *machine) apply(t *rapid.T, queue uint64, rec state.Record) uint64 {
 	t.Helper()
 	lsn := mc.m.lsn + 1
-	if err := mc.s.Apply(lsn, rec); err != nil {
-		t.Fatalf("Apply(%d, %s %+v): %v", lsn, state.TypeName(rec.Type()), rec, err)
+	if err := mc.s.ApplyTo(lsn, queue, rec); err != nil {
+		t.Fatalf("ApplyTo(%d, queue %d, %s %.300v): %v", lsn, queue, state.TypeName(rec.Type()), rec, err)
 	}
 	body, err := state.Encode(nil, rec)
 	if err != nil {
 		t.Fatalf("Encode(%+v): %v", rec, err)
 	}
-	mc.log = append(mc.log, logged{lsn, rec.Type(), body})
+	mc.log = append(mc.log, logged{lsn, queue, rec.Type(), body})
 	mc.m.lsn = lsn
 	mc.m.lastTime = max(mc.m.lastTime, rec.At())
 	return lsn
@@ -341,33 +515,54 @@ func (mc *machine) apply(t *rapid.T, rec state.Record) uint64 {
 
 // mustReject applies a record that must be refused with ErrInvalid and leave
 // the state exactly as it was.
-func (mc *machine) mustReject(t *rapid.T, lsn uint64, rec state.Record, why string) {
+func (mc *machine) mustReject(t *rapid.T, lsn, queue uint64, rec state.Record, why string) {
 	t.Helper()
 	before := marshal(t, mc.s)
-	gauges := mc.s.Gauges()
-	next := mc.s.NextReady()
-	err := mc.s.Apply(lsn, rec)
+	type view struct {
+		g    state.Gauges
+		next *state.Item
+	}
+	views := func() []view {
+		var out []view
+		for _, q := range mc.s.Queues() {
+			out = append(out, view{q.Gauges(), q.NextReady()})
+		}
+		return out
+	}
+	was := views()
+	err := mc.s.ApplyTo(lsn, queue, rec)
 	if !errors.Is(err, state.ErrInvalid) {
-		t.Fatalf("%s: Apply(%d, %s %+v) = %v, want ErrInvalid", why, lsn, state.TypeName(rec.Type()), rec, err)
+		t.Fatalf("%s: ApplyTo(%d, queue %d, %s %.300v) = %v, want ErrInvalid", why, lsn, queue, state.TypeName(rec.Type()), rec, err)
 	}
 	if after := marshal(t, mc.s); !bytes.Equal(before, after) {
-		t.Fatalf("%s: refused record %+v changed the snapshot", why, rec)
+		t.Fatalf("%s: refused record %.300v changed the snapshot", why, rec)
 	}
-	if g := mc.s.Gauges(); g != gauges {
-		t.Fatalf("%s: refused record %+v changed the gauges: %+v, was %+v", why, rec, g, gauges)
-	}
-	if n := mc.s.NextReady(); n != next {
-		t.Fatalf("%s: refused record %+v changed NextReady", why, rec)
+	if now := views(); !slices.Equal(now, was) {
+		t.Fatalf("%s: refused record %.300v changed the gauges or NextReady of a queue: %+v, was %+v", why, rec, now, was)
 	}
 }
 
-// runningLease draws a lease that is still running, as a worker holds one:
-// when none is running, it gets one first. It returns nil when nothing is
-// ready either.
+// drawQueue draws a queue that exists.
+func (mc *machine) drawQueue(t *rapid.T, label string) *mQueue {
+	return mc.m.queue(rapid.SampledFrom(mc.m.liveIDs()).Draw(t, label))
+}
+
+// drawOther draws a queue that exists other than q, or nil.
+func (mc *machine) drawOther(t *rapid.T, q *mQueue, label string) *mQueue {
+	others := slices.DeleteFunc(mc.m.liveIDs(), func(id uint64) bool { return id == q.id })
+	if len(others) == 0 {
+		return nil
+	}
+	return mc.m.queue(rapid.SampledFrom(others).Draw(t, label))
+}
+
+// runningLease draws a lease that is still running, in any queue, as a
+// worker holds one: when none is running, it gets one first. It returns nil
+// when nothing is ready either.
 func (mc *machine) runningLease(t *rapid.T) *mItem {
 	m := mc.m
 	if len(m.filter(m.running)) == 0 {
-		mc.getOne(t)
+		mc.getOne(t, mc.drawQueue(t, "get from"))
 	}
 	leases := m.leasesByReceipt(m.running)
 	if len(leases) == 0 {
@@ -405,15 +600,27 @@ func drawDue(t *rapid.T, m *model, it *mItem) int64 {
 	return rapid.SampledFrom(dues).Draw(t, "due")
 }
 
-func drawCause(t *rapid.T) string {
-	return rapid.SampledFrom([]string{"", "boom", "timeout"}).Draw(t, "cause")
+func drawCause(t *rapid.T) string { return rapid.SampledFrom(causes).Draw(t, "cause") }
+
+// drawSettings draws valid settings, with small MaxInFlight caps.
+func drawSettings(t *rapid.T) state.Settings {
+	return state.Settings{
+		Visibility:  rapid.Int64Range(1, 100).Draw(t, "visibility setting"),
+		MaxAttempts: rapid.Int64Range(1, 5).Draw(t, "max attempts"),
+		KeyWindow:   rapid.Int64Range(0, 100).Draw(t, "key window"),
+		MaxItems:    rapid.Int64Range(0, 10).Draw(t, "max items"),
+		MaxBytes:    rapid.Int64Range(0, 100).Draw(t, "max bytes"),
+		MaxInFlight: rapid.SampledFrom([]int64{0, 0, 1, 2, 3}).Draw(t, "max in flight"),
+	}
 }
 
-// Put puts one to four items. A drawn key that the model says is held is
-// first shown to be held (by KeyHolder, and by a refused put when a stored
-// item holds it) and then dropped from the item.
+// Put puts one to four items into a queue. A drawn key that the model says
+// is held in that queue is first shown to be held (by KeyHolder, and by a
+// refused put when a stored item holds it) and then dropped from the item.
 func (mc *machine) Put(t *rapid.T) {
 	m := mc.m
+	q := mc.drawQueue(t, "queue")
+	sq := mc.s.Queue(q.id)
 	n := rapid.IntRange(1, 4).Draw(t, "items")
 	items := make([]state.NewItem, n)
 	inPut := map[string]bool{}
@@ -424,12 +631,12 @@ func (mc *machine) Put(t *rapid.T) {
 			deadline = due + rapid.Int64Range(1, 120).Draw(t, "ttl")
 		}
 		key := rapid.SampledFrom([]string{"", "", "a", "b", "c"}).Draw(t, "key")
-		if id, held := m.holder(key, keyWindow); key != "" && held {
-			if got, ok := mc.s.KeyHolder(key, m.now, keyWindow); !ok || got != id {
-				t.Fatalf("KeyHolder(%q) = %d, %v; model: held by %d", key, got, ok, id)
+		if id, held := m.holder(q, key, keyWindow); key != "" && held {
+			if got, ok := sq.KeyHolder(key, m.now, keyWindow); !ok || got != id {
+				t.Fatalf("queue %d: KeyHolder(%q) = %d, %v; model: held by %d", q.id, key, got, ok, id)
 			}
-			if m.item(id).status.stored() {
-				mc.mustReject(t, m.lsn+1, &state.Put{Time: m.now, Items: []state.NewItem{{Due: m.now, Key: key}}},
+			if m.storedHolder(q, key) != nil {
+				mc.mustReject(t, m.lsn+1, q.id, &state.Put{Time: m.now, Items: []state.NewItem{{Due: m.now, Key: key}}},
 					"put with a key of a stored item")
 			}
 			key = ""
@@ -447,61 +654,88 @@ func (mc *machine) Put(t *rapid.T) {
 			Priority: rapid.SampledFrom([]int64{-1, 0, 0, 2}).Draw(t, "priority"),
 		}
 	}
-	lsn := mc.apply(t, &state.Put{Time: m.now, Items: items})
-	m.put(lsn, items)
+	lsn := mc.apply(t, q.id, &state.Put{Time: m.now, Items: items})
+	m.put(q, lsn, items)
 }
 
-// Flood is a poison batch: many items put at once, each leased and
-// dead-lettered, so that redrives and purges work on a long dead-letter list.
+// Flood is a poison batch: many items put at once into a queue that
+// delivers, each leased and dead-lettered, so that redrives, moves and
+// purges work on a long dead-letter list.
 func (mc *machine) Flood(t *rapid.T) {
 	m := mc.m
+	var open []uint64
+	for _, q := range m.live() {
+		if m.mayLease(q) {
+			open = append(open, q.id)
+		}
+	}
+	if len(open) == 0 {
+		t.Skip("every queue is paused or at its cap")
+	}
+	q := m.queue(rapid.SampledFrom(open).Draw(t, "queue"))
 	items := make([]state.NewItem, rapid.IntRange(10, 40).Draw(t, "items"))
 	for i := range items {
 		items[i] = state.NewItem{Body: []byte{byte(i)}, Due: m.now, Priority: int64(i % 2)}
+		// Keyed dead letters, so that moves meet keys held in their target.
+		if i < len(testKeys) && rapid.Bool().Draw(t, "keyed") {
+			if _, held := m.holder(q, testKeys[i], keyWindow); !held {
+				items[i].Key = testKeys[i]
+			}
+		}
 	}
-	lsn := mc.apply(t, &state.Put{Time: m.now, Items: items})
-	m.put(lsn, items)
+	lsn := mc.apply(t, q.id, &state.Put{Time: m.now, Items: items})
+	m.put(q, lsn, items)
 	for _, it := range m.items[len(m.items)-len(items):] {
-		lsn := mc.apply(t, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now + 1})
+		lsn := mc.apply(t, q.id, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now + 1})
 		m.lease(it, lsn, m.now+1)
 		end := &state.End{Kind: state.TypeDeadLetter, Time: m.now, Receipt: it.receipt, Cause: "poison", Due: m.now, Dead: true}
-		lsn = mc.apply(t, end)
+		lsn = mc.apply(t, q.id, end)
 		m.end(end.Kind, it, lsn, end.Cause, end.Due, end.Dead)
 	}
 }
 
-// Get is one to three workers calling the queue's Get.
+// Get is one to three workers calling Get on a queue.
 func (mc *machine) Get(t *rapid.T) {
+	q := mc.drawQueue(t, "queue")
 	for range rapid.IntRange(1, 3).Draw(t, "workers") {
-		mc.getOne(t)
+		mc.getOne(t, q)
 	}
 }
 
 // getOne does what the queue's Get does: promote, take the next ready item,
-// lease it.
-func (mc *machine) getOne(t *rapid.T) {
+// lease it, unless the queue is paused or at its cap (then the lease is
+// refused).
+func (mc *machine) getOne(t *rapid.T, q *mQueue) {
 	m := mc.m
-	mc.s.Promote(m.now)
-	m.promote()
-	want := m.nextReady()
-	got := mc.s.NextReady()
+	sq := mc.s.Queue(q.id)
+	sq.Promote(m.now)
+	m.promote(q)
+	want := m.nextReady(q)
+	got := sq.NextReady()
 	if (want == nil) != (got == nil) || (want != nil && want.id != got.ID) {
-		t.Fatalf("NextReady at %d = %s, model: %s", m.now, describe(got), describeModel(want))
+		t.Fatalf("queue %d: NextReady at %d = %s, model: %s", q.id, m.now, describe(got), describeModel(want))
 	}
-	early := m.filter(func(it *mItem) bool { return it.status == mWaiting && it.due > m.now })
+	early := m.in(q, func(it *mItem) bool { return it.status == mWaiting && it.due > m.now })
 	if len(early) > 0 && rapid.Bool().Draw(t, "try a delayed item") {
 		it := slices.MinFunc(early, func(a, b *mItem) int { return cmp.Compare(a.due, b.due) })
-		mc.mustReject(t, m.lsn+1, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: it.due + 10}, "lease before due")
+		mc.mustReject(t, m.lsn+1, q.id, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: it.due + 10}, "lease before due")
 	}
 	if want == nil {
 		return
 	}
 	rec := &state.Lease{Time: m.now, ID: want.id, LeaseEnd: m.now + rapid.Int64Range(1, 60).Draw(t, "visibility")}
-	if !m.leasable(want) {
-		mc.mustReject(t, m.lsn+1, rec, "lease at or after the deadline")
+	switch {
+	case !m.leasable(want):
+		mc.mustReject(t, m.lsn+1, q.id, rec, "lease at or after the deadline")
+		return
+	case q.paused(m.now):
+		mc.mustReject(t, m.lsn+1, q.id, rec, "lease in a paused queue")
+		return
+	case m.atCap(q):
+		mc.mustReject(t, m.lsn+1, q.id, rec, "lease at the MaxInFlight cap")
 		return
 	}
-	lsn := mc.apply(t, rec)
+	lsn := mc.apply(t, q.id, rec)
 	m.lease(want, lsn, rec.LeaseEnd)
 }
 
@@ -509,14 +743,14 @@ func (mc *machine) getOne(t *rapid.T) {
 func (mc *machine) Extend(t *rapid.T) {
 	m := mc.m
 	if rapid.Bool().Draw(t, "another worker") {
-		mc.getOne(t)
+		mc.getOne(t, mc.drawQueue(t, "get from"))
 	}
 	it := mc.runningLease(t)
 	if it == nil {
 		return
 	}
 	rec := &state.Extend{Time: m.now, Receipt: it.receipt, LeaseEnd: m.now + rapid.Int64Range(1, 60).Draw(t, "extension")}
-	mc.apply(t, rec)
+	mc.apply(t, it.queue, rec)
 	it.leaseEnd = rec.LeaseEnd
 }
 
@@ -526,9 +760,9 @@ func (mc *machine) Ack(t *rapid.T) {
 	if it == nil {
 		return
 	}
-	mc.apply(t, &state.Ack{Time: m.now, Receipt: it.receipt})
+	mc.apply(t, it.queue, &state.Ack{Time: m.now, Receipt: it.receipt})
 	m.remove(it, mAcked)
-	m.counters.Acked++
+	m.queue(it.queue).counters.Acked++
 }
 
 func (mc *machine) Nack(t *rapid.T) {
@@ -539,8 +773,29 @@ func (mc *machine) Nack(t *rapid.T) {
 	}
 	rec := &state.End{Kind: state.TypeNack, Time: m.now, Receipt: it.receipt, Cause: drawCause(t),
 		Due: drawDue(t, m, it), Dead: rapid.IntRange(0, 3).Draw(t, "out of attempts") == 0}
-	lsn := mc.apply(t, rec)
+	lsn := mc.apply(t, it.queue, rec)
 	m.end(rec.Kind, it, lsn, rec.Cause, rec.Due, rec.Dead)
+}
+
+// Retry is a worker that fails an item over and over, so that its history
+// fills up and slides.
+func (mc *machine) Retry(t *rapid.T) {
+	m := mc.m
+	it := mc.runningLease(t)
+	if it == nil {
+		return
+	}
+	q := m.queue(it.queue)
+	for range rapid.IntRange(1, 2*state.HistoryLen).Draw(t, "retries") {
+		rec := &state.End{Kind: state.TypeNack, Time: m.now, Receipt: it.receipt, Cause: drawCause(t), Due: m.now}
+		lsn := mc.apply(t, q.id, rec)
+		m.end(rec.Kind, it, lsn, rec.Cause, rec.Due, rec.Dead)
+		if it.status != mWaiting || !m.leasable(it) || !m.mayLease(q) {
+			return
+		}
+		lease := &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now + 1}
+		m.lease(it, mc.apply(t, q.id, lease), lease.LeaseEnd)
+	}
 }
 
 func (mc *machine) DeadLetter(t *rapid.T) {
@@ -550,12 +805,12 @@ func (mc *machine) DeadLetter(t *rapid.T) {
 		return
 	}
 	rec := &state.End{Kind: state.TypeDeadLetter, Time: m.now, Receipt: it.receipt, Cause: drawCause(t), Due: m.now, Dead: true}
-	lsn := mc.apply(t, rec)
+	lsn := mc.apply(t, it.queue, rec)
 	m.end(rec.Kind, it, lsn, rec.Cause, rec.Due, rec.Dead)
 }
 
 // ExpireByTime moves the clock and expires what ExpiredLeases reports, as
-// the queue's timer does.
+// the timer does, each in the log of its queue.
 func (mc *machine) ExpireByTime(t *rapid.T) {
 	m := mc.m
 	m.now += rapid.Int64Range(0, 60).Draw(t, "advance")
@@ -574,7 +829,7 @@ func (mc *machine) ExpireByTime(t *rapid.T) {
 	for _, it := range want {
 		rec := &state.End{Kind: state.TypeExpire, Time: m.now, Receipt: it.receipt, Cause: "lease expired",
 			Due: drawDue(t, m, it), Dead: rapid.IntRange(0, 3).Draw(t, "out of attempts") == 0}
-		lsn := mc.apply(t, rec)
+		lsn := mc.apply(t, it.queue, rec)
 		m.end(rec.Kind, it, lsn, rec.Cause, rec.Due, rec.Dead)
 	}
 }
@@ -589,13 +844,15 @@ func (mc *machine) ExpireAll(t *rapid.T) {
 		t.Fatalf("OpenLeases() = %v, model: %v", itemIDs(got), ids(want))
 	}
 	for _, it := range want {
-		rec := &state.End{Kind: state.TypeExpire, Time: m.now, Receipt: it.receipt, Cause: "lease open at recovery",
+		rec := &state.End{Kind: state.TypeExpire, Time: m.now, Receipt: it.receipt, Cause: drawCause(t),
 			Due: drawDue(t, m, it), Dead: rapid.IntRange(0, 3).Draw(t, "out of attempts") == 0}
-		lsn := mc.apply(t, rec)
+		lsn := mc.apply(t, it.queue, rec)
 		m.end(rec.Kind, it, lsn, rec.Cause, rec.Due, rec.Dead)
 	}
 }
 
+// Discard drops items past their deadline, as the timer does: a subset of
+// those of one queue, in that queue's log.
 func (mc *machine) Discard(t *rapid.T) {
 	m := mc.m
 	want := m.passedDeadlines()
@@ -606,49 +863,149 @@ func (mc *machine) Discard(t *rapid.T) {
 	if len(want) == 0 {
 		return
 	}
-	discard := drawSubset(t, ids(want), "discard")
-	mc.apply(t, &state.Discard{Time: m.now, IDs: discard})
+	q := m.queue(m.item(rapid.SampledFrom(ids(want)).Draw(t, "of the queue of")).queue)
+	discard := drawSubset(t, ids(slices.DeleteFunc(want, func(it *mItem) bool { return it.queue != q.id })), "discard")
+	mc.apply(t, q.id, &state.Discard{Time: m.now, IDs: discard})
 	for _, id := range discard {
 		m.remove(m.item(id), mDiscarded)
-		m.counters.Discarded++
+		q.counters.Discarded++
 	}
+}
+
+// deadQueue draws a queue that has dead letters, or skips.
+func (mc *machine) deadQueue(t *rapid.T) *mQueue {
+	var with []uint64
+	for _, q := range mc.m.live() {
+		if len(q.dead) > 0 {
+			with = append(with, q.id)
+		}
+	}
+	if len(with) == 0 {
+		t.Skip("no dead letters")
+	}
+	return mc.m.queue(rapid.SampledFrom(with).Draw(t, "queue"))
 }
 
 func (mc *machine) Redrive(t *rapid.T) {
 	m := mc.m
-	if len(m.dead) == 0 {
-		t.Skip("no dead letters")
-	}
-	redrive := drawSubset(t, m.dead, "redrive")
-	lsn := mc.apply(t, &state.Redrive{Time: m.now, IDs: redrive})
+	q := mc.deadQueue(t)
+	redrive := drawSubset(t, q.dead, "redrive")
+	lsn := mc.apply(t, q.id, &state.Redrive{Time: m.now, IDs: redrive})
 	for _, id := range redrive {
-		it := m.item(id)
-		it.status, it.promoted = mWaiting, false
-		it.attempts = 0
-		it.due, it.seq = m.now, lsn
-		m.undead(id)
-		m.counters.Redriven++
+		m.requeue(m.item(id), lsn)
+		q.undead(id)
+		q.counters.Redriven++
 	}
 }
 
 func (mc *machine) Purge(t *rapid.T) {
 	m := mc.m
 	var purge []uint64
+	var q *mQueue
 	if rapid.Bool().Draw(t, "all") {
-		mc.apply(t, &state.Purge{Time: m.now, All: true})
-		purge = slices.Clone(m.dead)
+		q = mc.drawQueue(t, "queue")
+		mc.apply(t, q.id, &state.Purge{Time: m.now, All: true})
+		purge = slices.Clone(q.dead)
 	} else {
-		if len(m.dead) == 0 {
-			t.Skip("no dead letters")
-		}
-		purge = drawSubset(t, m.dead, "purge")
-		mc.apply(t, &state.Purge{Time: m.now, IDs: purge})
+		q = mc.deadQueue(t)
+		purge = drawSubset(t, q.dead, "purge")
+		mc.apply(t, q.id, &state.Purge{Time: m.now, IDs: purge})
 	}
 	for _, id := range purge {
 		m.remove(m.item(id), mPurged)
-		m.undead(id)
-		m.counters.Purged++
+		q.undead(id)
+		q.counters.Purged++
 	}
+}
+
+// CreateQueue creates a named queue, or shows that a create of a name that
+// exists is refused. A name that was deleted makes a new incarnation.
+func (mc *machine) CreateQueue(t *rapid.T) {
+	m := mc.m
+	name := rapid.SampledFrom(queueNames).Draw(t, "name")
+	rec := &state.CreateQueue{Time: m.now, Name: name, Settings: drawSettings(t)}
+	if q := m.byName(name); q != nil {
+		mc.mustReject(t, m.lsn+1, state.DefaultQueue, rec, "create of a queue that exists")
+		return
+	}
+	lsn := mc.apply(t, state.DefaultQueue, rec)
+	m.queues = append(m.queues, newMQueue(lsn, name, m.now, rec.Settings))
+}
+
+// SetQueue replaces the settings of a queue (the default queue too).
+func (mc *machine) SetQueue(t *rapid.T) {
+	q := mc.drawQueue(t, "queue")
+	rec := &state.SetQueue{Time: mc.m.now, Settings: drawSettings(t)}
+	mc.apply(t, q.id, rec)
+	q.settings = rec.Settings
+}
+
+// PauseQueue pauses a queue until resumed or until a time (past or
+// future), or resumes it.
+func (mc *machine) PauseQueue(t *rapid.T) {
+	m := mc.m
+	q := mc.drawQueue(t, "queue")
+	untils := []int64{0, math.MaxInt64, m.now, m.now + 1, m.now + rapid.Int64Range(1, 100).Draw(t, "pause for"), m.now - 1}
+	rec := &state.PauseQueue{Time: m.now, Until: rapid.SampledFrom(untils).Draw(t, "until")}
+	mc.apply(t, q.id, rec)
+	q.pausedUntil = rec.Until
+}
+
+// DeleteQueue deletes a named queue, forced or not; a delete not forced
+// while a lease is open is refused.
+func (mc *machine) DeleteQueue(t *rapid.T) {
+	m := mc.m
+	named := slices.DeleteFunc(m.liveIDs(), func(id uint64) bool { return id == state.DefaultQueue })
+	if len(named) == 0 {
+		t.Skip("no named queue")
+	}
+	q := m.queue(rapid.SampledFrom(named).Draw(t, "queue"))
+	if rapid.Bool().Draw(t, "lease first") {
+		mc.getOne(t, q)
+	}
+	rec := &state.DeleteQueue{Time: m.now, Force: rapid.Bool().Draw(t, "force")}
+	if !rec.Force && len(m.in(q, m.leased)) > 0 {
+		mc.mustReject(t, m.lsn+1, q.id, rec, "delete with leases open, not forced")
+		return
+	}
+	mc.apply(t, q.id, rec)
+	m.deleteQueue(q)
+	if mc.s.Queue(q.id) != nil || mc.s.QueueByName(q.name) != nil {
+		t.Fatalf("queue %d (%q) is still there after its delete", q.id, q.name)
+	}
+}
+
+// moveConflict is the dead letter of ids whose key a stored item holds in
+// to, or nil.
+func (m *model) moveConflict(to *mQueue, ids []uint64) *mItem {
+	for _, id := range ids {
+		if it := m.item(id); m.storedHolder(to, it.key) != nil {
+			return it
+		}
+	}
+	return nil
+}
+
+// Move redrives dead letters of one queue into another. A drawn set with a
+// key held by a stored item of the target is shown to be refused, then
+// moved without the conflicting items.
+func (mc *machine) Move(t *rapid.T) {
+	m := mc.m
+	q := mc.deadQueue(t)
+	to := mc.drawOther(t, q, "target")
+	if to == nil {
+		t.Skip("no other queue")
+	}
+	move := drawSubset(t, q.dead, "move")
+	if it := m.moveConflict(to, move); it != nil {
+		mc.mustReject(t, m.lsn+1, q.id, &state.Move{Time: m.now, Target: to.id, IDs: move}, "move with a key held in the target")
+		move = slices.DeleteFunc(move, func(id uint64) bool { return m.moveConflict(to, []uint64{id}) != nil })
+		if len(move) == 0 {
+			return
+		}
+	}
+	lsn := mc.apply(t, q.id, &state.Move{Time: m.now, Target: to.id, IDs: move})
+	m.move(q, to, lsn, move)
 }
 
 // Advance moves the clock, often to exactly the next time at which a rule
@@ -665,8 +1022,16 @@ func (mc *machine) Advance(t *rapid.T) {
 			}
 		case it.status == mLeased:
 			targets = append(targets, it.leaseEnd-1, it.leaseEnd)
-		case !it.status.stored() && it.key != "":
-			targets = append(targets, it.removedAt+keyWindow-1, it.removedAt+keyWindow)
+		}
+	}
+	for _, q := range m.live() {
+		for _, k := range q.keys {
+			if k.released != 0 {
+				targets = append(targets, k.released+keyWindow-1, k.released+keyWindow)
+			}
+		}
+		if q.pausedUntil != 0 && q.pausedUntil != math.MaxInt64 {
+			targets = append(targets, q.pausedUntil-1, q.pausedUntil)
 		}
 	}
 	targets = slices.DeleteFunc(targets, func(at int64) bool { return at <= m.now })
@@ -680,6 +1045,39 @@ func (mc *machine) Advance(t *rapid.T) {
 func (mc *machine) PruneKeys(*rapid.T) {
 	mc.s.PruneKeys(mc.m.now, keyWindow)
 	mc.m.prune()
+}
+
+// PruneKeysBy prunes a copy of the state, rebuilt from the log (so that
+// its released keys are in the live order, superseded ones included), with
+// each queue's own key window, as the directory does. It may forget a key
+// only once its queue's window has passed since the release, never a key
+// that a stored item holds, and asks only for the windows of queues that
+// exist.
+func (mc *machine) PruneKeysBy(t *rapid.T) {
+	m := mc.m
+	c := replay(t, state.New(), mc.log)
+	c.PruneKeysBy(m.now, func(id uint64) int64 {
+		q := m.queue(id)
+		if q == nil {
+			t.Fatalf("PruneKeysBy asks for the key window of queue %d, which does not exist", id)
+		}
+		return q.settings.KeyWindow
+	})
+	for _, q := range m.live() {
+		w := q.settings.KeyWindow
+		for key, k := range q.keys {
+			if k.released != 0 && k.released+w <= m.now {
+				continue
+			}
+			if id, held := c.Queue(q.id).KeyHolder(key, m.now, w); !held || id != k.id {
+				t.Fatalf("queue %d: after PruneKeysBy(%d), KeyHolder(%q, window %d) = %d, %v; model: held by %d (released at %d)",
+					q.id, m.now, key, w, id, held, k.id, k.released)
+			}
+		}
+	}
+	if _, queue, ok := c.NextKeyRelease(); ok && m.queue(queue) == nil {
+		t.Fatalf("after PruneKeysBy, NextKeyRelease names queue %d, which does not exist", queue)
+	}
 }
 
 func (mc *machine) Checkpoint(t *rapid.T) {
@@ -744,7 +1142,8 @@ func (mc *machine) Replay(t *rapid.T) {
 	}
 }
 
-// replay applies logged records to s, each decoded from its encoding.
+// replay applies logged records to s, each decoded from its encoding, in
+// the log of its queue.
 func replay(t *rapid.T, s *state.State, log []logged) *state.State {
 	t.Helper()
 	for _, l := range log {
@@ -755,8 +1154,8 @@ func replay(t *rapid.T, s *state.State, log []logged) *state.State {
 		if again, err := state.Encode(nil, rec); err != nil || !bytes.Equal(again, l.body) {
 			t.Fatalf("record %d does not encode again to the same bytes (%v)", l.lsn, err)
 		}
-		if err := s.Apply(l.lsn, rec); err != nil {
-			t.Fatalf("replay record %d: %v", l.lsn, err)
+		if err := s.ApplyTo(l.lsn, l.queue, rec); err != nil {
+			t.Fatalf("replay record %d of queue %d: %v", l.lsn, l.queue, err)
 		}
 	}
 	return s
@@ -769,13 +1168,13 @@ func (bogus) Type() byte { return 200 }
 func (bogus) At() int64  { return clockStart }
 
 // invalidCase makes one kind of record that must be refused, when the
-// model's state allows it. Cases about a running lease or one that ran out
-// say so in needs.
+// model's state allows it, with the queue whose log it is in. Cases about a
+// running lease or one that ran out say so in needs.
 type invalidCase struct {
 	name  string
 	needs string // "", "running" or "over"
 	ok    func(m *model) bool
-	make  func(t *rapid.T, m *model) (lsn uint64, rec state.Record)
+	make  func(t *rapid.T, m *model) (lsn, queue uint64, rec state.Record)
 }
 
 func always(*model) bool { return true }
@@ -790,13 +1189,39 @@ func draw(t *rapid.T, m *model, keep func(m *model, it *mItem) bool, label strin
 	return m.item(rapid.SampledFrom(ids(m.filter(func(it *mItem) bool { return keep(m, it) }))).Draw(t, label))
 }
 
-func isRunning(m *model, it *mItem) bool { return m.running(it) }
-func isOver(m *model, it *mItem) bool    { return it.status == mLeased && it.leaseEnd <= m.now }
-func isDead(_ *model, it *mItem) bool    { return it.status == mDead }
-func isPassed(m *model, it *mItem) bool  { return m.passed(it) }
+// anyQueue draws a queue that exists.
+func anyQueue(t *rapid.T, m *model) *mQueue {
+	return m.queue(rapid.SampledFrom(m.liveIDs()).Draw(t, "queue"))
+}
 
-// notDead draws an ID that no Redrive or Purge may name: a waiting, leased
-// or removed item, or one never put.
+// otherQueue draws a queue that exists other than the one with id (there
+// must be one).
+func otherQueue(t *rapid.T, m *model, id uint64) *mQueue {
+	return m.queue(rapid.SampledFrom(slices.DeleteFunc(m.liveIDs(), func(q uint64) bool { return q == id })).Draw(t, "other queue"))
+}
+
+func twoQueues(m *model) bool { return len(m.live()) > 1 }
+
+func and(a, b func(*model) bool) func(*model) bool {
+	return func(m *model) bool { return a(m) && b(m) }
+}
+
+// home is the queue of item id when it is stored, else any queue.
+func home(t *rapid.T, m *model, id uint64) uint64 {
+	if it := m.item(id); it != nil && it.status.stored() {
+		return it.queue
+	}
+	return anyQueue(t, m).id
+}
+
+func isRunning(m *model, it *mItem) bool  { return m.running(it) }
+func isOver(m *model, it *mItem) bool     { return it.status == mLeased && it.leaseEnd <= m.now }
+func isDead(_ *model, it *mItem) bool     { return it.status == mDead }
+func isPassed(m *model, it *mItem) bool   { return m.passed(it) }
+func isLeasable(m *model, it *mItem) bool { return m.leasable(it) }
+
+// notDead draws an ID that no Redrive, Purge or Move may name: a waiting,
+// leased or removed item, one of a deleted queue, or one never put.
 func notDead(t *rapid.T, m *model) uint64 {
 	cands := []uint64{0, uint64(len(m.items) + 1), uint64(len(m.items) + 9)}
 	for _, it := range m.items {
@@ -833,44 +1258,112 @@ func endRecord(t *rapid.T, m *model, receipt uint64, kinds []byte) state.Record 
 	}
 }
 
+var allEnds = []byte{state.TypeAck, state.TypeExtend, state.TypeNack, state.TypeDeadLetter, state.TypeExpire}
+
+// withDead is a queue that has dead letters.
+func withDead(m *model) bool {
+	return slices.ContainsFunc(m.live(), func(q *mQueue) bool { return len(q.dead) > 0 })
+}
+
+func deadQueueOf(t *rapid.T, m *model) *mQueue {
+	return m.queue(draw(t, m, isDead, "dead").queue)
+}
+
+// badSettings draws settings that no queue may have.
+func badSettings(t *rapid.T) state.Settings {
+	set := state.Settings{Visibility: 10, MaxAttempts: 3}
+	bad := -rapid.Int64Range(0, 3).Draw(t, "bad value")
+	switch rapid.IntRange(0, 5).Draw(t, "bad field") {
+	case 0:
+		set.Visibility = bad
+	case 1:
+		set.MaxAttempts = bad
+	case 2:
+		set.KeyWindow = min(bad, -1)
+	case 3:
+		set.MaxItems = min(bad, -1)
+	case 4:
+		set.MaxBytes = min(bad, -1)
+	case 5:
+		set.MaxInFlight = min(bad, -1)
+	}
+	return set
+}
+
+// keyClash is a dead letter with a key that a stored item of another queue
+// holds: moving it there must be refused.
+func keyClash(m *model) (*mItem, *mQueue) {
+	for _, it := range m.filter(func(it *mItem) bool { return it.status == mDead && it.key != "" }) {
+		for _, to := range m.live() {
+			if to.id != it.queue && m.storedHolder(to, it.key) != nil {
+				return it, to
+			}
+		}
+	}
+	return nil, nil
+}
+
+// whats is the highest choice among purge (0), redrive (1) and move (2,
+// which needs a second queue).
+func whats(m *model) int {
+	if twoQueues(m) {
+		return 2
+	}
+	return 1
+}
+
+// oldIncarnation is a deleted queue that had items or leases and the queue
+// that exists under its name now, if one does.
+func oldIncarnation(m *model) (old, now *mQueue) {
+	for _, q := range m.queues {
+		used := slices.ContainsFunc(m.items, func(it *mItem) bool { return it.status == mGone && it.queue == q.id }) ||
+			slices.ContainsFunc(m.receipts, func(r receiptOf) bool { return r.queue == q.id })
+		if q.deleted && used {
+			if cur := m.byName(q.name); cur != nil {
+				return q, cur
+			}
+		}
+	}
+	return nil, nil
+}
+
 var invalidCases = []invalidCase{
-	{"lsn out of sequence", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"lsn out of sequence", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
 		lsn := rapid.SampledFrom([]uint64{0, m.lsn, m.lsn + 2, m.lsn + 100}).Draw(t, "lsn")
 		if lsn == m.lsn+1 {
 			lsn = 0
 		}
-		return lsn, &state.Put{Time: m.now, Items: []state.NewItem{{Body: []byte("x"), Due: m.now}}}
+		return lsn, anyQueue(t, m).id, &state.Put{Time: m.now, Items: []state.NewItem{{Body: []byte("x"), Due: m.now}}}
 	}},
-	{"stale or unknown receipt", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"stale or unknown receipt", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
 		cands := []uint64{0, m.lsn + 1, m.lsn + 7}
 		for _, r := range m.receipts {
-			if m.byReceipt(r) == nil {
-				cands = append(cands, r)
+			if m.byReceipt(r.receipt) == nil {
+				cands = append(cands, r.receipt)
 			}
 		}
 		receipt := rapid.SampledFrom(cands).Draw(t, "receipt")
-		kinds := []byte{state.TypeAck, state.TypeExtend, state.TypeNack, state.TypeDeadLetter, state.TypeExpire}
-		return m.lsn + 1, endRecord(t, m, receipt, kinds)
+		return m.lsn + 1, anyQueue(t, m).id, endRecord(t, m, receipt, allEnds)
 	}},
-	{"lease already over", "over", has(isOver), func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"lease already over", "over", has(isOver), func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
 		it := draw(t, m, isOver, "lease")
 		kinds := []byte{state.TypeAck, state.TypeExtend, state.TypeNack, state.TypeDeadLetter}
-		return m.lsn + 1, endRecord(t, m, it.receipt, kinds)
+		return m.lsn + 1, it.queue, endRecord(t, m, it.receipt, kinds)
 	}},
 	{"lease before due", "", has(func(m *model, it *mItem) bool { return it.status == mWaiting && it.due > m.now }),
-		func(t *rapid.T, m *model) (uint64, state.Record) {
+		func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
 			it := draw(t, m, func(m *model, it *mItem) bool { return it.status == mWaiting && it.due > m.now }, "delayed")
 			if rapid.Bool().Draw(t, "just before") {
 				m.now = it.due - 1
 			}
-			return m.lsn + 1, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now + 10}
+			return m.lsn + 1, it.queue, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now + 10}
 		}},
 	{"lease at or after deadline", "", has(func(m *model, it *mItem) bool { return m.passed(it) && it.due <= m.now }),
-		func(t *rapid.T, m *model) (uint64, state.Record) {
+		func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
 			it := draw(t, m, func(m *model, it *mItem) bool { return m.passed(it) && it.due <= m.now }, "expired")
-			return m.lsn + 1, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now + 10}
+			return m.lsn + 1, it.queue, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now + 10}
 		}},
-	{"lease of an item not waiting", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"lease of an item not waiting", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
 		cands := []uint64{0, uint64(len(m.items) + 1)}
 		for _, it := range m.items {
 			if it.status != mWaiting {
@@ -878,70 +1371,132 @@ var invalidCases = []invalidCase{
 			}
 		}
 		id := rapid.SampledFrom(cands).Draw(t, "id")
-		return m.lsn + 1, &state.Lease{Time: m.now, ID: id, LeaseEnd: m.now + 10}
+		return m.lsn + 1, home(t, m, id), &state.Lease{Time: m.now, ID: id, LeaseEnd: m.now + 10}
 	}},
-	{"lease that ends before it starts", "", has(func(m *model, it *mItem) bool { return m.leasable(it) }),
-		func(t *rapid.T, m *model) (uint64, state.Record) {
-			it := draw(t, m, func(m *model, it *mItem) bool { return m.leasable(it) }, "ready")
-			return m.lsn + 1, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now - rapid.Int64Range(0, 5).Draw(t, "back")}
+	{"lease that ends before it starts", "", has(isLeasable),
+		func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+			it := draw(t, m, isLeasable, "ready")
+			return m.lsn + 1, it.queue, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now - rapid.Int64Range(0, 5).Draw(t, "back")}
 		}},
-	{"extend to the past", "running", has(isRunning), func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"lease in a paused queue", "", has(func(m *model, it *mItem) bool { return m.leasable(it) && m.queue(it.queue).paused(m.now) }),
+		func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+			it := draw(t, m, func(m *model, it *mItem) bool { return m.leasable(it) && m.queue(it.queue).paused(m.now) }, "ready")
+			return m.lsn + 1, it.queue, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now + 10}
+		}},
+	{"lease at the MaxInFlight cap", "", has(func(m *model, it *mItem) bool { return m.leasable(it) && m.atCap(m.queue(it.queue)) }),
+		func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+			it := draw(t, m, func(m *model, it *mItem) bool { return m.leasable(it) && m.atCap(m.queue(it.queue)) }, "ready")
+			return m.lsn + 1, it.queue, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now + 10}
+		}},
+	{"lease of an item of another queue", "", and(twoQueues, has(isLeasable)),
+		func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+			it := draw(t, m, isLeasable, "ready")
+			return m.lsn + 1, otherQueue(t, m, it.queue).id, &state.Lease{Time: m.now, ID: it.id, LeaseEnd: m.now + 10}
+		}},
+	{"lease ending in the log of another queue", "running", and(twoQueues, has(isRunning)),
+		func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+			it := draw(t, m, isRunning, "lease")
+			return m.lsn + 1, otherQueue(t, m, it.queue).id, endRecord(t, m, it.receipt, allEnds)
+		}},
+	{"extend to the past", "running", has(isRunning), func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
 		it := draw(t, m, isRunning, "lease")
-		return m.lsn + 1, &state.Extend{Time: m.now, Receipt: it.receipt, LeaseEnd: m.now - rapid.Int64Range(0, 5).Draw(t, "back")}
+		return m.lsn + 1, it.queue, &state.Extend{Time: m.now, Receipt: it.receipt, LeaseEnd: m.now - rapid.Int64Range(0, 5).Draw(t, "back")}
 	}},
-	{"deadletter that does not dead-letter", "running", has(isRunning), func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"deadletter that does not dead-letter", "running", has(isRunning), func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
 		it := draw(t, m, isRunning, "lease")
-		return m.lsn + 1, &state.End{Kind: state.TypeDeadLetter, Time: m.now, Receipt: it.receipt, Due: m.now}
+		return m.lsn + 1, it.queue, &state.End{Kind: state.TypeDeadLetter, Time: m.now, Receipt: it.receipt, Due: m.now}
 	}},
-	{"end of an unknown kind", "running", has(isRunning), func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"end of an unknown kind", "running", has(isRunning), func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
 		it := draw(t, m, isRunning, "lease")
-		kind := rapid.SampledFrom([]byte{0, state.TypePut, state.TypeLease, state.TypeAck, state.TypePurge, 11, 255}).Draw(t, "kind")
-		return m.lsn + 1, &state.End{Kind: kind, Time: m.now, Receipt: it.receipt, Due: m.now}
+		kind := rapid.SampledFrom([]byte{0, state.TypePut, state.TypeLease, state.TypeAck, state.TypePurge, state.TypeCreateQueue, state.TypeMove, 255}).Draw(t, "kind")
+		return m.lsn + 1, it.queue, &state.End{Kind: kind, Time: m.now, Receipt: it.receipt, Due: m.now}
 	}},
-	{"redrive of an item not dead", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
-		return m.lsn + 1, &state.Redrive{Time: m.now, IDs: withIntruder(t, m.dead, notDead(t, m))}
+	{"redrive of an item not dead", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		q := anyQueue(t, m)
+		return m.lsn + 1, q.id, &state.Redrive{Time: m.now, IDs: withIntruder(t, q.dead, notDead(t, m))}
 	}},
-	{"purge of an item not dead", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
-		return m.lsn + 1, &state.Purge{Time: m.now, IDs: withIntruder(t, m.dead, notDead(t, m))}
+	{"purge of an item not dead", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		q := anyQueue(t, m)
+		return m.lsn + 1, q.id, &state.Purge{Time: m.now, IDs: withIntruder(t, q.dead, notDead(t, m))}
 	}},
-	{"redrive or purge naming one twice", "", has(isDead), func(t *rapid.T, m *model) (uint64, state.Record) {
-		named := drawSubset(t, m.dead, "dead")
+	{"redrive, purge or move of a dead letter of another queue", "", and(twoQueues, withDead),
+		func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+			it := draw(t, m, isDead, "dead")
+			q := otherQueue(t, m, it.queue)
+			named := withIntruder(t, q.dead, it.id)
+			switch rapid.IntRange(0, 2).Draw(t, "what") {
+			case 0:
+				return m.lsn + 1, q.id, &state.Purge{Time: m.now, IDs: named}
+			case 1:
+				return m.lsn + 1, q.id, &state.Redrive{Time: m.now, IDs: named}
+			}
+			return m.lsn + 1, q.id, &state.Move{Time: m.now, Target: it.queue, IDs: named}
+		}},
+	{"redrive, purge or move naming one twice", "", withDead, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		q := deadQueueOf(t, m)
+		named := drawSubset(t, q.dead, "dead")
 		named = insertAnywhere(t, named, rapid.SampledFrom(named).Draw(t, "twice"))
-		if rapid.Bool().Draw(t, "purge") {
-			return m.lsn + 1, &state.Purge{Time: m.now, IDs: named}
+		switch rapid.IntRange(0, whats(m)).Draw(t, "what") {
+		case 0:
+			return m.lsn + 1, q.id, &state.Purge{Time: m.now, IDs: named}
+		case 1:
+			return m.lsn + 1, q.id, &state.Redrive{Time: m.now, IDs: named}
 		}
-		return m.lsn + 1, &state.Redrive{Time: m.now, IDs: named}
+		return m.lsn + 1, q.id, &state.Move{Time: m.now, Target: otherQueue(t, m, q.id).id, IDs: named}
 	}},
-	{"redrive or purge of nothing", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
-		if rapid.Bool().Draw(t, "purge") {
-			return m.lsn + 1, &state.Purge{Time: m.now}
+	{"redrive, purge or move of nothing", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		q := anyQueue(t, m)
+		switch rapid.IntRange(0, whats(m)).Draw(t, "what") {
+		case 0:
+			return m.lsn + 1, q.id, &state.Purge{Time: m.now}
+		case 1:
+			return m.lsn + 1, q.id, &state.Redrive{Time: m.now}
 		}
-		return m.lsn + 1, &state.Redrive{Time: m.now}
+		return m.lsn + 1, q.id, &state.Move{Time: m.now, Target: otherQueue(t, m, q.id).id}
 	}},
-	{"purge of all naming items", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
-		return m.lsn + 1, &state.Purge{Time: m.now, All: true, IDs: []uint64{rapid.Uint64Range(0, m.lsn+1).Draw(t, "id")}}
+	{"purge of all naming items", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		return m.lsn + 1, anyQueue(t, m).id, &state.Purge{Time: m.now, All: true, IDs: []uint64{rapid.Uint64Range(0, m.lsn+1).Draw(t, "id")}}
 	}},
-	{"put of no items", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
-		return m.lsn + 1, &state.Put{Time: m.now}
+	{"move into a queue that does not exist", "", withDead, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		q := deadQueueOf(t, m)
+		target := rapid.SampledFrom(m.notQueues()).Draw(t, "target")
+		return m.lsn + 1, q.id, &state.Move{Time: m.now, Target: target, IDs: drawSubset(t, q.dead, "dead")}
 	}},
-	{"put with a deadline not after due", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"move into its own queue", "", withDead, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		q := deadQueueOf(t, m)
+		return m.lsn + 1, q.id, &state.Move{Time: m.now, Target: q.id, IDs: drawSubset(t, q.dead, "dead")}
+	}},
+	{"move with a key held in the target", "", func(m *model) bool { it, _ := keyClash(m); return it != nil },
+		func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+			it, to := keyClash(m)
+			q := m.queue(it.queue)
+			return m.lsn + 1, q.id, &state.Move{Time: m.now, Target: to.id, IDs: withIntruder(t, q.dead, it.id)}
+		}},
+	{"move of an item not dead", "", twoQueues, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		q := anyQueue(t, m)
+		return m.lsn + 1, q.id, &state.Move{Time: m.now, Target: otherQueue(t, m, q.id).id, IDs: withIntruder(t, q.dead, notDead(t, m))}
+	}},
+	{"put of no items", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		return m.lsn + 1, anyQueue(t, m).id, &state.Put{Time: m.now}
+	}},
+	{"put with a deadline not after due", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
 		due := m.now + rapid.Int64Range(0, 30).Draw(t, "delay")
 		bad := state.NewItem{Body: []byte("bad"), Due: due, Deadline: due - rapid.Int64Range(0, 5).Draw(t, "before")}
 		items := []state.NewItem{{Body: []byte("good"), Due: m.now}}
-		return m.lsn + 1, &state.Put{Time: m.now, Items: slices.Insert(items, rapid.IntRange(0, 1).Draw(t, "at"), bad)}
+		return m.lsn + 1, anyQueue(t, m).id, &state.Put{Time: m.now, Items: slices.Insert(items, rapid.IntRange(0, 1).Draw(t, "at"), bad)}
 	}},
-	{"put with one key twice", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"put with one key twice", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
 		key := rapid.SampledFrom(testKeys).Draw(t, "key")
-		return m.lsn + 1, &state.Put{Time: m.now, Items: []state.NewItem{
+		return m.lsn + 1, anyQueue(t, m).id, &state.Put{Time: m.now, Items: []state.NewItem{
 			{Due: m.now, Key: key}, {Due: m.now}, {Due: m.now, Key: key}}}
 	}},
 	{"put with the key of a stored item", "", has(func(m *model, it *mItem) bool { return it.key != "" && it.status.stored() }),
-		func(t *rapid.T, m *model) (uint64, state.Record) {
+		func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
 			it := draw(t, m, func(m *model, it *mItem) bool { return it.key != "" && it.status.stored() }, "holder")
 			items := []state.NewItem{{Due: m.now}, {Due: m.now, Key: it.key}}
-			return m.lsn + 1, &state.Put{Time: m.now, Items: items}
+			return m.lsn + 1, it.queue, &state.Put{Time: m.now, Items: items}
 		}},
-	{"discard of an item not past its deadline", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
+	{"discard of an item not past its deadline", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
 		cands := []uint64{0, uint64(len(m.items) + 1)}
 		for _, it := range m.items {
 			if !m.passed(it) {
@@ -949,17 +1504,103 @@ var invalidCases = []invalidCase{
 			}
 		}
 		bad := rapid.SampledFrom(cands).Draw(t, "not passed")
-		return m.lsn + 1, &state.Discard{Time: m.now, IDs: withIntruder(t, ids(m.passedDeadlines()), bad)}
+		q := m.queue(home(t, m, bad))
+		passed := ids(m.in(q, m.passed))
+		return m.lsn + 1, q.id, &state.Discard{Time: m.now, IDs: withIntruder(t, passed, bad)}
 	}},
-	{"discard naming one twice", "", has(isPassed), func(t *rapid.T, m *model) (uint64, state.Record) {
-		named := drawSubset(t, ids(m.passedDeadlines()), "passed")
-		return m.lsn + 1, &state.Discard{Time: m.now, IDs: insertAnywhere(t, named, rapid.SampledFrom(named).Draw(t, "twice"))}
+	{"discard of an item of another queue", "", and(twoQueues, has(isPassed)), func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		it := draw(t, m, isPassed, "passed")
+		q := otherQueue(t, m, it.queue)
+		return m.lsn + 1, q.id, &state.Discard{Time: m.now, IDs: withIntruder(t, ids(m.in(q, m.passed)), it.id)}
 	}},
-	{"discard of nothing", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
-		return m.lsn + 1, &state.Discard{Time: m.now}
+	{"discard naming one twice", "", has(isPassed), func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		q := m.queue(draw(t, m, isPassed, "passed").queue)
+		named := drawSubset(t, ids(m.in(q, m.passed)), "passed")
+		return m.lsn + 1, q.id, &state.Discard{Time: m.now, IDs: insertAnywhere(t, named, rapid.SampledFrom(named).Draw(t, "twice"))}
 	}},
-	{"unknown record", "", always, func(t *rapid.T, m *model) (uint64, state.Record) {
-		return m.lsn + 1, bogus{}
+	{"discard of nothing", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		return m.lsn + 1, anyQueue(t, m).id, &state.Discard{Time: m.now}
+	}},
+	{"record of a queue that does not exist", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		queue := rapid.SampledFrom(m.notQueues()).Draw(t, "queue")
+		id := rapid.Uint64Range(0, uint64(len(m.items)+1)).Draw(t, "id")
+		recs := []state.Record{
+			&state.Put{Time: m.now, Items: []state.NewItem{{Due: m.now}}},
+			&state.Lease{Time: m.now, ID: id, LeaseEnd: m.now + 10},
+			endRecord(t, m, rapid.Uint64Range(0, m.lsn+1).Draw(t, "receipt"), allEnds),
+			&state.SetQueue{Time: m.now, Settings: drawSettings(t)},
+			&state.PauseQueue{Time: m.now, Until: math.MaxInt64},
+			&state.PauseQueue{Time: m.now},
+			&state.DeleteQueue{Time: m.now, Force: true},
+			&state.Move{Time: m.now, Target: state.DefaultQueue, IDs: []uint64{id}},
+			&state.Redrive{Time: m.now, IDs: []uint64{id}},
+			&state.Discard{Time: m.now, IDs: []uint64{id}},
+			&state.Purge{Time: m.now, All: true},
+		}
+		return m.lsn + 1, queue, recs[rapid.IntRange(0, len(recs)-1).Draw(t, "record")]
+	}},
+	{"receipt or item of a deleted incarnation", "", func(m *model) bool { old, _ := oldIncarnation(m); return old != nil },
+		func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+			old, cur := oldIncarnation(m)
+			var receipts []uint64
+			for _, r := range m.receipts {
+				if r.queue == old.id {
+					receipts = append(receipts, r.receipt)
+				}
+			}
+			gone := ids(m.filter(func(it *mItem) bool { return it.status == mGone && it.queue == old.id }))
+			if len(gone) == 0 || len(receipts) > 0 && rapid.Bool().Draw(t, "a receipt") {
+				return m.lsn + 1, cur.id, endRecord(t, m, rapid.SampledFrom(receipts).Draw(t, "receipt"), allEnds)
+			}
+			id := rapid.SampledFrom(gone).Draw(t, "id")
+			recs := []state.Record{
+				&state.Lease{Time: m.now, ID: id, LeaseEnd: m.now + 10},
+				&state.Redrive{Time: m.now, IDs: []uint64{id}},
+				&state.Purge{Time: m.now, IDs: []uint64{id}},
+				&state.Discard{Time: m.now, IDs: []uint64{id}},
+				&state.Move{Time: m.now, Target: state.DefaultQueue, IDs: []uint64{id}},
+			}
+			return m.lsn + 1, cur.id, recs[rapid.IntRange(0, len(recs)-1).Draw(t, "record")]
+		}},
+	{"queue creation in the log of a queue", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		queue := rapid.SampledFrom(append(m.notQueues(), m.liveIDs()...)).Draw(t, "queue")
+		if queue == state.DefaultQueue {
+			queue = m.lsn + 1
+		}
+		name := rapid.SampledFrom(queueNames).Draw(t, "name")
+		return m.lsn + 1, queue, &state.CreateQueue{Time: m.now, Name: name, Settings: drawSettings(t)}
+	}},
+	{"create of a queue that exists", "", func(m *model) bool { return len(m.live()) > 1 },
+		func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+			q := otherQueue(t, m, state.DefaultQueue)
+			return m.lsn + 1, state.DefaultQueue, &state.CreateQueue{Time: m.now, Name: q.name, Settings: drawSettings(t)}
+		}},
+	{"create with a bad name", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		name := rapid.SampledFrom([]string{"", "-jobs", ".jobs", "_jobs", "jo bs", "jobs/1", "jobs*", "jöbs", "jobs\x00",
+			strings.Repeat("j", state.MaxQueueName+1)}).Draw(t, "bad name")
+		return m.lsn + 1, state.DefaultQueue, &state.CreateQueue{Time: m.now, Name: name, Settings: drawSettings(t)}
+	}},
+	{"create or set with bad settings", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		if rapid.Bool().Draw(t, "create") {
+			name := fmt.Sprintf("fresh%d", m.lsn)
+			return m.lsn + 1, state.DefaultQueue, &state.CreateQueue{Time: m.now, Name: name, Settings: badSettings(t)}
+		}
+		return m.lsn + 1, anyQueue(t, m).id, &state.SetQueue{Time: m.now, Settings: badSettings(t)}
+	}},
+	{"pause until a negative time", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		until := rapid.SampledFrom([]int64{-1, math.MinInt64}).Draw(t, "until")
+		return m.lsn + 1, anyQueue(t, m).id, &state.PauseQueue{Time: m.now, Until: until}
+	}},
+	{"delete of the default queue", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		return m.lsn + 1, state.DefaultQueue, &state.DeleteQueue{Time: m.now, Force: rapid.Bool().Draw(t, "force")}
+	}},
+	{"delete with leases open, not forced", "", has(func(m *model, it *mItem) bool { return it.status == mLeased && it.queue != state.DefaultQueue }),
+		func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+			it := draw(t, m, func(m *model, it *mItem) bool { return it.status == mLeased && it.queue != state.DefaultQueue }, "lease")
+			return m.lsn + 1, it.queue, &state.DeleteQueue{Time: m.now}
+		}},
+	{"unknown record", "", always, func(t *rapid.T, m *model) (uint64, uint64, state.Record) {
+		return m.lsn + 1, anyQueue(t, m).id, bogus{}
 	}},
 }
 
@@ -982,8 +1623,8 @@ func (mc *machine) Invalid(t *rapid.T) {
 	}
 	name := rapid.SampledFrom(names).Draw(t, "invalid")
 	i := slices.IndexFunc(invalidCases, func(c invalidCase) bool { return c.name == name })
-	lsn, rec := invalidCases[i].make(t, mc.m)
-	mc.mustReject(t, lsn, rec, name)
+	lsn, queue, rec := invalidCases[i].make(t, mc.m)
+	mc.mustReject(t, lsn, queue, rec, name)
 }
 
 func itemIDs(items []*state.Item) []uint64 {
@@ -1007,7 +1648,7 @@ func isSubsequence(sub, all []uint64) bool {
 
 // itemView is the exported content of an item, comparable with ==.
 type itemView struct {
-	ID                        uint64
+	ID, Queue                 uint64
 	Body, Key                 string
 	Priority                  int64
 	EnqueuedAt, Due, Deadline int64
@@ -1018,31 +1659,49 @@ type itemView struct {
 	LeaseEnd                  int64
 	LastError                 string
 	EndedAt                   int64
+	History                   string
+}
+
+func historyView(h []state.Attempt) string {
+	var b strings.Builder
+	for _, a := range h {
+		fmt.Fprintf(&b, "[%d-%d %s %q]", a.Start, a.End, state.TypeName(a.How), a.Error)
+	}
+	return b.String()
 }
 
 func viewOf(it *state.Item) itemView {
-	return itemView{it.ID, string(it.Body), it.Key, it.Priority, it.EnqueuedAt, it.Due, it.Deadline, it.Seq,
-		it.Attempts, it.Deliveries, it.Status, it.Receipt, it.LeaseEnd, it.LastError, it.EndedAt}
+	return itemView{it.ID, it.Queue, string(it.Body), it.Key, it.Priority, it.EnqueuedAt, it.Due, it.Deadline, it.Seq,
+		it.Attempts, it.Deliveries, it.Status, it.Receipt, it.LeaseEnd, it.LastError, it.EndedAt, historyView(it.History)}
 }
 
 func (it *mItem) view() itemView {
 	st := map[mStatus]state.Status{mWaiting: state.Waiting, mLeased: state.Leased, mDead: state.Dead}[it.status]
-	return itemView{it.id, string(it.body), it.key, it.priority, it.enqueuedAt, it.due, it.deadline, it.seq,
-		it.attempts, it.deliveries, st, it.receipt, it.leaseEnd, it.lastError, it.endedAt}
+	return itemView{it.id, it.queue, string(it.body), it.key, it.priority, it.enqueuedAt, it.due, it.deadline, it.seq,
+		it.attempts, it.deliveries, st, it.receipt, it.leaseEnd, it.lastError, it.endedAt, historyView(it.history)}
 }
 
 func describe(it *state.Item) string {
 	if it == nil {
 		return "none"
 	}
-	return fmt.Sprintf("%+v", viewOf(it))
+	return fmt.Sprintf("%.2000v", viewOf(it))
 }
 
 func describeModel(it *mItem) string {
 	if it == nil {
 		return "none"
 	}
-	return fmt.Sprintf("%+v", it.view())
+	return fmt.Sprintf("%.2000v", it.view())
+}
+
+// queueView is what a queue says of itself.
+type queueView struct {
+	ID          uint64
+	Name        string
+	Created     int64
+	Settings    state.Settings
+	PausedUntil int64
 }
 
 // Check compares every query of the state with the model. It runs after
@@ -1053,14 +1712,53 @@ func (mc *machine) Check(t *rapid.T) {
 		t.Fatalf("LastLSN, LastTime, NextID = %d, %d, %d; model: %d, %d, %d",
 			s.LastLSN(), s.LastTime(), s.NextID(), m.lsn, m.lastTime, len(m.items)+1)
 	}
-	if c := s.Counters(); c != m.counters {
-		t.Fatalf("Counters() = %+v, model: %+v", c, m.counters)
+
+	// The queues: those that exist, by ID and by name; none of the others.
+	var gotQ, wantQ []queueView
+	for _, q := range s.Queues() {
+		gotQ = append(gotQ, queueView{q.ID(), q.Name(), q.Created(), q.Settings(), q.PausedUntil()})
+	}
+	for _, q := range m.live() {
+		wantQ = append(wantQ, queueView{q.id, q.name, q.created, q.settings, q.pausedUntil})
+		if sq := s.Queue(q.id); sq == nil || sq.ID() != q.id {
+			t.Fatalf("Queue(%d) = %v", q.id, sq)
+		}
+		if sq := s.QueueByName(q.name); sq == nil || sq.ID() != q.id {
+			t.Fatalf("QueueByName(%q) is not queue %d", q.name, q.id)
+		}
+		if got := s.Queue(q.id).Paused(m.now); got != q.paused(m.now) {
+			t.Fatalf("queue %d: Paused(%d) = %v, model %v (until %d)", q.id, m.now, got, q.paused(m.now), q.pausedUntil)
+		}
+	}
+	if !slices.Equal(gotQ, wantQ) {
+		t.Fatalf("Queues() = %+v\nmodel: %+v", gotQ, wantQ)
+	}
+	for _, id := range m.notQueues() {
+		if s.Queue(id) != nil {
+			t.Fatalf("Queue(%d) exists; model: no such queue", id)
+		}
+	}
+	for _, name := range queueNames {
+		if m.byName(name) == nil && s.QueueByName(name) != nil {
+			t.Fatalf("QueueByName(%q) exists; model: no such queue", name)
+		}
+	}
+	if s.Default() != s.Queue(state.DefaultQueue) || s.QueueByName("") != s.Default() {
+		t.Fatalf("the default queue is not Queue(0) and QueueByName(\"\")")
+	}
+	if c := s.Counters(); c != m.queues[0].counters {
+		t.Fatalf("Counters() = %+v, model: %+v", c, m.queues[0].counters)
 	}
 
 	// Each item is where the model says, with the model's content; the
 	// state stores exactly the items the model calls stored.
-	var want state.Gauges
-	var oldestReady, delayedHead []int64
+	want := make(map[uint64]*state.Gauges)
+	var oldestReady, delayedHead = make(map[uint64][]int64), make(map[uint64][]int64)
+	for _, q := range m.live() {
+		want[q.id] = &state.Gauges{Keys: len(q.keys)}
+	}
+	total := 0
+	var totalBytes int64
 	for _, mi := range m.items {
 		it := s.Item(mi.id)
 		if !mi.status.stored() {
@@ -1073,60 +1771,116 @@ func (mc *machine) Check(t *rapid.T) {
 			t.Fatalf("item %d is %s in the model but not stored", mi.id, mi.status)
 		}
 		if got, w := viewOf(it), mi.view(); got != w {
-			t.Fatalf("item %d:\n got %+v\nwant %+v", mi.id, got, w)
+			t.Fatalf("item %d:\n got %.3000v\nwant %.3000v", mi.id, got, w)
 		}
-		want.Items++
-		want.Bytes += int64(len(mi.body))
+		g := want[mi.queue]
+		g.Items++
+		g.Bytes += int64(len(mi.body))
+		total++
+		totalBytes += int64(len(mi.body))
 		switch {
 		case mi.status == mLeased:
-			want.Leased++
+			g.Leased++
 			if s.Leased(mi.receipt) != it {
 				t.Fatalf("Leased(%d) is not item %d", mi.receipt, mi.id)
 			}
 		case mi.status == mDead:
-			want.Dead++
+			g.Dead++
 		case mi.promoted:
-			want.Ready++
-			oldestReady = append(oldestReady, mi.due)
+			g.Ready++
+			oldestReady[mi.queue] = append(oldestReady[mi.queue], mi.due)
 		default:
-			want.Delayed++
-			delayedHead = append(delayedHead, mi.due)
+			g.Delayed++
+			delayedHead[mi.queue] = append(delayedHead[mi.queue], mi.due)
 		}
 	}
-	if len(oldestReady) > 0 {
-		want.OldestReadyDue = slices.Min(oldestReady)
+	for _, r := range m.receipts {
+		if mi := m.byReceipt(r.receipt); mi == nil && s.Leased(r.receipt) != nil {
+			t.Fatalf("Leased(%d) is item %d; model: the lease is over", r.receipt, s.Leased(r.receipt).ID)
+		}
 	}
-	if len(delayedHead) > 0 {
-		want.DelayedHeadDue = slices.Min(delayedHead)
+	if s.TotalLen() != total || s.TotalBytes() != totalBytes {
+		t.Fatalf("TotalLen, TotalBytes = %d, %d; model: %d, %d", s.TotalLen(), s.TotalBytes(), total, totalBytes)
 	}
-	want.Keys = m.keyCount()
-	if g := s.Gauges(); g != want {
-		t.Fatalf("Gauges() = %+v, model: %+v", g, want)
+	for _, q := range m.live() {
+		sq, w := s.Queue(q.id), want[q.id]
+		if r := oldestReady[q.id]; len(r) > 0 {
+			w.OldestReadyDue = slices.Min(r)
+		}
+		if d := delayedHead[q.id]; len(d) > 0 {
+			w.DelayedHeadDue = slices.Min(d)
+		}
+		if g := sq.Gauges(); g != *w {
+			t.Fatalf("queue %d: Gauges() = %+v, model: %+v", q.id, g, *w)
+		}
+		if sq.Len() != w.Items || sq.Bytes() != w.Bytes || sq.Leased() != w.Leased {
+			t.Fatalf("queue %d: Len, Bytes, Leased = %d, %d, %d; model: %d, %d, %d", q.id, sq.Len(), sq.Bytes(), sq.Leased(), w.Items, w.Bytes, w.Leased)
+		}
+		if c := sq.Counters(); c != q.counters {
+			t.Fatalf("queue %d: Counters() = %+v, model: %+v", q.id, c, q.counters)
+		}
+		c := q.counters
+		if c.Put+c.MovedIn != uint64(w.Items)+c.Acked+c.Discarded+c.Purged+c.MovedOut {
+			t.Fatalf("queue %d: %d put and %d moved in but %d stored, %d acked, %d discarded, %d purged, %d moved out",
+				q.id, c.Put, c.MovedIn, w.Items, c.Acked, c.Discarded, c.Purged, c.MovedOut)
+		}
+
+		// The ordered queries of the queue.
+		if got, w := sq.NextReady(), m.nextReady(q); (got == nil) != (w == nil) || (w != nil && got.ID != w.id) {
+			t.Fatalf("queue %d: NextReady() = %s, model: %s", q.id, describe(got), describeModel(w))
+		}
+		checkMin(t, fmt.Sprintf("queue %d: NextDue", q.id), sq.NextDue,
+			m.in(q, func(it *mItem) bool { return it.status == mWaiting && !it.promoted }),
+			func(it *mItem) int64 { return it.due })
+
+		// Dead letters, oldest first, as copies with the model's content.
+		dead := sq.DeadLetters(0)
+		gotDead := make([]uint64, len(dead))
+		for i := range dead {
+			gotDead[i] = dead[i].ID
+			if got, w := viewOf(&dead[i]), m.item(dead[i].ID).view(); got != w {
+				t.Fatalf("queue %d: dead letter %d:\n got %.3000v\nwant %.3000v", q.id, dead[i].ID, got, w)
+			}
+		}
+		if !slices.Equal(gotDead, q.dead) {
+			t.Fatalf("queue %d: DeadLetters(0) = %v, model: %v", q.id, gotDead, q.dead)
+		}
+		for _, limit := range []int{1, len(q.dead) - 1} {
+			if limit > 0 && limit <= len(q.dead) {
+				few := sq.DeadLetters(limit)
+				if len(few) != limit || few[limit-1].ID != q.dead[limit-1] {
+					t.Fatalf("queue %d: DeadLetters(%d) is not the first %d of %v", q.id, limit, limit, q.dead)
+				}
+			}
+		}
+
+		// Keys, under the queue's window and under shorter ones.
+		for _, key := range testKeys {
+			for _, window := range []int64{0, 1, keyWindow} {
+				gotID, gotHeld := sq.KeyHolder(key, m.now, window)
+				wantID, wantHeld := m.holder(q, key, window)
+				if gotID != wantID || gotHeld != wantHeld {
+					t.Fatalf("queue %d: KeyHolder(%q, %d, %d) = %d, %v; model: %d, %v", q.id, key, m.now, window, gotID, gotHeld, wantID, wantHeld)
+				}
+			}
+		}
 	}
-	if s.Len() != want.Items || s.Bytes() != want.Bytes {
-		t.Fatalf("Len, Bytes = %d, %d; model: %d, %d", s.Len(), s.Bytes(), want.Items, want.Bytes)
+	d := *want[state.DefaultQueue]
+	if s.Gauges() != d || s.Len() != d.Items || s.Bytes() != d.Bytes {
+		t.Fatalf("Gauges, Len, Bytes of the state are not those of the default queue")
 	}
 	seen := 0
 	s.Each(func(it *state.Item) {
-		if mi := m.item(it.ID); mi == nil || !mi.status.stored() {
-			t.Fatalf("Each visits item %d that the model does not store", it.ID)
+		if mi := m.item(it.ID); mi == nil || !mi.status.stored() || mi.queue != it.Queue {
+			t.Fatalf("Each visits item %d of queue %d that the model does not store there", it.ID, it.Queue)
 		}
 		seen++
 	})
-	if seen != want.Items {
-		t.Fatalf("Each visits %d items, model stores %d", seen, want.Items)
-	}
-	c := m.counters
-	if c.Put != uint64(want.Items)+c.Acked+c.Discarded+c.Purged {
-		t.Fatalf("%d put but %d stored, %d acked, %d discarded, %d purged", c.Put, want.Items, c.Acked, c.Discarded, c.Purged)
+	if seen != total {
+		t.Fatalf("Each visits %d items, model stores %d", seen, total)
 	}
 
-	// The ordered queries.
-	if got, w := s.NextReady(), m.nextReady(); (got == nil) != (w == nil) || (w != nil && got.ID != w.id) {
-		t.Fatalf("NextReady() = %s, model: %s", describe(got), describeModel(w))
-	}
-	checkMin(t, "NextDue", s.NextDue, m.filter(func(it *mItem) bool { return it.status == mWaiting && !it.promoted }),
-		func(it *mItem) int64 { return it.due })
+	// The ordered queries of the directory.
 	checkMin(t, "NextLeaseEnd", s.NextLeaseEnd, m.filter(m.leased), func(it *mItem) int64 { return it.leaseEnd })
 	checkMin(t, "NextDeadline", s.NextDeadline, m.filter(func(it *mItem) bool { return it.status == mWaiting && it.deadline != 0 }),
 		func(it *mItem) int64 { return it.deadline })
@@ -1140,36 +1894,79 @@ func (mc *machine) Check(t *rapid.T) {
 		t.Fatalf("OpenLeases() = %v, model: %v", got, w)
 	}
 
-	// Dead letters, oldest first, as copies with the model's content.
-	dead := s.DeadLetters(0)
-	gotDead := make([]uint64, len(dead))
-	for i := range dead {
-		gotDead[i] = dead[i].ID
-		if got, w := viewOf(&dead[i]), m.item(dead[i].ID).view(); got != w {
-			t.Fatalf("dead letter %d:\n got %+v\nwant %+v", dead[i].ID, got, w)
-		}
-	}
-	if !slices.Equal(gotDead, m.dead) {
-		t.Fatalf("DeadLetters(0) = %v, model: %v", gotDead, m.dead)
-	}
-	for _, limit := range []int{1, len(m.dead) - 1} {
-		if limit > 0 && limit <= len(m.dead) {
-			few := s.DeadLetters(limit)
-			if len(few) != limit || few[limit-1].ID != m.dead[limit-1] {
-				t.Fatalf("DeadLetters(%d) is not the first %d of %v", limit, limit, m.dead)
+	// The next key release is that of a queue that exists, no later than
+	// the oldest key the model remembers as released (the state may also
+	// count keys since taken again, which only wakes the pruning early).
+	var oldest int64
+	for _, q := range m.live() {
+		for _, k := range q.keys {
+			if k.released != 0 && (oldest == 0 || k.released < oldest) {
+				oldest = k.released
 			}
 		}
+	}
+	at, queue, ok := s.NextKeyRelease()
+	switch {
+	case ok && m.queue(queue) == nil:
+		t.Fatalf("NextKeyRelease() = %d, queue %d, which does not exist", at, queue)
+	case oldest != 0 && (!ok || at > oldest):
+		t.Fatalf("NextKeyRelease() = %d, %v; model: a key released at %d", at, ok, oldest)
 	}
 
-	// Keys, under the queue's window and under shorter ones.
-	for _, key := range testKeys {
-		for _, window := range []int64{0, 1, keyWindow} {
-			gotID, gotHeld := s.KeyHolder(key, m.now, window)
-			wantID, wantHeld := m.holder(key, window)
-			if gotID != wantID || gotHeld != wantHeld {
-				t.Fatalf("KeyHolder(%q, %d, %d) = %d, %v; model: %d, %v", key, m.now, window, gotID, gotHeld, wantID, wantHeld)
+	// The state survives its snapshot at every step, byte for byte.
+	b := marshal(t, s)
+	back, err := state.UnmarshalSnapshot(b)
+	if err != nil {
+		t.Fatalf("UnmarshalSnapshot of a live snapshot: %v", err)
+	}
+	if again := marshal(t, back); !bytes.Equal(again, b) {
+		t.Fatalf("snapshot round trip differs")
+	}
+	if q := m.queues[0]; len(m.live()) == 1 && q.settings == (state.Settings{}) && q.pausedUntil == 0 && q.counters.MovedIn == 0 && q.counters.MovedOut == 0 {
+		checkVersion1(t, b)
+	}
+}
+
+// checkVersion1 checks that the version-1 body of a state that holds only
+// a default queue as version 1 knew it (no settings, no pause, no moves)
+// decodes to that state without the attempt histories, which version 1
+// did not hold. The version-1 body is made from the version-2 one, b.
+func checkVersion1(t *rapid.T, b []byte) {
+	t.Helper()
+	root, rest := parseMP(b)
+	if len(rest) != 0 {
+		t.Fatalf("snapshot has %d bytes after its body", len(rest))
+	}
+	without := func(n *mpNode, drop ...int) *mpNode {
+		out := &mpNode{elems: []*mpNode{}}
+		for i, e := range n.elems {
+			if !slices.Contains(drop, i) {
+				out.elems = append(out.elems, e)
 			}
 		}
+		return out
+	}
+	counters := root.elems[snapQueues].elems[0].elems[5]
+	v1 := &mpNode{elems: []*mpNode{mpUint(1), root.elems[1], root.elems[2], root.elems[3],
+		{elems: counters.elems[:9]}, {elems: []*mpNode{}}, {elems: []*mpNode{}}}}
+	noHistory := root.clone()
+	for i, it := range root.elems[snapItems].elems {
+		v1.elems[5].elems = append(v1.elems[5].elems, without(it, itemQueue, itemHistory))
+		noHistory.elems[snapItems].elems[i].elems[itemHistory] = &mpNode{elems: []*mpNode{}}
+	}
+	for _, k := range root.elems[snapKeys].elems {
+		v1.elems[6].elems = append(v1.elems[6].elems, without(k, keyQueue))
+	}
+	old, err := state.UnmarshalSnapshot(v1.encode(nil))
+	if err != nil {
+		t.Fatalf("UnmarshalSnapshot of the version-1 body: %v", err)
+	}
+	want, err := state.UnmarshalSnapshot(noHistory.encode(nil))
+	if err != nil {
+		t.Fatalf("UnmarshalSnapshot of the body without histories: %v", err)
+	}
+	if !bytes.Equal(marshal(t, old), marshal(t, want)) {
+		t.Fatalf("the version-1 body decodes to another state than the version-2 body without histories")
 	}
 }
 
@@ -1188,11 +1985,20 @@ func checkMin(t *rapid.T, name string, query func() (int64, bool), items []*mIte
 }
 
 // TestStateMachine runs random sequences of every record the queue writes,
-// valid and invalid, against the model, and checks all queries after each
-// step; Replay checks that the log and the snapshots rebuild the same state.
+// valid and invalid, in every queue, against the model, and checks all
+// queries after each step; Replay checks that the log and the snapshots
+// rebuild the same state.
 func TestStateMachine(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		mc := newMachine(t)
 		t.Repeat(rapid.StateMachineActions(mc))
 	})
+}
+
+func TestCutErrorModel(t *testing.T) {
+	for _, c := range causes {
+		if got, want := state.CutError(c), cutError(c); got != want {
+			t.Errorf("CutError(%.40q…) = %d bytes, model %d bytes", c, len(got), len(want))
+		}
+	}
 }

@@ -719,6 +719,16 @@ func sampleRecords() []state.Record {
 		&state.Redrive{Time: t0, IDs: []uint64{7}},
 		&state.Purge{Time: t0, IDs: []uint64{1, 1 << 33}},
 		&state.Purge{Time: t0, All: true},
+		&state.CreateQueue{Time: t0, Name: "jobs", Settings: state.Settings{Visibility: 30 * sec, MaxAttempts: 5,
+			KeyWindow: 3600 * sec, MaxItems: 1 << 40, MaxBytes: math.MaxInt64, MaxInFlight: 100}},
+		&state.CreateQueue{Time: -1, Name: strings.Repeat("q", state.MaxQueueName+300)},
+		&state.SetQueue{Time: t0, Settings: state.Settings{Visibility: 1, MaxAttempts: math.MaxInt64, KeyWindow: -1, MaxInFlight: 1}},
+		&state.PauseQueue{Time: t0, Until: math.MaxInt64},
+		&state.PauseQueue{Time: t0},
+		&state.DeleteQueue{Time: t0, Force: true},
+		&state.DeleteQueue{Time: math.MinInt64},
+		&state.Move{Time: t0, Target: 1 << 40, IDs: many[:30]},
+		&state.Move{Time: t0, Target: state.DefaultQueue, IDs: []uint64{7}},
 	}
 }
 
@@ -758,6 +768,10 @@ func normalize(rec state.Record) state.Record {
 		c := *r
 		c.IDs = slices.Clip(append([]uint64(nil), r.IDs...))
 		return &c
+	case *state.Move:
+		c := *r
+		c.IDs = slices.Clip(append([]uint64(nil), r.IDs...))
+		return &c
 	}
 	return rec
 }
@@ -792,7 +806,7 @@ func TestRecordCodec(t *testing.T) {
 	}
 	t.Run("unknown types", func(t *testing.T) {
 		body, _ := state.Encode(nil, &state.Ack{Time: t0, Receipt: 1})
-		for _, typ := range []byte{0, 11, 255} {
+		for _, typ := range []byte{0, state.LastType + 1, 255} {
 			if _, err := state.Decode(typ, body); err == nil {
 				t.Fatalf("Decode accepted type %d", typ)
 			}
@@ -807,7 +821,7 @@ func TestRecordCodec(t *testing.T) {
 		}
 	})
 	t.Run("type names", func(t *testing.T) {
-		for typ := state.TypePut; typ <= state.TypePurge; typ++ {
+		for typ := state.TypePut; typ <= state.LastType; typ++ {
 			if got := state.TypeByName(state.TypeName(typ)); got != typ {
 				t.Fatalf("TypeByName(TypeName(%d)) = %d", typ, got)
 			}
@@ -899,6 +913,8 @@ func FuzzUnmarshalSnapshot(f *testing.F) {
 	empty, _ := state.New().MarshalSnapshot()
 	f.Add(empty)
 	f.Add([]byte{})
+	named, _ := namedFixture(f).MarshalSnapshot()
+	f.Add(named)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := state.UnmarshalSnapshot(data)
 		if err != nil {
@@ -939,6 +955,43 @@ func FuzzUnmarshalSnapshot(f *testing.F) {
 		}
 		roundTrip(t, s) // a state it accepted stays readable after more records
 	})
+}
+
+// namedFixture is a state with three queues: the default one with a ready
+// item holding key "k"; "jobs" (paused until resumed, capped at one lease)
+// with an item holding "k" too, leased, and a dead letter whose history is
+// full and whose last error was cut; and "next", created after a queue of
+// that name was deleted, holding a dead letter moved in from "jobs".
+func namedFixture(t testing.TB) *state.State {
+	t.Helper()
+	s := state.New()
+	apply := func(queue uint64, rec state.Record) uint64 {
+		t.Helper()
+		lsn := s.LastLSN() + 1
+		if err := s.ApplyTo(lsn, queue, rec); err != nil {
+			t.Fatalf("ApplyTo(%d, queue %d, %s): %v", lsn, queue, state.TypeName(rec.Type()), err)
+		}
+		return lsn
+	}
+	set := state.Settings{Visibility: 30 * sec, MaxAttempts: 20, MaxInFlight: 1}
+	apply(0, &state.Put{Time: t0, Items: []state.NewItem{{Body: []byte("d"), Due: t0, Key: "k"}}})
+	jobs := apply(0, &state.CreateQueue{Time: t0, Name: "jobs", Settings: set})
+	apply(jobs, &state.Put{Time: t0, Items: []state.NewItem{
+		{Body: []byte("leased"), Due: t0, Key: "k"}, {Body: []byte("dead"), Due: t0, Deadline: t0 + 100*sec}, {Body: []byte("moved"), Due: t0}}})
+	for i := range state.HistoryLen + 2 {
+		r := apply(jobs, &state.Lease{Time: t0 + int64(i), ID: 3, LeaseEnd: t0 + sec})
+		apply(jobs, &state.End{Kind: state.TypeNack, Time: t0 + int64(i), Receipt: r, Cause: strings.Repeat("é", 300), Due: t0 + int64(i),
+			Dead: i == state.HistoryLen+1})
+	}
+	r := apply(jobs, &state.Lease{Time: t0 + sec, ID: 4, LeaseEnd: t0 + 2*sec})
+	apply(jobs, &state.End{Kind: state.TypeDeadLetter, Time: t0 + sec, Receipt: r, Cause: "poison", Due: t0 + sec, Dead: true})
+	apply(jobs, &state.Lease{Time: t0 + sec, ID: 2, LeaseEnd: t0 + 2*sec})
+	old := apply(0, &state.CreateQueue{Time: t0, Name: "next", Settings: set})
+	apply(old, &state.DeleteQueue{Time: t0})
+	next := apply(0, &state.CreateQueue{Time: t0, Name: "next", Settings: set})
+	apply(jobs, &state.Move{Time: t0 + sec, Target: next, IDs: []uint64{4}})
+	apply(jobs, &state.PauseQueue{Time: t0 + sec, Until: math.MaxInt64})
+	return s
 }
 
 func BenchmarkApplyPutLeaseAck(b *testing.B) {
