@@ -32,6 +32,8 @@ type childConfig struct {
 	// time; StepClock makes the child step it while it runs.
 	WallOffset time.Duration
 	StepClock  bool
+	Queues     int  // named queues besides the default queue (Config.Queues)
+	KnownBugs  bool // Config.KnownBugs
 }
 
 // IsChild reports whether this process was started by the harness as its
@@ -60,6 +62,7 @@ type child struct {
 	toks    atomic.Uint64 // item numbers within the cycle
 	running runningSet    // items whose Work handler is running
 	stalls  stallWatch    // stretches in which the child could not run
+	slots   []*slot       // the queues: the default queue, then the named ones (queues.go)
 }
 
 func runChild(cfg childConfig) int {
@@ -84,10 +87,28 @@ func runChild(cfg childConfig) int {
 		rep.line("X open: %s", oneLine(err))
 		return 3
 	}
+	if cfg.Queues > 0 && !cfg.KnownBugs {
+		// The core gives a queue created after the newest snapshot no
+		// runtime when it reopens (queues.go, snapshotCreated): a snapshot
+		// now, and a reopen, give every queue one.
+		if q, err = reopenAfterSnapshot(q, cfg.Dir, opts); err != nil {
+			rep.line("X open: %s", oneLine(err))
+			return 3
+		}
+	}
 	c := &child{cfg: cfg, mix: cfg.Mix, q: q, clock: clock, rep: rep, running: runningSet{m: make(map[string]running)}}
 	c.stalls.probe = func() { q.DeadLetters(1) }
 	c.stalls.start()
 	rep.line("R %d %d %d", time.Now().UnixNano(), q.Stats().DurableLSN, wall)
+	c.slots = []*slot{{h: q}}
+	for i := range cfg.Queues {
+		s := &slot{name: queueName(i), index: i}
+		c.openSlot(s)
+		c.slots = append(c.slots, s)
+	}
+	if cfg.Queues > 0 && !cfg.KnownBugs {
+		c.snapshotCreated()
+	}
 	fmt.Println("ready") // the parent times some kills from here
 
 	worker := func(i uint64, fn func(*rand.Rand)) {
@@ -109,7 +130,13 @@ func runChild(cfg childConfig) int {
 		go worker(400, c.sweepDead)
 	}
 	if c.mix.Workers > 0 {
-		go c.work(rand.New(rand.NewPCG(cfg.Seed, 500)))
+		go c.work(c.slots[0], c.mix.Workers, rand.New(rand.NewPCG(cfg.Seed, 500)))
+		for i, s := range c.slots[1:] {
+			go c.work(s, 1, rand.New(rand.NewPCG(cfg.Seed, uint64(510+i))))
+		}
+	}
+	if len(c.slots) > 1 {
+		go worker(700, c.admin)
 	}
 	if cfg.StepClock {
 		go worker(600, c.stepClock)
@@ -142,8 +169,15 @@ func (c *child) failed(n uint64, reason string) { c.rep.line("E %d %s", n, reaso
 func pct(rng *rand.Rand, p int) bool { return rng.IntN(100) < p }
 
 func (c *child) produce(rng *rand.Rand) {
-	if st := c.q.Stats(); st.Items > 400 {
-		time.Sleep(5 * time.Millisecond) // consumers are behind: let them catch up
+	s := c.pick(rng)
+	h, qid := s.get()
+	if len(c.slots) == 1 {
+		if st := c.q.Stats(); st.Items > 400 {
+			time.Sleep(5 * time.Millisecond) // consumers are behind: let them catch up
+			return
+		}
+	} else if h.Stats().Items > 150 || c.q.DirStats().Items > 500 {
+		time.Sleep(2 * time.Millisecond) // a queue paused, or consumers behind
 		return
 	}
 	n := 1
@@ -182,9 +216,9 @@ func (c *child) produce(rng *rand.Rand) {
 	var err error
 	var call uint64
 	if n == 1 {
-		call = c.intent("put %s", descs[0])
+		call = c.intent("put @%d %s", qid, descs[0])
 		var id uint64
-		id, err = c.q.Put(ctx, items[0].Body, walq.WithDelay(items[0].Delay), walq.WithDeadline(items[0].Deadline),
+		id, err = h.Put(ctx, items[0].Body, walq.WithDelay(items[0].Delay), walq.WithDeadline(items[0].Deadline),
 			walq.WithPriority(items[0].Priority), walq.WithKey(items[0].Key))
 		ids = []uint64{id}
 		if errors.Is(err, walq.ErrDuplicate) {
@@ -192,8 +226,12 @@ func (c *child) produce(rng *rand.Rand) {
 			return
 		}
 	} else {
-		call = c.intent("putb %s", strings.Join(descs, ","))
-		ids, err = c.q.PutBatch(ctx, items)
+		call = c.intent("putb @%d %s", qid, strings.Join(descs, ","))
+		ids, err = h.PutBatch(ctx, items)
+	}
+	if errors.Is(err, walq.ErrQueueDeleted) {
+		c.failed(call, "deleted") // checked under q.mu before anything is appended
+		return
 	}
 	if errors.Is(err, walq.ErrInvalidDeadline) && c.clock.steps.Load() != steps {
 		// A wall clock stepped forward between the child's reading and the
@@ -257,55 +295,72 @@ func (c *child) putWindow(steps uint64, start time.Time) string {
 }
 
 func (c *child) consume(rng *rand.Rand) {
-	call := c.intent("get")
+	s := c.pick(rng)
+	release := s.getGate()
+	h, qid := s.get()
+	call := c.intent("get @%d", qid)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	m, err := c.q.Get(ctx)
+	m, err := h.Get(ctx)
 	cancel()
+	release()
 	if errors.Is(err, context.DeadlineExceeded) {
 		c.failed(call, "timeout")
+		return
+	}
+	if errors.Is(err, walq.ErrQueueDeleted) {
+		c.failed(call, "deleted")
 		return
 	}
 	if err != nil {
 		c.fatal("get", err)
 	}
-	tok := c.delivered(call, m)
+	tok := c.delivered(call, s, m)
 	if other, running := c.running.has(tok); running {
 		c.workViolation(other.start, "item %s (id %d) delivered to a consumer as receipt %s while its Work handler of receipt %s runs and heartbeats",
 			tok, m.ID, m.Receipt, other.receipt)
 	}
 	time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond) // the work
+	if len(c.slots) > 1 && pct(rng, 5) {
+		c.foreignReceipt(rng, s, tok, m)
+	}
 	if pct(rng, c.mix.Extend) {
-		c.leaseCall("extend", tok, m.Receipt, func() error { return c.q.Extend(m.Receipt, visibility) })
+		c.leaseCall("extend", qid, tok, m.Receipt, func() error { return h.Extend(m.Receipt, visibility) })
 	}
 	switch r := rng.IntN(100); {
 	case r < c.mix.Ack:
-		c.leaseCall("ack", tok, m.Receipt, func() error { return c.q.Ack(m.Receipt) })
+		c.leaseCall("ack", qid, tok, m.Receipt, func() error { return h.Ack(m.Receipt) })
 	case r < c.mix.Ack+c.mix.Nack:
-		c.leaseCall("nack", tok, m.Receipt, func() error { return c.q.Nack(m.Receipt, errors.New("nack")) })
+		c.leaseCall("nack", qid, tok, m.Receipt, func() error { return h.Nack(m.Receipt, errors.New("nack")) })
 	case r < c.mix.Ack+c.mix.Nack+c.mix.DeadLetter:
-		c.leaseCall("dead", tok, m.Receipt, func() error { return c.q.DeadLetter(m.Receipt, errors.New("poison")) })
+		c.leaseCall("dead", qid, tok, m.Receipt, func() error { return h.DeadLetter(m.Receipt, errors.New("poison")) })
 	default:
 		// abandoned: the lease expires and the item comes back
 	}
 }
 
-// delivered reports a delivery and checks its body byte for byte.
-func (c *child) delivered(call uint64, m walq.Message) string {
+// delivered reports a delivery and checks its body byte for byte, and
+// that it came from the queue of the handle.
+func (c *child) delivered(call uint64, s *slot, m walq.Message) string {
 	tok := tokenOf(m.Body)
 	c.done(call, fmt.Sprintf("%s %s %d %d", tok, m.Receipt, m.Attempt, m.Deliveries))
 	if tok == "" || !checkBody(tok, m.Body) {
 		c.fatal("get", fmt.Errorf("item %d has a body the workload never put: %q", m.ID, truncate(m.Body, 80)))
 	}
+	if m.Queue != s.name {
+		c.rep.line("V item %s (id %d) delivered by a handle on queue %q says it is of queue %q", tok, m.ID, s.name, m.Queue)
+	}
 	return tok
 }
 
-func (c *child) leaseCall(op, tok string, r walq.Receipt, fn func() error) {
-	call := c.intent("%s %s %s", op, tok, r)
+func (c *child) leaseCall(op string, qid uint64, tok string, r walq.Receipt, fn func() error) {
+	call := c.intent("%s @%d %s %s", op, qid, tok, r)
 	switch err := fn(); {
 	case err == nil:
 		c.done(call, "")
 	case errors.Is(err, walq.ErrLeaseLost):
 		c.failed(call, "leaselost")
+	case errors.Is(err, walq.ErrQueueDeleted):
+		c.failed(call, "deleted")
 	default:
 		c.fatal(op, err)
 	}
@@ -322,7 +377,9 @@ func (c *child) compact(rng *rand.Rand) {
 
 func (c *child) sweepDead(rng *rand.Rand) {
 	time.Sleep(randDuration(rng, c.mix.Redrive))
-	dead := c.q.DeadLetters(10)
+	s := c.pick(rng)
+	h, qid := s.get()
+	dead := h.DeadLetters(10)
 	if len(dead) == 0 {
 		return
 	}
@@ -332,16 +389,18 @@ func (c *child) sweepDead(rng *rand.Rand) {
 	for i, d := range dead {
 		ids[i], toks[i] = d.ID, tokenOf(d.Body)
 	}
-	op, fn := "redrive", c.q.Redrive
+	op, fn := "redrive", h.Redrive
 	if pct(rng, c.mix.Purge) {
-		op, fn = "purge", c.q.PurgeDeadLetters
+		op, fn = "purge", h.PurgeDeadLetters
 	}
-	call := c.intent("%s %s", op, strings.Join(toks, ","))
+	call := c.intent("%s @%d %s", op, qid, strings.Join(toks, ","))
 	switch err := fn(ids...); {
 	case err == nil:
 		c.done(call, "")
 	case errors.Is(err, walq.ErrNotFound):
 		c.failed(call, "notfound")
+	case errors.Is(err, walq.ErrQueueDeleted):
+		c.failed(call, "deleted")
 	default:
 		c.fatal(op, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/walq/walq"
+	"github.com/walq/walq/state"
 )
 
 // Config is one run of the harness.
@@ -42,6 +43,19 @@ type Config struct {
 	Log func(format string, args ...any)
 	// StopOnViolation ends the run after the first cycle that has one.
 	StopOnViolation bool
+	// Queues is the number of named queues the workload runs on besides
+	// the default queue (0: the default queue only). Each child opens them
+	// (q1, q2, ...), spreads its calls over all of them, pauses them (until
+	// a time and until resumed) and deletes and re-creates them (queues.go).
+	Queues int
+	// KnownBugs turns off the harness's workarounds for two bugs of the
+	// core it found at b1ca339 (queues.go), so that a run shows them: a
+	// Delete with a Get blocked on the queue panics (nil QueueState in
+	// nextWakeLocked), and after a reopen a queue created after the newest
+	// snapshot has no runtime (Open builds it from the snapshot's queues,
+	// before the log replays), so Queues, Stats, OpenQueue, and an Open or
+	// timer that expires a lease in it, panic.
+	KnownBugs bool
 }
 
 // Mix is the child's workload: how many goroutines do what, and how often.
@@ -173,4 +187,51 @@ func queueOptions(sync walq.SyncPolicy, segmentSize int64) walq.Options {
 		// Compaction runs when the child asks, so that it can report it.
 		DisableAutoCompact: true,
 	}
+}
+
+// queueName is the name of the i-th named queue of the workload.
+func queueName(i int) string { return "q" + strconv.Itoa(i+1) }
+
+// namedQueueOptions are the settings the workload gives the i-th named
+// queue, each time it opens it: some of its own, so that a queue's
+// recorded settings are seen to stay its own, some the directory's.
+func namedQueueOptions(i int) walq.QueueOptions {
+	return walq.QueueOptions{
+		MaxAttempts: []int{2, 4, 0}[i%3],
+		KeyWindow:   []time.Duration{200 * time.Millisecond, 0, 500 * time.Millisecond}[i%3],
+		MaxInFlight: []int{0, 0, 6}[i%3],
+	}
+}
+
+// queueIndex is the index of a named queue of the workload by its name
+// (-1: not one of them).
+func queueIndex(name string) int {
+	n, err := strconv.Atoi(strings.TrimPrefix(name, "q"))
+	if err != nil || !strings.HasPrefix(name, "q") || n < 1 || queueName(n-1) != name {
+		return -1
+	}
+	return n - 1
+}
+
+// queueMaxAttempts is the MaxAttempts in effect on the named queue (or
+// the default queue, for "").
+func queueMaxAttempts(name string) int {
+	if i := queueIndex(name); i >= 0 {
+		if n := namedQueueOptions(i).MaxAttempts; n > 0 {
+			return n
+		}
+	}
+	return maxAttempts
+}
+
+// queueSettings are the settings a named queue of the workload must have
+// recorded: its options with the directory's filled in.
+func queueSettings(i int) state.Settings {
+	o := namedQueueOptions(i)
+	s := state.Settings{Visibility: int64(visibility), MaxAttempts: int64(queueMaxAttempts(queueName(i))),
+		KeyWindow: int64(o.KeyWindow), MaxInFlight: int64(o.MaxInFlight)}
+	if s.KeyWindow == 0 {
+		s.KeyWindow = int64(keyWindow)
+	}
+	return s
 }

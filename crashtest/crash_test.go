@@ -104,6 +104,50 @@ func TestCrash(t *testing.T) {
 	}
 }
 
+// TestCrashQueues runs the workload over three named queues besides the
+// default queue, pausing, resuming, deleting and re-creating them
+// (queues.go), under kill -9 and under page loss with each child's sync
+// policy drawn from the three, and checks that the run found nothing and
+// that the queues were paused, resumed, deleted and created again, and
+// found so at the checks.
+func TestCrashQueues(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		sync     string
+		pageLoss bool
+	}{
+		{"kill/always", "always", false},
+		{"pageloss/cycle", "cycle", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := envConfig(t, tc.sync, tc.pageLoss)
+			cfg.PageLoss = tc.pageLoss
+			cfg.StepClock = true
+			cfg.Queues = 3
+			if os.Getenv("WALQ_CRASH_CYCLES") == "" {
+				cfg.Cycles = 30
+			}
+			cfg.Log = nil
+			sum, err := Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(sum)
+			if len(sum.Violations) > 0 {
+				t.Errorf("seed %d, cycle %d, directory kept: %s", sum.Seed, sum.Cycles, sum.Dir)
+				for _, v := range sum.Violations {
+					t.Error(v)
+				}
+			}
+			if sum.Kills < cfg.Cycles || sum.Ops == 0 || sum.Checks == 0 || sum.PausesTimed == 0 || sum.PausesForever == 0 ||
+				sum.Resumes == 0 || sum.Deletes == 0 || sum.Recreated == 0 || sum.PausesHeld == 0 || sum.DeletesHeld == 0 ||
+				sum.SharedKeys == 0 {
+				t.Errorf("the run proved little: %s", sum)
+			}
+		})
+	}
+}
+
 // TestCatchesEarlyAck is the harness's own test: the queue built with the
 // tag walq_bug_early_ack returns from every call before its record is
 // durable, and the harness must report it.
@@ -117,10 +161,20 @@ func TestCatchesEarlyAck(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the broken child: %v\n%s", err, out)
 	}
-	for _, mode := range []string{"powerloss", "pageloss", "kill"} {
+	for _, mode := range []string{"powerloss", "pageloss", "pageloss/queues", "kill"} {
 		cfg := envConfig(t, "always", mode != "kill")
-		cfg.PageLoss = mode == "pageloss"
+		cfg.PageLoss = strings.HasPrefix(mode, "pageloss")
+		if mode == "pageloss/queues" {
+			cfg.Queues = 3
+		}
 		cfg.Cycles = 30
+		if mode == "kill" {
+			// Without a power loss only a kill between the call's return and
+			// the write of its batch loses a record: runs at b1ca339 on tmpfs
+			// missed it in 30 cycles about one time in five. The run stops at
+			// the first violation.
+			cfg.Cycles = 150
+		}
 		cfg.Child = []string{bin}
 		cfg.Log = nil
 		start := time.Now()

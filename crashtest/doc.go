@@ -67,6 +67,30 @@
 // (TestPageLossEveryPolicy, under each sync policy). Config.Sync "cycle"
 // draws each child's policy from always, interval:100ms and never.
 //
+// Named queues (Config.Queues, -queues; queues.go): the child opens that
+// many named queues besides the default queue, each with settings of its
+// own, and spreads every call over all of them; an admin pauses them
+// until a time or until resumed, resumes them, and deletes them (forced or
+// not) and creates them again under their name, a new incarnation with a
+// new ID. Every call names its incarnation in the report, and each check
+// holds the state to it: each promised item stored in the queue and under
+// the ID its put returned, with its body; no incarnation whose delete was
+// promised, nor any item, key or dead letter of it, back, and none lost
+// that no delete was started on; each promised pause still recorded (or
+// ended by its time), each promised resume too; a Get started while its
+// queue was certainly paused until resumed delivering nothing; keys held
+// per queue (the holder of a duplicate and of every key entry is an item
+// of the same queue, and the same key is held in several queues at once);
+// each queue's settings, gauges, counters and dead letters; and the
+// ledger's counter checks per queue. The child itself checks that a queue
+// created again starts empty, that a deleted queue's old handle returns
+// ErrQueueDeleted, that messages name their queue and that a receipt is
+// refused by another queue's handle. Two bugs of the core at b1ca339 are
+// worked around unless Config.KnownBugs (-known-bugs) is set, which shows
+// them within a few cycles: see slot.quiesce and child.snapshotCreated.
+// soak.sh runs every mode with three named queues (QUEUES=0: the default
+// queue only).
+//
 // The harness must be able to fail: built with the tag walq_bug_early_ack
 // the queue returns from every call before its record is durable, and
 // TestCatchesEarlyAck (and soak.sh's early-ack mode) assert that the

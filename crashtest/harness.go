@@ -2,10 +2,10 @@ package crashtest
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -57,9 +57,22 @@ type Summary struct {
 	// keeps the first few.
 	Starved     int
 	StarvedSeen []string
-	Violations  []string
-	Dir         string // kept when there are violations
-	Elapsed     time.Duration
+	// Named queues (Config.Queues): pause calls reported done, until a
+	// time and until resumed, resumes, deletes (forced ones apart),
+	// queues created again under a deleted name, queues found paused at a
+	// check as the ledger allowed, incarnations found gone at a check
+	// after a delete, and keys found held in several queues at once
+	// (summed over checks).
+	Queues                     int
+	PausesTimed, PausesForever int
+	Resumes                    int
+	Deletes, DeletesForced     int
+	Recreated                  int
+	PausesHeld, DeletesHeld    int
+	SharedKeys                 int
+	Violations                 []string
+	Dir                        string // kept when there are violations
+	Elapsed                    time.Duration
 }
 
 func (s Summary) String() string {
@@ -70,12 +83,19 @@ func (s Summary) String() string {
 	case s.PowerLoss:
 		loss = "cut"
 	}
+	queues := ""
+	if s.Queues > 0 {
+		queues = fmt.Sprintf(" queues=%d pauses-timed=%d pauses-forever=%d resumes=%d deletes=%d deletes-forced=%d recreated=%d "+
+			"pauses-held=%d deletes-held=%d shared-keys=%d",
+			s.Queues, s.PausesTimed, s.PausesForever, s.Resumes, s.Deletes, s.DeletesForced, s.Recreated,
+			s.PausesHeld, s.DeletesHeld, s.SharedKeys)
+	}
 	return fmt.Sprintf("walq crashtest: seed=%d sync=%s powerloss=%s stepclock=%v cycles=%d kills=%d in-compaction=%d in-recovery=%d "+
 		"tails-cut=%d segments-dropped=%d pages-lost=%d unsynced-kib=%d holes=%d frames-past-holes=%d checks=%d ops-checked=%d item-checks=%d "+
-		"deadlines-checked=%d clock-steps=%d clock-behind=%d work-runs=%d starved=%d drained=%d refused=%d lost=%d resurrected=%d violations=%d elapsed=%s cycles-per-sec=%.2f",
+		"deadlines-checked=%d clock-steps=%d clock-behind=%d work-runs=%d starved=%d%s drained=%d refused=%d lost=%d resurrected=%d violations=%d elapsed=%s cycles-per-sec=%.2f",
 		s.Seed, s.syncString(), loss, s.StepClock, s.Cycles, s.Kills, s.KillsInCompaction, s.KillsInRecovery, s.TailsCut,
 		s.SegmentsDropped, s.PagesLost, s.UnsyncedBytes>>10, s.Holes, s.FramesPastHoles, s.Checks, s.Ops, s.ItemChecks,
-		s.DeadlinesChecked, s.ClockSteps, s.ClockBehind, s.WorkRuns, s.Starved, s.Drained, s.Refused, s.Lost, s.Resurrected,
+		s.DeadlinesChecked, s.ClockSteps, s.ClockBehind, s.WorkRuns, s.Starved, queues, s.Drained, s.Refused, s.Lost, s.Resurrected,
 		len(s.Violations), s.Elapsed.Round(time.Second), s.rate())
 }
 
@@ -162,7 +182,7 @@ func Run(cfg Config) (Summary, error) {
 		h.logf = func(string, ...any) {}
 	}
 	h.sum = Summary{Seed: cfg.Seed, Sync: sync.String(), PowerLoss: cfg.PowerLoss, PageLoss: cfg.PageLoss, StepClock: cfg.StepClock,
-		PolicyCycles: make(map[string]int)}
+		PolicyCycles: make(map[string]int), Queues: cfg.Queues}
 	if cfg.Sync == "cycle" {
 		h.sum.Sync = "cycle"
 	}
@@ -226,6 +246,10 @@ func (h *harness) finish(start time.Time) Summary {
 	h.sum.Starved = len(h.led.starved)
 	h.sum.StarvedSeen = h.led.starved[:min(len(h.led.starved), 5)]
 	h.sum.Resurrected = h.led.resurrected
+	qc := h.led.qsum
+	h.sum.PausesTimed, h.sum.PausesForever, h.sum.Resumes = qc.pausesTimed, qc.pausesForever, qc.resumes
+	h.sum.Deletes, h.sum.DeletesForced, h.sum.Recreated = qc.deletes, qc.deletesForced, qc.recreated
+	h.sum.PausesHeld, h.sum.DeletesHeld, h.sum.SharedKeys = qc.pausesHeld, qc.deletesHeld, qc.sharedKeys
 	h.sum.Dir = h.root
 	h.sum.Elapsed = time.Since(start)
 	return h.sum
@@ -244,7 +268,8 @@ func (h *harness) cycle(cycle int) error {
 		segSize *= []int64{1, 4, 16}[h.rng.IntN(3)]
 	}
 	ccfg := childConfig{Dir: h.queueDir, Report: reportPath, Seed: h.rng.Uint64(), Cycle: cycle,
-		Sync: policy, SegmentSize: segSize, Mix: h.cfg.Mix}
+		Sync: policy, SegmentSize: segSize, Mix: h.cfg.Mix, Queues: h.cfg.Queues,
+		KnownBugs: h.cfg.KnownBugs}
 	if h.cfg.StepClock {
 		ccfg.StepClock = true
 		ccfg.WallOffset = h.startOffset()
@@ -380,8 +405,8 @@ func (h *harness) cycle(cycle int) error {
 	return nil
 }
 
-// check recovers the queue, compares what Open reports with what the
-// directory replays to, and holds the ledger against it.
+// check recovers the queue, compares what Open reports of each queue with
+// what the directory replays to, and holds the ledger against it.
 func (h *harness) check(where string) (int, error) {
 	h.sum.Checks++
 	before := len(h.led.violations)
@@ -392,42 +417,113 @@ func (h *harness) check(where string) (int, error) {
 		h.led.violate("%s: recovery failed: %v", where, err)
 		return len(h.led.violations) - before, nil
 	}
+	if h.cfg.Queues > 0 && !h.cfg.KnownBugs {
+		// Queues would dereference the missing runtime of a queue created
+		// after the newest snapshot (queues.go, snapshotCreated).
+		if q, err = reopenAfterSnapshot(q, h.queueDir, opts); err != nil {
+			h.sum.Refused++
+			h.led.violate("%s: recovery failed: %v", where, err)
+			return len(h.led.violations) - before, nil
+		}
+	}
 	st := q.Stats()
-	dead := q.DeadLetters(0)
+	infos, err := q.Queues()
+	if err != nil {
+		h.led.violate("%s: Queues after recovery: %v", where, err)
+	}
+	// Each queue's dead letters, through a handle opened with the settings
+	// the workload gives it (so that opening it writes nothing).
+	dead := make(map[uint64][]walq.DeadLetter)
+	for _, info := range infos {
+		if info.Name == "" {
+			dead[info.ID] = q.DeadLetters(0)
+			continue
+		}
+		i := queueIndex(info.Name)
+		if i < 0 {
+			continue // the ledger reports it
+		}
+		hq, err := q.OpenQueue(info.Name, namedQueueOptions(i))
+		if err != nil {
+			h.led.violate("%s: open queue %s after recovery: %v", where, info.Name, err)
+			continue
+		}
+		dead[info.ID] = hq.DeadLetters(0)
+		hq.Close()
+	}
 	if err := q.Close(); err != nil {
 		h.led.violate("%s: close after recovery: %v", where, err)
 	}
-	ds, err := verifyDir(h.queueDir, st.LastLSN)
+	lsns := []uint64{st.LastLSN}
+	for _, info := range infos {
+		lsns = append(lsns, info.Stats.LastLSN)
+	}
+	ds, err := verifyDir(h.queueDir, lsns...)
 	if err != nil {
 		h.led.violate("%s: directory does not verify: %v", where, err)
 		return len(h.led.violations) - before, nil
 	}
 	h.floor = max(h.floor, ds.last, ds.snapshotLSN)
-	// The timer may have discarded an item between Stats and Close: compare
-	// with the replay as it stood at the LSN Stats reported.
-	g, c := ds.at.gauges, ds.at.counters
-	live := [...]uint64{uint64(st.Ready + st.Delayed), uint64(st.Leased), uint64(st.Dead), uint64(st.Items), uint64(st.Bytes),
-		st.Put, st.Delivered, st.Acked, st.Nacked, st.Expired, st.DeadLettered, st.Discarded, st.Redriven, st.Purged}
-	replayed := [...]uint64{uint64(g.Ready + g.Delayed), uint64(g.Leased), uint64(g.Dead), uint64(g.Items), uint64(g.Bytes),
-		c.Put, c.Delivered, c.Acked, c.Nacked, c.Expired, c.DeadLettered, c.Discarded, c.Redriven, c.Purged}
-	if !ds.at.ok || live != replayed {
-		h.led.violate("%s: the recovered queue at LSN %d and the directory replayed to it differ (replay reached it: %v):\n    queue  %v\n    replay %v"+
-			" (waiting leased dead items bytes put delivered acked nacked expired deadlettered discarded redriven purged)",
-			where, st.LastLSN, ds.at.ok, live, replayed)
+	// The timer may have discarded an item between a Stats and Close:
+	// compare with the replay as it stood at the LSN that Stats reported.
+	h.compareStats(where, "the default queue", 0, st, ds)
+	listed := make(map[uint64]bool)
+	for _, info := range infos {
+		listed[info.ID] = true
+		what := fmt.Sprintf("queue %q (incarnation %d)", info.Name, info.ID)
+		h.compareStats(where, what, info.ID, info.Stats, ds)
+		qs := ds.st.Queue(info.ID)
+		if qs == nil {
+			h.led.violate("%s: Queues lists %s, the replayed directory does not have it", where, what)
+			continue
+		}
+		if n := len(dead[info.ID]); n != qs.Gauges().Dead {
+			h.led.violate("%s: DeadLetters of %s lists %d, the state has %d", where, what, n, qs.Gauges().Dead)
+		}
+		for _, d := range dead[info.ID] {
+			if e := h.led.entries[tokenOf(d.Body)]; e == nil || e.queue != info.ID || !checkBody(e.tok, d.Body) {
+				h.led.violate("%s: DeadLetters of %s lists item %d (%q), which was not put into it", where, what, d.ID, truncate(d.Body, 40))
+			}
+		}
+		switch until := qs.PausedUntil(); {
+		case until == 0 && (info.Paused || !info.PausedUntil.IsZero()),
+			until == math.MaxInt64 && (!info.Paused || !info.PausedUntil.IsZero()),
+			until != 0 && until != math.MaxInt64 && info.PausedUntil.IsZero():
+			h.led.violate("%s: Queues says %s is paused %v until %v, its recorded pause ends at %d", where, what,
+				info.Paused, info.PausedUntil, until)
+		}
 	}
-	if st.Leased != 0 {
-		h.led.violate("%s: %d leases open after recovery", where, st.Leased)
-	}
-	if len(dead) != ds.st.Gauges().Dead {
-		h.led.violate("%s: DeadLetters lists %d, the state has %d", where, len(dead), ds.st.Gauges().Dead)
+	for _, qs := range ds.st.Queues() {
+		if !listed[qs.ID()] {
+			h.led.violate("%s: the replayed directory has queue %q (%d), Queues did not list it", where, qs.Name(), qs.ID())
+		}
 	}
 	h.led.check(ds.st, where)
 	return len(h.led.violations) - before, nil
 }
 
-// drain empties the queue through the public API, acking everything and
-// redriving dead letters, then checks that nothing is left and nothing
-// came back.
+// compareStats holds what the recovered queue id reported in st against
+// the replay at the LSN st reports.
+func (h *harness) compareStats(where, what string, id uint64, st walq.Stats, ds *dirState) {
+	f, ok := ds.at[st.LastLSN][id]
+	g, c := f.gauges, f.counters
+	live := [...]uint64{uint64(st.Ready + st.Delayed), uint64(st.Leased), uint64(st.Dead), uint64(st.Items), uint64(st.Bytes),
+		st.Put, st.Delivered, st.Acked, st.Nacked, st.Expired, st.DeadLettered, st.Discarded, st.Redriven, st.Purged}
+	replayed := [...]uint64{uint64(g.Ready + g.Delayed), uint64(g.Leased), uint64(g.Dead), uint64(g.Items), uint64(g.Bytes),
+		c.Put, c.Delivered, c.Acked, c.Nacked, c.Expired, c.DeadLettered, c.Discarded, c.Redriven, c.Purged}
+	if !ok || live != replayed {
+		h.led.violate("%s: %s as recovered at LSN %d and the directory replayed to it differ (replay reached it: %v):\n    queue  %v\n    replay %v"+
+			" (waiting leased dead items bytes put delivered acked nacked expired deadlettered discarded redriven purged)",
+			where, what, st.LastLSN, ds.at[st.LastLSN] != nil, live, replayed)
+	}
+	if st.Leased != 0 {
+		h.led.violate("%s: %s: %d leases open after recovery", where, what, st.Leased)
+	}
+}
+
+// drain empties every queue through the public API, resuming the paused
+// ones, acking everything and redriving dead letters, then checks that
+// nothing is left and nothing came back.
 func (h *harness) drain() error {
 	if _, err := h.check("before drain"); err != nil {
 		return err
@@ -440,41 +536,75 @@ func (h *harness) drain() error {
 		h.led.violate("drain: open: %v", err)
 		return nil
 	}
+	infos, err := q.Queues()
+	if err != nil {
+		h.led.violate("drain: queues: %v", err)
+	}
+	type drainQueue struct {
+		h  *walq.Queue
+		id uint64
+	}
+	var queues []drainQueue
+	for _, info := range infos {
+		hq := q
+		if info.Name != "" {
+			i := queueIndex(info.Name)
+			if i < 0 {
+				continue
+			}
+			if hq, err = q.OpenQueue(info.Name, namedQueueOptions(i)); err != nil {
+				h.led.violate("drain: open queue %s: %v", info.Name, err)
+				continue
+			}
+		}
+		if err := hq.Resume(); err != nil {
+			h.led.violate("drain: resume %s: %v", info.Name, err)
+		} else if inc := h.led.queues[info.ID]; inc != nil {
+			inc.pauses = []*pauseOp{{kind: 'r'}}
+		}
+		queues = append(queues, drainQueue{hq, info.ID})
+	}
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		if dead := q.DeadLetters(0); len(dead) > 0 {
-			ids := make([]uint64, len(dead))
-			for i, d := range dead {
-				ids[i] = d.ID
-				e := h.led.lookup(tokenOf(d.Body), "redrive")
-				e.redrives++
-				e.expectDead = false
+		got := false
+		for _, dq := range queues {
+			if dead := dq.h.DeadLetters(0); len(dead) > 0 {
+				ids := make([]uint64, len(dead))
+				for i, d := range dead {
+					ids[i] = d.ID
+					e := h.led.lookup(tokenOf(d.Body), "redrive")
+					e.redrives++
+					e.expectDead = false
+				}
+				if err := dq.h.Redrive(ids...); err != nil {
+					h.led.violate("drain: redrive: %v", err)
+					deadline = time.Time{}
+				}
 			}
-			if err := q.Redrive(ids...); err != nil {
-				h.led.violate("drain: redrive: %v", err)
+			m, ok, err := dq.h.TryGet()
+			if err != nil {
+				h.led.violate("drain: get: %v", err)
+				deadline = time.Time{}
 				break
 			}
+			if !ok {
+				continue
+			}
+			got = true
+			h.led.drained(tokenOf(m.Body), dq.id, m.Attempt, m.Deliveries)
+			h.sum.Drained++
+			if err := dq.h.Ack(m.Receipt); err != nil {
+				h.led.violate("drain: ack %d: %v", m.ID, err)
+			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), maxDelay+maxBackoff+100*time.Millisecond)
-		m, err := q.Get(ctx)
-		cancel()
-		if errors.Is(err, context.DeadlineExceeded) {
-			if st := q.Stats(); st.Items == 0 {
+		if !got {
+			if q.DirStats().Items == 0 {
 				break
 			}
-			continue
-		}
-		if err != nil {
-			h.led.violate("drain: get: %v", err)
-			break
-		}
-		h.led.drained(tokenOf(m.Body), m.Attempt, m.Deliveries)
-		h.sum.Drained++
-		if err := q.Ack(m.Receipt); err != nil {
-			h.led.violate("drain: ack %d: %v", m.ID, err)
+			time.Sleep(5 * time.Millisecond) // delayed items, backoffs
 		}
 	}
-	if st := q.Stats(); st.Items != 0 {
+	if st := q.DirStats(); st.Items != 0 {
 		h.led.violate("drain: %d items left after a minute of draining", st.Items)
 	}
 	if err := q.Close(); err != nil {

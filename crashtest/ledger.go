@@ -36,6 +36,11 @@ type entry struct {
 	priority int64
 	key      string
 	put      putState
+	queue    uint64 // the incarnation it was put into
+	// id is the ID its put returned (0: none reported), idSure whether
+	// that ID is durable: the put was trusted, or the item seen stored.
+	id     uint64
+	idSure bool
 
 	// The deadline, checked by spans: the child asked for span (0: none)
 	// from its wall clock read before the call, and the call took window
@@ -79,9 +84,17 @@ type ledger struct {
 	calls     uint64
 	startedAt map[uint64]uint64 // call number in the report -> calls at its intent
 
+	// The queues (queues.go): every incarnation the children reported or
+	// a check found, by ID; the latest incarnation of each name; items by
+	// their durable IDs; the pause call of each intent of the child being
+	// ingested.
+	queues  map[uint64]*incarnation
+	latest  map[string]uint64
+	byID    map[uint64]*entry
+	pending map[uint64]*pauseOp
+	qsum    queueCounts
+
 	// Counters at the last check, and what may have changed since.
-	lastCounters   state.Counters
-	putsIntended   int // items whose put started since the last check, duplicates excluded
 	opsChecked     int // completed calls whose outcome was checked
 	itemsChecked   int
 	compactionsCut int // cycles killed with a Compact call in flight
@@ -101,7 +114,11 @@ type ledger struct {
 }
 
 func newLedger() *ledger {
-	return &ledger{entries: make(map[string]*entry), startedAt: make(map[uint64]uint64)}
+	l := &ledger{entries: make(map[string]*entry), startedAt: make(map[uint64]uint64),
+		queues: make(map[uint64]*incarnation), latest: make(map[string]uint64), byID: make(map[uint64]*entry),
+		pending: make(map[uint64]*pauseOp)}
+	l.queues[0] = newIncarnation(0, "", true)
+	return l
 }
 
 func (l *ledger) violate(format string, args ...any) {
@@ -125,6 +142,8 @@ func (l *ledger) ingest(events []event, trusted func(event) bool) cycleReport {
 	var rep cycleReport
 	intents := make(map[uint64]event)
 	l.cycleFloor = l.checkTime
+	l.startCycle()
+	defer clear(l.pending)
 	for _, ev := range events {
 		switch ev.kind {
 		case 'R':
@@ -157,6 +176,8 @@ func (l *ledger) ingest(events []event, trusted func(event) bool) cycleReport {
 				l.opsChecked++
 			} else if in.op == "put" || in.op == "putb" {
 				l.refused(in)
+			} else {
+				l.queueCallFailed(in, ev)
 			}
 			delete(l.startedAt, ev.n)
 		}
@@ -187,7 +208,7 @@ func (l *ledger) refused(in event) {
 	for _, desc := range strings.Split(in.args[0], ",") {
 		if e := l.entries[strings.SplitN(desc, "/", 2)[0]]; e != nil && e.put == putMaybe {
 			e.put = putRefused
-			l.putsIntended--
+			l.inc(e.queue).putsIntended--
 		}
 	}
 }
@@ -225,8 +246,8 @@ func (l *ledger) intent(ev event) {
 				key = ""
 			}
 			l.entries[f[0]] = &entry{tok: f[0], batch: l.batches, span: span, window: -1, enqueueFloor: l.cycleFloor,
-				priority: prio, key: key, put: putMaybe}
-			l.putsIntended++
+				priority: prio, key: key, put: putMaybe, queue: ev.queue}
+			l.inc(ev.queue).putsIntended++
 		}
 	case "redrive":
 		for _, tok := range strings.Split(ev.args[0], ",") {
@@ -235,6 +256,8 @@ func (l *ledger) intent(ev event) {
 			e.lastRedrive = l.calls
 			e.expectDead = false
 		}
+	case "pause", "resume", "delete":
+		l.queueIntent(ev)
 	}
 }
 
@@ -257,16 +280,32 @@ func (l *ledger) done(in, ev event, trusted bool, started uint64) {
 		}
 		for i, res := range results {
 			e := l.entries[strings.SplitN(descs[i], "/", 2)[0]]
-			if e == nil {
+			if e == nil || strings.HasPrefix(res, "d") {
 				continue
 			}
 			e.window = window
-			switch {
-			case strings.HasPrefix(res, "d"):
-				e.put = putRefused // nothing was stored for it, durable or not
-				l.putsIntended--
-			case trusted:
+			e.id, _ = strconv.ParseUint(res, 10, 64)
+			if trusted {
 				e.put = putDone
+				e.idSure = true
+				l.byID[e.id] = e
+				l.inc(e.queue).durable = true
+			}
+		}
+		for i, res := range results {
+			e := l.entries[strings.SplitN(descs[i], "/", 2)[0]]
+			if e == nil || !strings.HasPrefix(res, "d") {
+				continue
+			}
+			e.window = window
+			e.put = putRefused // nothing was stored for it, durable or not
+			l.inc(e.queue).putsIntended--
+			// Keys are per queue: the holder is an item of the same queue
+			// with the same key.
+			holder, _ := strconv.ParseUint(res[1:], 10, 64)
+			if h := l.byID[holder]; h != nil && (h.queue != e.queue || h.key != e.key) {
+				l.violate("item %s put into queue %d with key %q refused as a duplicate of item %s (id %d), put into queue %d with key %q",
+					e.tok, e.queue, e.key, h.tok, holder, h.queue, h.key)
 			}
 		}
 	case "get", "work":
@@ -280,6 +319,8 @@ func (l *ledger) done(in, ev event, trusted bool, started uint64) {
 		e := l.lookup(ev.args[0], "delivery")
 		attempt, _ := strconv.Atoi(ev.args[2])
 		deliveries, _ := strconv.Atoi(ev.args[3])
+		l.deliveredFrom(in, e, started)
+		maxAttempts := l.maxAttempts(e)
 		if e.gone {
 			l.resurrected++
 			l.violate("item %s delivered (attempt %d) after it was gone (%s)", e.tok, attempt, e.goneWhy)
@@ -322,6 +363,8 @@ func (l *ledger) done(in, ev event, trusted bool, started uint64) {
 				e.purgeMaybe = true
 			}
 		}
+	case "open", "pause", "resume", "delete":
+		l.queueDone(in, ev, trusted)
 	}
 }
 
@@ -334,11 +377,12 @@ func (l *ledger) check(st *state.State, where string) int {
 	// before it (plus a backoff: a nack discards an item whose next due
 	// time would reach its deadline).
 	now := st.LastTime()
+	l.checkQueues(st, where)
 	present := make(map[string]*state.Item)
 	st.Each(func(it *state.Item) {
 		tok := tokenOf(it.Body)
 		if tok == "" || l.entries[tok] == nil {
-			l.violate("%s: unknown item %d stored: body %q", where, it.ID, truncate(it.Body, 60))
+			l.violate("%s: unknown item %d stored in queue %d: body %q", where, it.ID, it.Queue, truncate(it.Body, 60))
 			return
 		}
 		present[tok] = it
@@ -349,12 +393,25 @@ func (l *ledger) check(st *state.State, where string) int {
 			materialized[e.batch] = true
 		}
 	}
-	newlyStored, removed := 0, 0
+	// Per incarnation: items newly known stored, and stored items gone.
+	newlyStored, removed := make(map[uint64]int), make(map[uint64]int)
 	for tok, e := range l.entries {
 		l.itemsChecked++
 		it := present[tok]
 		if it == nil {
+			if e.idSure {
+				if other := st.Item(e.id); other != nil {
+					l.violate("%s: item %s is not stored, but its ID %d, which its put returned, holds item %q of queue %d",
+						where, tok, e.id, tokenOf(other.Body), other.Queue)
+				}
+			}
 			if e.gone {
+				continue
+			}
+			if inc := l.inc(e.queue); inc.gone {
+				// Its queue was deleted (or its creation never stored):
+				// every item of it went with it, whatever it was.
+				e.gone, e.goneWhy = true, "its queue is gone: "+inc.goneWhy
 				continue
 			}
 			// An item of a PutBatch that never returned may have been refused
@@ -371,14 +428,14 @@ func (l *ledger) check(st *state.State, where string) int {
 				default:
 					e.goneWhy = "LOST"
 					l.lost++
-					l.violate("%s: item %s lost: its put was reported done (or it was stored) and it was neither acked, purged nor past its deadline",
-						where, tok)
+					l.violate("%s: item %s lost (queue %d): its put was reported done (or it was stored) and it was neither acked, purged nor past its deadline",
+						where, tok, e.queue)
 				}
 				if !e.counted {
-					newlyStored++
+					newlyStored[e.queue]++
 					e.counted = true
 				}
-				removed++
+				removed[e.queue]++
 			} else {
 				e.goneWhy = "never stored"
 			}
@@ -387,21 +444,27 @@ func (l *ledger) check(st *state.State, where string) int {
 		}
 		l.checkPresent(e, it, where)
 		if !e.counted {
-			newlyStored++
+			newlyStored[e.queue]++
 			e.counted = true
 		}
 	}
-	c := st.Counters()
-	prev := l.lastCounters
-	if got := int(c.Put - prev.Put); got < newlyStored || got > l.putsIntended {
-		l.violate("%s: Put counter grew by %d since the last check; the ledger has %d items newly stored and %d puts started",
-			where, got, newlyStored, l.putsIntended)
+	for _, qs := range st.Queues() {
+		inc := l.inc(qs.ID())
+		c := qs.Counters()
+		prev := inc.lastCounters
+		if got := int(c.Put - prev.Put); got < newlyStored[inc.id] || got > inc.putsIntended {
+			l.violate("%s: %s: Put counter grew by %d since the last check; the ledger has %d items newly stored and %d puts started",
+				where, inc, got, newlyStored[inc.id], inc.putsIntended)
+		}
+		if got := int(c.Acked + c.Discarded + c.Purged - prev.Acked - prev.Discarded - prev.Purged); got < removed[inc.id] {
+			l.violate("%s: %s: %d stored items are gone but the acked+discarded+purged counters grew by %d", where, inc, removed[inc.id], got)
+		}
+		inc.lastCounters = c
 	}
-	if got := int(c.Acked + c.Discarded + c.Purged - prev.Acked - prev.Discarded - prev.Purged); got < removed {
-		l.violate("%s: %d stored items are gone but the acked+discarded+purged counters grew by %d", where, removed, got)
+	for _, inc := range l.queues {
+		inc.putsIntended = 0
 	}
-	l.lastCounters = c
-	l.putsIntended = 0
+	l.checkKeys(st, where)
 	l.checkTime = max(l.checkTime, now)
 	return len(l.violations) - before
 }
@@ -487,6 +550,16 @@ func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
 	if !checkBody(e.tok, it.Body) {
 		bad("body differs from what was put")
 	}
+	if it.Queue != e.queue {
+		bad("stored in queue %d, put into queue %d", it.Queue, e.queue)
+	}
+	if inc := l.inc(e.queue); inc.gone {
+		l.resurrected++
+		bad("stored, but its queue is gone (%s)", inc.goneWhy)
+	}
+	if e.id != 0 && it.ID != e.id {
+		bad("stored under ID %d, its put returned %d", it.ID, e.id)
+	}
 	if it.Priority != e.priority || it.Key != e.key {
 		bad("priority/key %d/%q, put with %d/%q", it.Priority, it.Key, e.priority, e.key)
 	}
@@ -500,7 +573,7 @@ func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
 	if e.redrives == e.attemptsEpoch && it.Attempts < e.minAttempts {
 		bad("attempts went from %d to %d without a redrive", e.minAttempts, it.Attempts)
 	}
-	if it.Attempts > it.Deliveries || it.Attempts > maxAttempts {
+	if maxAttempts := l.maxAttempts(e); it.Attempts > it.Deliveries || int(it.Attempts) > maxAttempts {
 		bad("attempts %d with %d deliveries and MaxAttempts %d", it.Attempts, it.Deliveries, maxAttempts)
 	}
 	if e.expectDead && it.Status != state.Dead {
@@ -510,14 +583,20 @@ func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
 		bad("still leased after recovery")
 	}
 	e.seen, e.put = true, putDone
+	e.id, e.idSure = it.ID, true
+	l.byID[it.ID] = e
 	e.ackMaybe, e.purgeMaybe = false, false
 	e.minDeliveries, e.checkedDeliveries = it.Deliveries, it.Deliveries
 	e.minAttempts, e.checkedAttempts, e.attemptsEpoch = it.Attempts, it.Attempts, e.redrives
 }
 
-// drained records that the final drain delivered and acked tok.
-func (l *ledger) drained(tok string, attempt, deliveries int) {
+// drained records that the final drain delivered and acked tok, from
+// the queue of incarnation queue.
+func (l *ledger) drained(tok string, queue uint64, attempt, deliveries int) {
 	e := l.lookup(tok, "drain")
+	if e.queue != queue {
+		l.violate("drain: item %s of queue %d delivered by queue %d", tok, e.queue, queue)
+	}
 	if e.gone {
 		l.resurrected++
 		l.violate("drain: item %s delivered after it was gone (%s)", tok, e.goneWhy)

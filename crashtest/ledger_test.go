@@ -3,6 +3,7 @@ package crashtest
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -213,5 +214,118 @@ func TestParseMix(t *testing.T) {
 		if _, err := ParseMix(DefaultMix, bad); err == nil {
 			t.Errorf("ParseMix(%q) accepted", bad)
 		}
+	}
+}
+
+// The ledger's checks of named queues must fail on each kind of lie a
+// recovered directory can tell about them. The report opens q1, which the
+// state creates at LSN 1 (so its incarnation is 1); the state is built by
+// the given steps, and the case names the violation it must find.
+func TestLedgerQueues(t *testing.T) {
+	const (
+		open1    = "I 1 open q1\nD 1 100 1 1\n"
+		putQ1    = "I 2 put @1 c1.1/0/0/k1\nD 2 100 2 1 w10\n"
+		putDef   = "I 3 put @0 c1.2/0/0/k1\nD 3 100 3 2 w10\n"
+		delQ1    = "I 4 delete @1 force\nD 4 100 4\n"
+		reopen   = "I 5 open q1\nD 5 100 5 3\n"
+		pauseQ1  = "I 6 pause @1 0\nD 6 100 6 w10\n"
+		resumeQ1 = "I 7 resume @1\n"
+	)
+	create := func(st *state.State, lsn uint64) {
+		if err := st.ApplyTo(lsn, state.DefaultQueue, &state.CreateQueue{Time: 10, Name: "q1", Settings: queueSettings(0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put := func(st *state.State, lsn, queue uint64, tok, key string) {
+		n := state.NewItem{Body: bodyOf(tok), Key: key}
+		if err := st.ApplyTo(lsn, queue, &state.Put{Time: 1000, Items: []state.NewItem{n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply := func(st *state.State, lsn, queue uint64, r state.Record) {
+		if err := st.ApplyTo(lsn, queue, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		report string
+		build  func(st *state.State)
+		want   string
+	}{
+		{"queue kept", open1 + putQ1, func(st *state.State) { create(st, 1); put(st, 2, 1, "c1.1", "k1") }, ""},
+		{"queue lost", open1, func(st *state.State) {}, "no delete of it was ever started"},
+		{"queue deleted", open1 + putQ1 + delQ1, func(st *state.State) {
+			create(st, 1)
+			put(st, 2, 1, "c1.1", "k1")
+			apply(st, 3, 1, &state.DeleteQueue{Time: 20, Force: true})
+		}, ""},
+		{"deleted queue back", open1 + putQ1 + delQ1, func(st *state.State) { create(st, 1); put(st, 2, 1, "c1.1", "k1") },
+			"the delete reported done, but it is there"},
+		{"delete in flight, kept", open1 + putQ1 + "I 4 delete @1 soft\n", func(st *state.State) { create(st, 1); put(st, 2, 1, "c1.1", "k1") }, ""},
+		{"item in another queue", open1 + putQ1, func(st *state.State) { create(st, 1); put(st, 2, 0, "c1.1", "k1") },
+			"stored in queue 0, put into queue 1"},
+		{"item under another ID", open1 + putQ1, func(st *state.State) {
+			create(st, 1)
+			apply(st, 2, 0, &state.Put{Time: 1000, Items: []state.NewItem{{Body: []byte("x")}}})
+			put(st, 3, 1, "c1.1", "k1")
+		}, "stored under ID 2, its put returned 1"},
+		{"old item in the new incarnation", open1 + putQ1 + delQ1 + reopen, func(st *state.State) {
+			create(st, 1)
+			apply(st, 2, 1, &state.DeleteQueue{Time: 20})
+			create(st, 3)
+			put(st, 4, 3, "c1.1", "k1")
+		}, "stored in queue 3, put into queue 1"},
+		{"same key in two queues", open1 + putQ1 + putDef, func(st *state.State) {
+			create(st, 1)
+			put(st, 2, 1, "c1.1", "k1")
+			put(st, 3, 0, "c1.2", "k1")
+		}, ""},
+		{"duplicate across queues", open1 + putQ1 + "I 3 put @0 c1.2/0/0/k1\nD 3 100 3 d1 w10\n", func(st *state.State) {
+			create(st, 1)
+			put(st, 2, 1, "c1.1", "k1")
+		}, "refused as a duplicate of item c1.1"},
+		{"pause kept", open1 + pauseQ1, func(st *state.State) {
+			create(st, 1)
+			apply(st, 2, 1, &state.PauseQueue{Time: 20, Until: math.MaxInt64})
+		}, ""},
+		{"pause lost", open1 + pauseQ1, func(st *state.State) { create(st, 1) }, "has PausedUntil 0"},
+		{"pause lost, resume in flight", open1 + pauseQ1 + resumeQ1, func(st *state.State) { create(st, 1) }, ""},
+		{"timed pause too long", open1 + "I 6 pause @1 1000000000\nD 6 100 6 w10\n", func(st *state.State) {
+			create(st, 1)
+			apply(st, 2, 1, &state.PauseQueue{Time: 20, Until: 20 + 5e9})
+		}, "paused for 1s"},
+		{"timed pause", open1 + "I 6 pause @1 1000000000\nD 6 100 6 w10\n", func(st *state.State) {
+			create(st, 1)
+			apply(st, 2, 1, &state.PauseQueue{Time: 20, Until: 20 + 1e9})
+		}, ""},
+		{"delivered while paused", open1 + putQ1 + pauseQ1 + "I 8 get @1\nD 8 100 8 c1.1 9 1 1\n", func(st *state.State) {
+			create(st, 1)
+			put(st, 2, 1, "c1.1", "k1")
+			apply(st, 3, 1, &state.PauseQueue{Time: 20, Until: math.MaxInt64})
+		}, "started after it was paused until resumed"},
+		{"delivered by another queue", open1 + putQ1 + "I 8 get @0\nD 8 100 8 c1.1 9 1 1\n", func(st *state.State) {
+			create(st, 1)
+			put(st, 2, 1, "c1.1", "k1")
+		}, "of queue 1 delivered by a get on queue 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			events, err := parseReport([]byte(tc.report))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := newLedger()
+			l.ingest(events, func(event) bool { return true })
+			st := state.New()
+			tc.build(st)
+			l.check(st, "check")
+			got := strings.Join(l.violations, "\n")
+			switch {
+			case tc.want == "" && got != "":
+				t.Errorf("violations:\n%s", got)
+			case tc.want != "" && !strings.Contains(got, tc.want):
+				t.Errorf("want a violation with %q, got:\n%s", tc.want, got)
+			}
+		})
 	}
 }

@@ -21,11 +21,15 @@ import (
 // may be torn by the kill; the parser drops a line without its newline.
 //
 //	R <ts> <dlsn> <wall>              queue opened
-//	I <n> put|putb <tok>/<span>/<prio>/<key>,...
-//	I <n> get|work
-//	I <n> ack|nack|dead|extend <tok> <receipt>
-//	I <n> redrive|purge <tok>,...
+//	I <n> put|putb [@<q>] <tok>/<span>/<prio>/<key>,...
+//	I <n> get|work [@<q>]
+//	I <n> ack|nack|dead|extend [@<q>] <tok> <receipt>
+//	I <n> redrive|purge [@<q>] <tok>,...
 //	I <n> compact
+//	I <n> open <name>                  OpenQueue; done with the incarnation's ID
+//	I <n> pause @<q> <span>            Pause until the child's wall clock + span (0: until Resume)
+//	I <n> resume @<q>
+//	I <n> delete @<q> force|soft
 //	D <n> <ts> <dlsn> [result]         call n returned nil
 //	E <n> <reason>                     call n returned an expected error
 //	X <message>                        the child hit an unexpected error
@@ -44,6 +48,12 @@ import (
 // <deliveries>". A Work handler reports its delivery as a work call, done
 // at once, with the result of a get, and what it returns as the intent of an ack, nack or dead that
 // has no completion: Work ends the lease after the handler returns.
+//
+// @<q> names the queue's incarnation (its ID, as QueueInfo.ID reports it:
+// 0 for the default queue, which is also what a line without it means). A
+// pause's result is w<ns> or w? as a put's; an open's is the ID of the
+// incarnation the handle is on. An E line's reason "deleted" is
+// ErrQueueDeleted: the call wrote nothing.
 
 type reportWriter struct {
 	mu sync.Mutex
@@ -75,11 +85,14 @@ func (w *reportWriter) line(format string, args ...any) {
 type event struct {
 	kind byte // 'R', 'I', 'D', 'E', 'X', 'V', 'S', 'C'
 	n    uint64
-	op   string   // I: the call
-	args []string // I: its arguments; D: the result fields; E: the reason; X, V: the message
-	ts   int64    // R, D
-	dlsn uint64   // R, D
-	wall int64    // R: the child's wall clock before Open; C: the new offset
+	op   string // I: the call
+	// queue is the incarnation a call is made on (I lines with @<id>; 0,
+	// the default queue, without).
+	queue uint64
+	args  []string // I: its arguments; D: the result fields; E: the reason; X, V: the message
+	ts    int64    // R, D
+	dlsn  uint64   // R, D
+	wall  int64    // R: the child's wall clock before Open; C: the new offset
 }
 
 func parseReport(data []byte) ([]event, error) {
@@ -119,6 +132,9 @@ func parseLine(line string) (event, error) {
 		ev.wall, err = strconv.ParseInt(f[1], 10, 64)
 	case ev.kind == 'I' && len(f) >= 3:
 		ev.n, ev.op, ev.args = num(f[1]), f[2], f[3:]
+		if len(ev.args) > 0 && strings.HasPrefix(ev.args[0], "@") {
+			ev.queue, ev.args = num(ev.args[0][1:]), ev.args[1:]
+		}
 	case ev.kind == 'D' && len(f) >= 4:
 		ev.n, ev.ts, ev.dlsn, ev.args = num(f[1]), int64(num(f[2])), num(f[3]), f[4:]
 	case ev.kind == 'E' && len(f) == 3:

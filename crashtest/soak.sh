@@ -12,6 +12,7 @@
 #   crashtest/soak.sh 5000 powerloss   # one mode, more cycles
 #   crashtest/soak.sh 300 kill interval=300 never=300   # mode=cycles sets one mode's cycles
 #   SEED=42 crashtest/soak.sh 100      # reproduce a run (each mode is seeded with SEED)
+#   QUEUES=0 crashtest/soak.sh 1000    # the default queue only, as before named queues
 #
 # Every mode steps the children's wall clocks (back and forward, 1s to 1h,
 # within a run and across restarts, each child often starting behind the
@@ -19,6 +20,19 @@
 # visibility, and puts hostile bodies (random bytes, lookalike format-1 and
 # format-2 records, copies of real frames read from the queue's own
 # segments) among the others (crashtest.DefaultMix).
+#
+# Every mode also runs the workload over QUEUES named queues (default 3)
+# besides the default queue, with settings of their own: each child opens
+# them, spreads its puts, gets, Work and sweeps over all of them, pauses
+# them (until a time and until resumed), resumes them, and deletes them
+# (forced or not) and creates them again; each check holds every item to
+# the queue and ID it was put with, no incarnation whose delete was
+# promised (nor any item, key or dead letter of it) coming back, every
+# pause promised still recorded, keys per queue, and the counters and
+# dead letters of each queue (crashtest/queues.go). The summary line then
+# counts the pauses, resumes, deletes, re-creations, the pauses and
+# deletes found held at checks, and the keys found held in several queues
+# at once.
 #
 # Modes:
 #   kill                kill -9, SyncAlways, compaction forced every few ms
@@ -48,12 +62,13 @@ if [ ${#modes[@]} -eq 0 ]; then
 	modes=(kill powerloss interval never early-ack)
 fi
 seed=${SEED:-0}
+queues=${QUEUES:-3}
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/walq-crashtest" ./crashtest/cmd/walq-crashtest
 go build -tags walq_bug_early_ack -o "$bin/walq-crashtest-early-ack" ./crashtest/cmd/walq-crashtest
 echo "soak.sh: commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo +dirty)," \
-	"$(go env GOVERSION), $(nproc) cores, SEED=${SEED:-clock}"
+	"$(go env GOVERSION), $(nproc) cores, SEED=${SEED:-clock}, QUEUES=$queues"
 
 fifth=$(( cycles / 5 > 200 ? cycles / 5 : 200 ))
 status=0
@@ -74,7 +89,7 @@ for spec in "${modes[@]}"; do
 	esac
 	exe=$bin/walq-crashtest
 	[ "$mode" = early-ack ] && exe=$bin/walq-crashtest-early-ack
-	if ! "$exe" -seed "$seed" -stepclock "${args[@]}" 2>"$bin/$mode.err" >"$bin/$mode.out"; then
+	if ! "$exe" -seed "$seed" -stepclock -queues "$queues" "${args[@]}" 2>"$bin/$mode.err" >"$bin/$mode.out"; then
 		status=1
 		sed -n 1,30p "$bin/$mode.err" >&2
 	fi

@@ -229,24 +229,55 @@ func (s *runningSet) has(tok string) (running, bool) {
 	return r, ok
 }
 
-// work runs the Work consumers until the kill.
-func (c *child) work(rng *rand.Rand) {
+// work runs n Work consumers on the queue of s until the kill; when the
+// queue is deleted, Work returns ErrQueueDeleted and starts again on the
+// queue created under its name.
+func (c *child) work(s *slot, n int, rng *rand.Rand) {
 	var mu sync.Mutex // rng is not safe for concurrent use
 	pick := func(n int) int {
 		mu.Lock()
 		defer mu.Unlock()
 		return rng.IntN(n)
 	}
-	handler := func(ctx context.Context, m walq.Message) error { return c.handle(ctx, m, pick) }
-	err := c.q.Work(context.Background(), c.mix.Workers, handler,
-		walq.WorkOptions{HeartbeatEvery: workHeartbeat, Timeout: workTimeout})
-	c.fatal("work", err)
+	for {
+		h, qid := s.get()
+		settled := s.settled.Load()
+		handler := func(ctx context.Context, m walq.Message) error { return c.handle(ctx, s, qid, m, pick) }
+		opts := walq.WorkOptions{HeartbeatEvery: workHeartbeat, Timeout: workTimeout}
+		ctx, cancel := context.WithCancel(context.Background())
+		var done chan struct{}
+		if s.name != "" {
+			// The admin stops Work before it deletes the queue (quiesce);
+			// the handlers are cancelled at once, and Work nacks their items.
+			opts.DrainTimeout = -1
+			done = make(chan struct{})
+			stopped := done
+			s.workMu.Lock()
+			s.stopWork = func() { cancel(); <-stopped }
+			s.workMu.Unlock()
+		}
+		err := h.Work(ctx, n, handler, opts)
+		cancel()
+		if done != nil {
+			close(done)
+		}
+		if s.name == "" || (err != nil && !errors.Is(err, walq.ErrQueueDeleted)) {
+			c.fatal("work", err)
+		}
+		s.workMu.Lock()
+		s.stopWork = nil
+		s.workMu.Unlock()
+		for s.settled.Load() == settled {
+			time.Sleep(time.Millisecond)
+		}
+	}
 }
 
-func (c *child) handle(ctx context.Context, m walq.Message, pick func(int) int) error {
+func (c *child) handle(ctx context.Context, s *slot, qid uint64, m walq.Message, pick func(int) int) error {
 	entered := time.Now() // the report lines below may wait for a busy disk
-	call := c.intent("work")
-	tok := c.delivered(call, m)
+	deletes := s.deletes.Load()
+	call := c.intent("work @%d", qid)
+	tok := c.delivered(call, s, m)
 	if other, ok := c.running.start(tok, m.Receipt, entered); !ok {
 		c.workViolation(other.start, "item %s (id %d) started on a second worker as receipt %s while its handler of receipt %s runs and heartbeats",
 			tok, m.ID, m.Receipt, other.receipt)
@@ -261,7 +292,8 @@ func (c *child) handle(ctx context.Context, m walq.Message, pick func(int) int) 
 	select {
 	case <-time.After(run):
 	case <-ctx.Done():
-		if cause := context.Cause(ctx); errors.Is(cause, walq.ErrLeaseLost) {
+		// A forced delete of the queue ends its leases: not a lost lease.
+		if cause := context.Cause(ctx); errors.Is(cause, walq.ErrLeaseLost) && s.deletes.Load() == deletes {
 			c.workViolation(entered, "item %s (id %d): Work's heartbeat lost the lease of receipt %s under a live handler after %v (%v of its own run): %s",
 				tok, m.ID, m.Receipt, time.Since(entered).Round(time.Millisecond), time.Since(start).Round(time.Millisecond), oneLine(cause))
 		}
@@ -271,13 +303,13 @@ func (c *child) handle(ctx context.Context, m walq.Message, pick func(int) int) 
 	case r < c.mix.Ack:
 		// Work acks once the handler returns: the ack is started, and the
 		// report cannot say whether it landed.
-		c.intent("ack %s %s", tok, m.Receipt)
+		c.intent("ack @%d %s %s", qid, tok, m.Receipt)
 		return nil
 	case r < c.mix.Ack+c.mix.Nack:
-		c.intent("nack %s %s", tok, m.Receipt)
+		c.intent("nack @%d %s %s", qid, tok, m.Receipt)
 		return errors.New("nack")
 	default:
-		c.intent("dead %s %s", tok, m.Receipt)
+		c.intent("dead @%d %s %s", qid, tok, m.Receipt)
 		return walq.Permanent(errors.New("poison"))
 	}
 }

@@ -29,7 +29,9 @@ func testChild(t *testing.T, dir string, offset time.Duration, mix Mix) *child {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { q.Close() })
-	return &child{mix: mix, q: q, clock: clock, rep: rep, running: runningSet{m: make(map[string]running)}}
+	c := &child{mix: mix, q: q, clock: clock, rep: rep, running: runningSet{m: make(map[string]running)}}
+	c.slots = []*slot{{h: q}}
+	return c
 }
 
 func (c *child) reported(t *testing.T, kind byte) []string {
@@ -75,14 +77,14 @@ func TestRunningSetCatchesSecondRun(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	slowest := func(n int) int { return n - 1 } // runs for twice the visibility, less a millisecond
-	wg.Go(func() { c.handle(context.Background(), first, slowest) })
+	wg.Go(func() { c.handle(context.Background(), c.slots[0], 0, first, slowest) })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*visibility)
 	defer cancel()
 	second, err := c.q.Get(ctx) // once the first lease has run out
 	if err != nil {
 		t.Fatalf("the item did not come back after its lease ran out: %v", err)
 	}
-	c.handle(context.Background(), second, slowest)
+	c.handle(context.Background(), c.slots[0], 0, second, slowest)
 	wg.Wait()
 	v := c.reported(t, 'V')
 	if len(v) != 1 || !strings.Contains(v[0], tok) || !strings.Contains(v[0], "second worker") {
@@ -114,7 +116,7 @@ func TestWorkHeartbeatAcrossClockStepBack(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- c.q.Work(ctx, 3, func(ctx context.Context, m walq.Message) error {
-			err := c.handle(ctx, m, func(n int) int { return n - 1 }) // twice the visibility
+			err := c.handle(ctx, c.slots[0], 0, m, func(n int) int { return n - 1 }) // twice the visibility
 			if _, again := once.LoadOrStore(m.ID, true); !again {
 				handled.Done()
 			}
