@@ -284,10 +284,10 @@ func consistent(st *state.State, conserved bool) error {
 				err = errors.Join(err, errorf("item %d: key %q held by %d (%v) in queue %d", it.ID, it.Key, id, held, it.Queue))
 			}
 		}
-		if len(it.History) > state.HistoryLen {
-			err = errors.Join(err, errorf("item %d has %d attempts in its history", it.ID, len(it.History)))
+		if len(it.History()) > state.HistoryLen {
+			err = errors.Join(err, errorf("item %d has %d attempts in its history", it.ID, len(it.History())))
 		}
-		for _, a := range it.History {
+		for _, a := range it.History() {
 			if len(a.Error) > state.MaxAttemptError {
 				err = errors.Join(err, errorf("item %d has an attempt error of %d bytes", it.ID, len(a.Error)))
 			}

@@ -356,10 +356,7 @@ func (m *model) lease(it *mItem, lsn uint64, leaseEnd int64) {
 	it.receipt, it.leaseEnd = lsn, leaseEnd
 	it.attempts++
 	it.deliveries++
-	it.history = append(it.history, state.Attempt{Start: m.now})
-	if len(it.history) > state.HistoryLen {
-		it.history = slices.Clone(it.history[len(it.history)-state.HistoryLen:])
-	}
+	it.due = m.now // a leased item's Due is when its lease began
 	m.receipts = append(m.receipts, receiptOf{lsn, it.queue})
 	m.queue(it.queue).counters.Delivered++
 }
@@ -398,8 +395,11 @@ func (m *model) end(kind byte, it *mItem, lsn uint64, cause string, due int64, d
 	if cause != "" {
 		it.lastError = cause
 	}
-	a := &it.history[len(it.history)-1]
-	a.End, a.How, a.Error = m.now, kind, cutError(cause)
+	// The history keeps the attempts that ended without an ack.
+	it.history = append(it.history, state.Attempt{Start: it.due, End: m.now, How: kind, Error: cutError(cause)})
+	if len(it.history) > state.HistoryLen {
+		it.history = slices.Clone(it.history[len(it.history)-state.HistoryLen:])
+	}
 	switch kind {
 	case state.TypeNack:
 		q.counters.Nacked++
@@ -1672,7 +1672,7 @@ func historyView(h []state.Attempt) string {
 
 func viewOf(it *state.Item) itemView {
 	return itemView{it.ID, it.Queue, string(it.Body), it.Key, it.Priority, it.EnqueuedAt, it.Due, it.Deadline, it.Seq,
-		it.Attempts, it.Deliveries, it.Status, it.Receipt, it.LeaseEnd, it.LastError, it.EndedAt, historyView(it.History)}
+		it.Attempts, it.Deliveries, it.Status, it.Receipt, it.LeaseEnd, it.LastError, it.EndedAt, historyView(it.History())}
 }
 
 func (it *mItem) view() itemView {
