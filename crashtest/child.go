@@ -32,8 +32,7 @@ type childConfig struct {
 	// time; StepClock makes the child step it while it runs.
 	WallOffset time.Duration
 	StepClock  bool
-	Queues     int  // named queues besides the default queue (Config.Queues)
-	KnownBugs  bool // Config.KnownBugs
+	Queues     int // named queues besides the default queue (Config.Queues)
 }
 
 // IsChild reports whether this process was started by the harness as its
@@ -87,15 +86,6 @@ func runChild(cfg childConfig) int {
 		rep.line("X open: %s", oneLine(err))
 		return 3
 	}
-	if cfg.Queues > 0 && !cfg.KnownBugs {
-		// The core gives a queue created after the newest snapshot no
-		// runtime when it reopens (queues.go, snapshotCreated): a snapshot
-		// now, and a reopen, give every queue one.
-		if q, err = reopenAfterSnapshot(q, cfg.Dir, opts); err != nil {
-			rep.line("X open: %s", oneLine(err))
-			return 3
-		}
-	}
 	c := &child{cfg: cfg, mix: cfg.Mix, q: q, clock: clock, rep: rep, running: runningSet{m: make(map[string]running)}}
 	c.stalls.probe = func() { q.DeadLetters(1) }
 	c.stalls.start()
@@ -105,9 +95,6 @@ func runChild(cfg childConfig) int {
 		s := &slot{name: queueName(i), index: i}
 		c.openSlot(s)
 		c.slots = append(c.slots, s)
-	}
-	if cfg.Queues > 0 && !cfg.KnownBugs {
-		c.snapshotCreated()
 	}
 	fmt.Println("ready") // the parent times some kills from here
 
@@ -296,13 +283,11 @@ func (c *child) putWindow(steps uint64, start time.Time) string {
 
 func (c *child) consume(rng *rand.Rand) {
 	s := c.pick(rng)
-	release := s.getGate()
 	h, qid := s.get()
 	call := c.intent("get @%d", qid)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	m, err := h.Get(ctx)
 	cancel()
-	release()
 	if errors.Is(err, context.DeadlineExceeded) {
 		c.failed(call, "timeout")
 		return

@@ -48,14 +48,6 @@ type Config struct {
 	// (q1, q2, ...), spreads its calls over all of them, pauses them (until
 	// a time and until resumed) and deletes and re-creates them (queues.go).
 	Queues int
-	// KnownBugs turns off the harness's workarounds for two bugs of the
-	// core it found at b1ca339 (queues.go), so that a run shows them: a
-	// Delete with a Get blocked on the queue panics (nil QueueState in
-	// nextWakeLocked), and after a reopen a queue created after the newest
-	// snapshot has no runtime (Open builds it from the snapshot's queues,
-	// before the log replays), so Queues, Stats, OpenQueue, and an Open or
-	// timer that expires a lease in it, panic.
-	KnownBugs bool
 }
 
 // Mix is the child's workload: how many goroutines do what, and how often.

@@ -268,8 +268,7 @@ func (h *harness) cycle(cycle int) error {
 		segSize *= []int64{1, 4, 16}[h.rng.IntN(3)]
 	}
 	ccfg := childConfig{Dir: h.queueDir, Report: reportPath, Seed: h.rng.Uint64(), Cycle: cycle,
-		Sync: policy, SegmentSize: segSize, Mix: h.cfg.Mix, Queues: h.cfg.Queues,
-		KnownBugs: h.cfg.KnownBugs}
+		Sync: policy, SegmentSize: segSize, Mix: h.cfg.Mix, Queues: h.cfg.Queues}
 	if h.cfg.StepClock {
 		ccfg.StepClock = true
 		ccfg.WallOffset = h.startOffset()
@@ -416,15 +415,6 @@ func (h *harness) check(where string) (int, error) {
 		h.sum.Refused++
 		h.led.violate("%s: recovery failed: %v", where, err)
 		return len(h.led.violations) - before, nil
-	}
-	if h.cfg.Queues > 0 && !h.cfg.KnownBugs {
-		// Queues would dereference the missing runtime of a queue created
-		// after the newest snapshot (queues.go, snapshotCreated).
-		if q, err = reopenAfterSnapshot(q, h.queueDir, opts); err != nil {
-			h.sum.Refused++
-			h.led.violate("%s: recovery failed: %v", where, err)
-			return len(h.led.violations) - before, nil
-		}
 	}
 	st := q.Stats()
 	infos, err := q.Queues()

@@ -56,14 +56,6 @@ type slot struct {
 	// again): Work starts again after one.
 	deletes, settled atomic.Uint64
 
-	// gate is held shared by each Get on the queue and exclusively by the
-	// admin around a delete, and stopWork stops the queue's Work call,
-	// so that no Get is blocked on the queue when it is deleted (see
-	// quiesce).
-	gate     sync.RWMutex
-	workMu   sync.Mutex
-	stopWork func() // cancels the Work call and waits for it to return; nil when none runs
-
 	mu sync.Mutex
 	h  *walq.Queue
 	id uint64
@@ -177,10 +169,6 @@ func (c *child) deleteAndCreate(rng *rand.Rand, s *slot) {
 	}
 	s.deletes.Add(1)
 	defer s.settled.Add(1)
-	if !c.cfg.KnownBugs {
-		s.quiesce()
-		defer s.gate.Unlock()
-	}
 	call := c.intent("delete @%d %s", qid, how)
 	switch err := old.Delete(force); {
 	case err == nil:
@@ -206,9 +194,6 @@ func (c *child) deleteAndCreate(rng *rand.Rand, s *slot) {
 	if !ok {
 		c.fatal("open queue "+s.name, errors.New("OpenQueue returned but Queues does not list the queue"))
 	}
-	if !c.cfg.KnownBugs {
-		c.snapshotCreated()
-	}
 	// Nothing but this goroutine has the new handle yet: the queue must be
 	// empty of everything the old incarnation held.
 	st := h.Stats()
@@ -219,64 +204,6 @@ func (c *child) deleteAndCreate(rng *rand.Rand, s *slot) {
 	c.done(call, fmt.Sprint(id)) // before any call on it can be reported
 	s.set(h, id)
 	old.Close()
-}
-
-// quiesce waits until no Get is blocked on the queue of s, and keeps it
-// so until s.gate is unlocked: Delete of a named queue with a Get blocked
-// on it dereferences the deleted queue's nil state in nextWakeLocked
-// (timer.go) and the process panics, a bug of the core this harness found.
-// Leases stay open (consumers abandon some, and a forced delete ends
-// them); only the Gets blocked on an empty queue are kept out.
-// Config.KnownBugs leaves them in, to show the bug.
-func (s *slot) quiesce() {
-	s.gate.Lock()
-	s.workMu.Lock()
-	stop := s.stopWork
-	s.workMu.Unlock()
-	if stop != nil {
-		stop()
-	}
-}
-
-// getGate lets a Get on the queue of s start unless a delete is under way,
-// and returns what ends it.
-func (s *slot) getGate() func() {
-	if s.name == "" {
-		return func() {}
-	}
-	s.gate.RLock()
-	return s.gate.RUnlock
-}
-
-// snapshotCreated compacts the directory after the child created queues
-// and before it uses them. At b1ca339, Open gives a runtime (queueRT) only
-// to the queues of the snapshot it starts from, not to those the log
-// replays after it (recovery.go), so after a reopen a queue created after
-// the newest snapshot has none: Queues and Stats on it, and OpenQueue of
-// it, dereference a nil runtime, and so does an Open (or the timer) that
-// expires a lease open in it. So no queue is used before a snapshot
-// covers its creation, and every Open is followed by a snapshot and a
-// reopen (reopenAfterSnapshot) that give the queues that a crash left
-// without one their runtime. Config.KnownBugs leaves both out.
-func (c *child) snapshotCreated() {
-	call := c.intent("compact")
-	if err := c.q.Compact(); err != nil {
-		c.fatal("compact", err)
-	}
-	c.done(call, "")
-}
-
-// reopenAfterSnapshot compacts q's directory, closes it and opens it
-// again (see snapshotCreated).
-func reopenAfterSnapshot(q *walq.Queue, dir string, opts walq.Options) (*walq.Queue, error) {
-	if err := q.Compact(); err != nil {
-		q.Close()
-		return nil, fmt.Errorf("compact before reopening: %w", err)
-	}
-	if err := q.Close(); err != nil {
-		return nil, fmt.Errorf("close before reopening: %w", err)
-	}
-	return walq.Open(dir, opts)
 }
 
 // foreignReceipt hands the receipt of m, leased from the queue of s, to

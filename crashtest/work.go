@@ -244,29 +244,13 @@ func (c *child) work(s *slot, n int, rng *rand.Rand) {
 		settled := s.settled.Load()
 		handler := func(ctx context.Context, m walq.Message) error { return c.handle(ctx, s, qid, m, pick) }
 		opts := walq.WorkOptions{HeartbeatEvery: workHeartbeat, Timeout: workTimeout}
-		ctx, cancel := context.WithCancel(context.Background())
-		var done chan struct{}
-		if s.name != "" {
-			// The admin stops Work before it deletes the queue (quiesce);
-			// the handlers are cancelled at once, and Work nacks their items.
-			opts.DrainTimeout = -1
-			done = make(chan struct{})
-			stopped := done
-			s.workMu.Lock()
-			s.stopWork = func() { cancel(); <-stopped }
-			s.workMu.Unlock()
-		}
-		err := h.Work(ctx, n, handler, opts)
-		cancel()
-		if done != nil {
-			close(done)
-		}
-		if s.name == "" || (err != nil && !errors.Is(err, walq.ErrQueueDeleted)) {
+		// A delete of the queue, forced or not, may come while its Work runs
+		// and its handlers hold leases: Work then returns ErrQueueDeleted,
+		// its handlers cancelled at once.
+		err := h.Work(context.Background(), n, handler, opts)
+		if s.name == "" || !errors.Is(err, walq.ErrQueueDeleted) {
 			c.fatal("work", err)
 		}
-		s.workMu.Lock()
-		s.stopWork = nil
-		s.workMu.Unlock()
 		for s.settled.Load() == settled {
 			time.Sleep(time.Millisecond)
 		}

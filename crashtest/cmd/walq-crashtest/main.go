@@ -35,7 +35,6 @@ func main() {
 		dir       = flag.String("dir", "", "working directory (default: a temporary one, removed after a clean run)")
 		verbose   = flag.Bool("v", false, "log every cycle")
 		expect    = flag.Bool("expect-violations", false, "succeed only if violations are found (for a build with an injected bug)")
-		knownBugs = flag.Bool("known-bugs", false, "with -queues, do not work around the core bugs found at b1ca339 (see crashtest.Config.KnownBugs)")
 		queues    = flag.Int("queues", 0, "named queues besides the default queue, paused, resumed, deleted and created again while the workload runs on all of them (0: the default queue only)")
 	)
 	flag.Parse()
@@ -52,7 +51,7 @@ func main() {
 	cfg := crashtest.Config{
 		Cycles: *cycles, Seed: *seed, Sync: *sync, PowerLoss: *powerLoss, PageLoss: *pageLoss, StepClock: *stepClock, Mix: m,
 		SegmentSize: *segment, MaxRun: *maxRun, Dir: *dir, Child: []string{self},
-		StopOnViolation: true, Queues: *queues, KnownBugs: *knownBugs,
+		StopOnViolation: true, Queues: *queues,
 		Log: func(format string, args ...any) {
 			if *verbose {
 				fmt.Fprintf(os.Stderr, format+"\n", args...)
