@@ -2,6 +2,7 @@ package walq
 
 import (
 	"github.com/walq/walq/state"
+	"github.com/walq/walq/wal"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -165,7 +166,12 @@ func (q *Queue) DirStats() Stats {
 }
 
 func (q *Queue) stats(all bool) Stats {
-	segs := q.log.Segments()
+	return q.statsWith(all, q.log.Segments())
+}
+
+// statsWith is stats with the log's segments already listed (Queues lists
+// them once for every queue).
+func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 	var logBytes int64
 	for _, s := range segs {
 		logBytes += s.Size

@@ -362,10 +362,11 @@ func (q *Queue) Queues() ([]QueueInfo, error) {
 		rts = append(rts, q.rts[qs.ID()])
 	}
 	q.mu.Unlock()
+	segs := q.log.Segments() // once: every queue shares the log
 	out := make([]QueueInfo, 0, len(rts))
 	for _, rt := range rts {
 		h := &Queue{directory: q.directory, rt: rt}
-		info, ok := h.info()
+		info, ok := h.info(segs)
 		if ok {
 			out = append(out, info)
 		}
@@ -373,9 +374,10 @@ func (q *Queue) Queues() ([]QueueInfo, error) {
 	return out, nil
 }
 
-// info describes h's queue; false when it was deleted meanwhile.
-func (h *Queue) info() (QueueInfo, bool) {
-	st := h.Stats()
+// info describes h's queue, with segs the log's segments; false when it
+// was deleted meanwhile.
+func (h *Queue) info(segs []wal.Segment) (QueueInfo, bool) {
+	st := h.statsWith(false, segs)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	qs := h.st.Queue(h.rt.id)
