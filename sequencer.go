@@ -69,11 +69,6 @@ func (q *Queue) wait(c *wal.Commit) error {
 	return err
 }
 
-// appendLocked is appendToLocked for this handle's queue.
-func (q *Queue) appendLocked(rec state.Record) (uint64, *wal.Commit, error) {
-	return q.appendToLocked(q.rt.id, rec)
-}
-
 // appendToLocked gives rec, a record of the given queue, the next LSN,
 // adds it to the log's pending batch and applies it to the state. The
 // caller waits on the commit after releasing mu.

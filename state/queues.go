@@ -64,7 +64,7 @@ type QueueState struct {
 	name        string
 	created     int64
 	settings    Settings
-	pausedUntil int64 // 0: not paused; maxTime: until resumed
+	pausedUntil int64 // 0: not paused; math.MaxInt64: until resumed
 	deleted     bool
 
 	// Waiting items are in exactly one of delayed (ordered by due time) or

@@ -3,7 +3,6 @@ package state
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"sort"
 )
@@ -732,6 +731,3 @@ func (s *State) remove(q *QueueState, it *Item, t int64) {
 func (s *State) Each(fn func(*Item)) {
 	s.items.each(fn)
 }
-
-// maxTime is the PausedUntil of a queue paused until it is resumed.
-const maxTime = math.MaxInt64
