@@ -55,7 +55,6 @@ type directory struct {
 	mu       sync.Mutex
 	st       *state.State
 	rts      map[uint64]*queueRT // every queue's runtime, by incarnation ID; under mu
-	def      *Queue              // the default queue's handle
 	encBuf   []byte              // record encoding scratch; under mu
 	closed   bool                // under mu
 	timerAt  int64               // when the timer loop will wake next (MaxInt64: not armed); under mu

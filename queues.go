@@ -281,7 +281,7 @@ func (q *Queue) setPause(until time.Time, pause bool) error {
 				return fmt.Errorf("%w: pause %s until %v, which has passed", ErrInvalid, q.rt.label(), until.UTC().Format(time.RFC3339Nano))
 			}
 		}
-	} else if !q.st.Queue(q.rt.id).Paused(now) && q.st.Queue(q.rt.id).PausedUntil() == 0 {
+	} else if q.st.Queue(q.rt.id).PausedUntil() == 0 {
 		q.mu.Unlock()
 		return nil
 	}

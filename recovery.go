@@ -162,7 +162,6 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		rts:           make(map[uint64]*queueRT),
 	}
 	q := &Queue{directory: d, rt: newRT(state.DefaultQueue, "", o.defaultSettings())}
-	d.def = q
 	q.snapLSN.Store(snap)
 	// A format-2 log always keeps a segment (truncation never removes the
 	// tail, and a migration creates one before its marker): a snapshot

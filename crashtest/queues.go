@@ -82,6 +82,14 @@ func (c *child) pick(rng *rand.Rand) *slot {
 // incarnation the handle is on.
 func (c *child) openSlot(s *slot) {
 	call := c.intent("open %s", s.name)
+	h, id := c.openQueue(s)
+	c.done(call, fmt.Sprint(id))
+	s.set(h, id)
+}
+
+// openQueue opens (or creates) the named queue of s and returns the
+// handle and the incarnation Queues lists for it.
+func (c *child) openQueue(s *slot) (*walq.Queue, uint64) {
 	h, err := c.q.OpenQueue(s.name, namedQueueOptions(s.index))
 	if err != nil {
 		c.fatal("open queue "+s.name, err)
@@ -90,8 +98,7 @@ func (c *child) openSlot(s *slot) {
 	if !ok {
 		c.fatal("open queue "+s.name, errors.New("OpenQueue returned but Queues does not list the queue"))
 	}
-	c.done(call, fmt.Sprint(id))
-	s.set(h, id)
+	return h, id
 }
 
 // incarnation is the ID of the named queue, as Queues lists it. Only the
@@ -186,14 +193,7 @@ func (c *child) deleteAndCreate(rng *rand.Rand, s *slot) {
 		time.Sleep(randDuration(rng, 20*time.Millisecond))
 	}
 	call = c.intent("open %s", s.name)
-	h, err := c.q.OpenQueue(s.name, namedQueueOptions(s.index))
-	if err != nil {
-		c.fatal("open queue "+s.name, err)
-	}
-	id, ok := c.incarnation(s.name)
-	if !ok {
-		c.fatal("open queue "+s.name, errors.New("OpenQueue returned but Queues does not list the queue"))
-	}
+	h, id := c.openQueue(s)
 	// Nothing but this goroutine has the new handle yet: the queue must be
 	// empty of everything the old incarnation held.
 	st := h.Stats()

@@ -65,7 +65,6 @@ type QueueState struct {
 	created     int64
 	settings    Settings
 	pausedUntil int64 // 0: not paused; math.MaxInt64: until resumed
-	deleted     bool
 
 	// Waiting items are in exactly one of delayed (ordered by due time) or
 	// the ready heap of their priority (ordered by due time, then Seq).
@@ -378,7 +377,6 @@ func (s *State) applyDelete(q *QueueState, r *DeleteQueue) error {
 	}
 	clear(s.released[len(live):])
 	s.released = live
-	q.deleted = true
 	delete(s.queues, q.id)
 	delete(s.names, q.name)
 	return nil

@@ -294,10 +294,6 @@ func (s *State) PruneKeys(now, window int64) {
 func (s *State) PruneKeysBy(now int64, window func(queue uint64) int64) {
 	n := 0
 	for _, k := range s.released {
-		if k.q.deleted {
-			n++
-			continue
-		}
 		if k.Released+window(k.q.id) > now {
 			break
 		}

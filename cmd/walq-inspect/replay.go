@@ -562,7 +562,7 @@ func (r *replayer) apply(ev *event) {
 		return
 	}
 	// As rebuild.Apply, which recovery uses, refuses it.
-	err := rebuild.CheckKnown(ev.Pos, ev.Queue, ev.Type)
+	err := rebuild.CheckKnown(ev.Pos, ev.Type)
 	if err == nil {
 		err = rebuild.ApplyDecoded(r.st, r.logDir, ev.Pos, ev.Queue, ev.Type, ev.Rec, ev.Err)
 	}

@@ -102,7 +102,7 @@ func Newest(dir string, want wal.DirID) (Base, error) {
 // decode, or that the state refuses, is a *wal.CorruptionError at pos in
 // logDir.
 func Apply(st *state.State, logDir string, pos wal.Position, rec wal.Record) error {
-	if err := CheckKnown(pos, rec.Queue, rec.Type); err != nil {
+	if err := CheckKnown(pos, rec.Type); err != nil {
 		return err
 	}
 	r, err := state.Decode(rec.Type, rec.Body)
@@ -114,7 +114,7 @@ func Apply(st *state.State, logDir string, pos wal.Position, rec wal.Record) err
 // frame verified, so no damage made it; this build cannot apply it, and
 // must not cut it as damage. (A record of a queue that does not exist is
 // not newer: the state refuses it, and it is corruption.)
-func CheckKnown(pos wal.Position, queue uint64, typ byte) error {
+func CheckKnown(pos wal.Position, typ byte) error {
 	switch {
 	case typ > state.LastType:
 		return fmt.Errorf("%w: record %d in %s has type %d, and this build knows types up to %d",
