@@ -25,6 +25,10 @@
 //     created, and a new segment's header and directory entry are durable
 //     before any frame goes in.
 //   - TruncateFront removes whole segments; nothing is ever rewritten.
+//   - Bodies stay on disk if the owner wants: OnWritten says where each
+//     record's body was written, and Log.ReadAt (or a BodyReader without a
+//     Log, bodies.go) reads one back with one positioned read through a
+//     bounded set of open files.
 //   - Scan, ListSegments, ReadSnapshot and ListSnapshots only read, so
 //     walq-inspect can use them while a queue runs.
 //   - Format 1 (format1.go, envelope.go) is read, never written: Open of a

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -43,6 +44,21 @@ type Options struct {
 	// OnBatch is called by the committer after each WriteBatch with the
 	// number of records and their bytes; it must return quickly. May be nil.
 	OnBatch func(records int, bytes int)
+	// OnWritten is called by the committer after each frame is written to the
+	// tail segment (after the write returned, before any fsync), in LSN order,
+	// with where the frame's record bodies now lie. It must return quickly and
+	// must not call the Log. w.Bodies is reused after it returns. May be nil.
+	OnWritten func(w Written)
+	// MaxOpenSegments bounds the segment files ReadAt keeps open (0:
+	// DefaultMaxOpenSegments).
+	MaxOpenSegments int
+}
+
+// Written says where the records of one frame were written.
+type Written struct {
+	Segment uint64  // first LSN of the segment file (its name), see SegmentName
+	First   uint64  // LSN of the frame's first record
+	Bodies  []int64 // Bodies[i]: offset in the segment file of record First+i's body
 }
 
 func (o Options) withDefaults() Options {
@@ -63,6 +79,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.MaxOpenSegments <= 0 {
+		o.MaxOpenSegments = DefaultMaxOpenSegments
 	}
 	return o
 }
@@ -121,13 +140,18 @@ type Log struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	// bodies reads record bodies for ReadAt. The committer tells it of every
+	// segment it creates or removes, so it never lists the directory.
+	bodies *BodyReader
+
 	// Owned by the committer goroutine alone once Open returns.
 	tail       tailSegment
 	spare      *batch // the batch that becomes pending when the current one is taken
 	written    uint64 // last LSN handed to the OS
 	synced     uint64 // last LSN covered by an fsync; <= written
 	syncTimer  *time.Timer
-	timerArmed bool // SyncInterval: syncTimer runs; set only while written > synced
+	timerArmed bool    // SyncInterval: syncTimer runs; set only while written > synced
+	offsets    []int64 // OnWritten's Bodies, reused
 }
 
 // tailSegment is the segment frames are appended to.
@@ -365,6 +389,11 @@ func Open(dir string, opts Options, from uint64, apply func(Position, Record) er
 		written: info.Last,
 		synced:  info.Last,
 	}
+	firsts := make([]uint64, len(segs))
+	for i, s := range segs {
+		firsts[i] = s.First
+	}
+	l.bodies = newLogBodyReader(fsys, dir, opts.MaxOpenSegments, firsts)
 	if fresh {
 		err = l.createSegment(from)
 	} else {
@@ -467,6 +496,7 @@ func (l *Log) createSegment(first uint64) error {
 		return fmt.Errorf("open segment %s: %w", name, err)
 	}
 	l.tail = tailSegment{f: f, name: name, first: first, size: SegmentHeaderSize, mac: newMacer(h.salt)}
+	l.bodies.added(first)
 	return nil
 }
 
@@ -602,7 +632,8 @@ func (l *Log) SyncRoll() (uint64, error) {
 // (the tail segment never), oldest first, and fsyncs the directory; index-1
 // must be <= DurableLSN. Whole files are removed and nothing is rewritten,
 // so a crash in the middle leaves a log that starts later but has no gap.
-// It runs in the committer, exclusive with writes.
+// It runs in the committer, exclusive with writes. A ReadAt of a removed
+// segment that has not taken hold of its file yet returns ErrBodyGone.
 //
 // A failure to remove a file leaves the log as valid as before: it returns
 // an error that does not wrap ErrFailed, and a later TruncateFront tries
@@ -612,6 +643,17 @@ func (l *Log) TruncateFront(index uint64) error {
 		return fmt.Errorf("truncate front at %d: beyond the durable lsn %d", index, durable)
 	}
 	return l.call(request{op: opTruncateFront, index: index}).err
+}
+
+// ReadAt reads len(p) bytes at offset off of the segment that holds record
+// lsn, where Written (or Position) says its body lies, with one positioned
+// read, through at most MaxOpenSegments open files. It is safe for
+// concurrent use with everything else, and does not wait for the committer.
+// The errors are those of BodyReader.ReadAt: ErrBodyGone when TruncateFront
+// removed the record's segment before the read took hold of it, ErrCorrupt
+// when the file is too short, ErrClosed after Close.
+func (l *Log) ReadAt(lsn uint64, off int64, p []byte) error {
+	return l.bodies.ReadAt(lsn, off, p)
 }
 
 // Segments lists the current segment files, or nil when the directory
@@ -624,15 +666,19 @@ func (l *Log) Segments() []Segment {
 	return segs
 }
 
-// Close writes and fsyncs what is pending, closes the segment file and
-// stops the committer. It is idempotent; after a failure it returns the
-// failure.
+// Close writes and fsyncs what is pending, closes the segment file, stops
+// the committer and closes the files ReadAt keeps open (a read still running
+// finishes first with its own). It is idempotent; after a failure it returns
+// the failure.
 func (l *Log) Close() error {
 	l.closeOnce.Do(func() {
 		l.mu.Lock()
 		l.closed = true
 		l.mu.Unlock()
 		l.closeErr = l.call(request{op: opClose}).err
+		if err := l.bodies.Close(); l.closeErr == nil && err != nil {
+			l.closeErr = fmt.Errorf("close log: %w", err)
+		}
 	})
 	return l.closeErr
 }
@@ -729,6 +775,7 @@ func (l *Log) write(p *batch, force bool) error {
 		if err := l.fsys.Check("write"); err != nil {
 			return l.fail("write", err)
 		}
+		start := l.tail.size
 		n, err := l.tail.f.Write(frame)
 		l.tail.size += int64(n)
 		if err == nil && n != len(frame) {
@@ -738,6 +785,9 @@ func (l *Log) write(p *batch, force bool) error {
 			return l.fail("write", err)
 		}
 		bytes += len(frame)
+		if l.opts.OnWritten != nil {
+			l.opts.OnWritten(Written{Segment: l.tail.first, First: p.firsts[i], Bodies: l.bodyOffsets(f, start)})
+		}
 	}
 	l.written = p.last
 	if l.opts.OnBatch != nil {
@@ -758,6 +808,19 @@ func (l *Log) write(p *batch, force bool) error {
 		l.timerArmed = true
 	}
 	return nil
+}
+
+// bodyOffsets returns the offset in the tail segment of each body of f,
+// written at start, in l.offsets. The bodies follow the frame header and
+// the record headers, in record order, each as long as its header says.
+func (l *Log) bodyOffsets(f *frameBuilder, start int64) []int64 {
+	l.offsets = l.offsets[:0]
+	off := start + int64(FrameOverhead(f.count))
+	for i := range f.count {
+		l.offsets = append(l.offsets, off)
+		off += int64(binary.BigEndian.Uint32(f.hdrs[i*RecordHeaderSize+rhOffLength:]))
+	}
+	return l.offsets
 }
 
 // roll seals the tail segment (fsynced whole, whatever the policy, so that
@@ -818,6 +881,7 @@ func (l *Log) truncateFront(index uint64) error {
 			rerr = err
 			break
 		}
+		l.bodies.removed(segs[i].First)
 		removed++
 	}
 	if removed > 0 {
