@@ -1,6 +1,7 @@
 package walq
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -367,10 +368,14 @@ func TestOpenSkipsAndRemovesCoveredSegments(t *testing.T) {
 	if err != nil || len(segs) < 3 {
 		t.Fatalf("segments %v, %v: want at least 3", segs, err)
 	}
-	// Bit rot in the first, covered segment.
+	// Bit rot in the first, covered segment: in the body of item 1.
 	first := segs[0].Path
 	b, _ := os.ReadFile(first)
-	b[len(b)/2] ^= 0xff
+	at := bytes.Index(b, []byte("item 000 with"))
+	if at < 0 {
+		t.Fatalf("the body of item 1 is not in %s", segs[0].Name)
+	}
+	b[at+5] ^= 0xff
 	if err := os.WriteFile(first, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -380,11 +385,34 @@ func TestOpenSkipsAndRemovesCoveredSegments(t *testing.T) {
 		t.Fatalf("Open with bit rot in a covered segment: %v", err)
 	}
 	defer q.Close()
-	if st := q.Stats(); st.Items != 200 || st.LogSegments >= len(segs) {
-		t.Fatalf("items %d, segments %d (before: %d): want 200 items and the covered segments gone", st.Items, st.LogSegments, len(segs))
+	if st := q.Stats(); st.Items != 200 || st.LogSegments != len(segs) {
+		t.Fatalf("items %d, segments %d (before: %d): want 200 items and the covered segments kept", st.Items, st.LogSegments, len(segs))
 	}
+	for i := 1; i < 200; i++ {
+		m, ok, err := q.TryGet()
+		if err != nil || !ok {
+			t.Fatalf("get %d: %v, %v", i, ok, err)
+		}
+		if want := fmt.Sprintf("item %03d with some padding to fill segments", i); string(m.Body) != want {
+			t.Fatalf("item %d: body %q, want %q", m.ID, m.Body, want)
+		}
+		must(t, q.Ack(m.Receipt))
+	}
+	if _, ok, err := q.TryGet(); ok || err != nil {
+		t.Fatalf("a 201st get: %v, %v", ok, err)
+	}
+	dead := q.DeadLetters(0)
+	if len(dead) != 1 || dead[0].ID != 1 || !strings.Contains(dead[0].LastError, "fails its crc") ||
+		!strings.Contains(dead[0].LastError, "offset") || dead[0].Body != nil || dead[0].BodyError == "" {
+		t.Fatalf("dead letters %+v: want item 1, its body failing its crc", dead)
+	}
+	if n := q.metrics.bodyFailures.Load(); n < 1 {
+		t.Fatalf("%d body failures counted", n)
+	}
+	must(t, q.PurgeDeadLetters())
+	must(t, q.Compact())
 	if _, err := os.Stat(first); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("covered segment still there: %v", err)
+		t.Fatalf("covered segment still there after a compaction: %v", err)
 	}
 }
 

@@ -106,18 +106,25 @@ func (q *Queue) ackAndLease(r Receipt) (next Message, ok bool, ackErr, err error
 		q.mu.Unlock()
 		return Message{}, false, nil, ackErr
 	}
-	next, leaseCommit, err := q.leaseLocked()
+	next, src, leaseCommit, err := q.leaseLocked()
 	q.mu.Unlock()
 	if err != nil {
 		return Message{}, false, nil, err
 	}
 	if leaseCommit != nil {
-		commit, ok = leaseCommit, true
+		commit = leaseCommit
+		// A bad body sends its item to the dead letters: no next message.
+		if ok, err = q.deliverBody(&next, src); err != nil {
+			return Message{}, false, nil, err
+		}
 	}
 	if commit != nil {
 		if err := q.wait(commit); err != nil {
 			return Message{}, false, nil, err
 		}
+	}
+	if !ok {
+		next = Message{}
 	}
 	return next, ok, ackErr, nil
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
 
@@ -186,10 +185,7 @@ func runFailureOps(t *testing.T, seed uint64, failOp string) {
 	if err != nil {
 		t.Fatalf("reopen after the failure: %v", err)
 	}
-	present := make(map[uint64][]byte)
-	q.mu.Lock()
-	q.st.Each(func(it *state.Item) { present[it.ID] = it.Body })
-	q.mu.Unlock()
+	present := storedBodies(t, q)
 	for id, body := range stored {
 		got, ok := present[id]
 		switch {

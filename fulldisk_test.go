@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/walq/walq/state"
 )
 
 // A real full disk: the queue in a size-limited tmpfs, filled under load
@@ -363,9 +361,9 @@ func (l *diskLedger) check(t *testing.T, q *Queue, where string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	present := make(map[uint64]uint64)
-	q.mu.Lock()
-	q.st.Each(func(it *state.Item) { present[it.ID] = bodyHash(it.Body) })
-	q.mu.Unlock()
+	for id, b := range storedBodies(t, q) {
+		present[id] = bodyHash(b)
+	}
 	for id, h := range l.stored {
 		got, ok := present[id]
 		switch {

@@ -1,6 +1,7 @@
 package walq
 
 import (
+	"github.com/walq/walq/state"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -32,6 +33,7 @@ func (q *Queue) waitForWaiters(n int) {
 func (q *Queue) stateBytes() []byte {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.bodies.drainLocked(q.st)
 	b, err := q.st.MarshalSnapshot()
 	if err != nil {
 		panic(err)
@@ -66,4 +68,25 @@ func dirIDOf(t testing.TB, dir string) wal.DirID {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// storedBodies reads the body of every stored item of every queue as a
+// delivery would (from memory or from the log, checked by its CRC),
+// without leasing anything.
+func storedBodies(t testing.TB, q *Queue) map[uint64][]byte {
+	t.Helper()
+	var srcs []bodySource
+	q.mu.Lock()
+	q.bodies.drainLocked(q.st)
+	q.st.Each(func(it *state.Item) { srcs = append(srcs, q.sourceLocked(it, false)) })
+	q.mu.Unlock()
+	out := make(map[uint64][]byte, len(srcs))
+	for _, src := range srcs {
+		b, err := q.loadBody(src)
+		if err != nil {
+			t.Fatalf("body of item %d: %v", src.id, err)
+		}
+		out[src.id] = b
+	}
+	return out
 }

@@ -70,6 +70,15 @@ type metrics struct {
 	compactFailed  atomic.Uint64
 	lastCompaction atomic.Int64 // queue time of the last compaction; 0: none
 	lastCompactDur atomic.Int64
+
+	// Bodies (bodies.go): deliveries served from memory and from the
+	// disk, bytes read, bodies that failed their check, bytes relocated
+	// by compaction.
+	bodyHits       atomic.Uint64
+	bodyMisses     atomic.Uint64
+	bodyReadBytes  atomic.Int64
+	bodyFailures   atomic.Uint64
+	relocatedBytes atomic.Int64
 }
 
 func newMetrics() metrics {
@@ -92,6 +101,9 @@ type RecoveryStats struct {
 	// Migration says what Open did to carry a directory of format 1
 	// forward to format 2; nil when the directory was of format 2 or new.
 	Migration *MigrationStats
+	// BodiesRelocated counts the bodies Open copied into the log from a
+	// snapshot of an earlier version, which held them (0 otherwise).
+	BodiesRelocated int
 }
 
 // Stats is a point-in-time view of the queue. Gauges are as of the call;

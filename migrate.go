@@ -159,6 +159,10 @@ func migrateFormat1(dir string, o Options) (wal.DirID, MigrationStats, error) {
 		return fail(err)
 	}
 	st, snap := base.State, base.LSN
+	// A format-1 log tells where its entries are, not its bodies: the
+	// state keeps them, and the format-2 snapshot holds them (version 2,
+	// the last that held bodies); Open then copies them into the log.
+	st.KeepBodies()
 	var mustReach uint64
 	for _, s := range base.Newer {
 		mustReach = max(mustReach, s.File.LSN)
@@ -204,11 +208,11 @@ func migrateFormat1(dir string, o Options) (wal.DirID, MigrationStats, error) {
 	if err != nil {
 		return fail(err)
 	}
-	body, err := st.MarshalSnapshot()
+	body, err := st.MarshalSnapshotInline()
 	if err != nil {
 		return fail(err)
 	}
-	if _, err := wal.WriteSnapshot(fsys, dir, id, last, body, o.FileMode); err != nil {
+	if _, err := wal.WriteSnapshotSection(fsys, dir, id, last, wal.SectionDirState, body, o.FileMode); err != nil {
 		return fail(err)
 	}
 	// An earlier attempt may have left its empty format-2 segment, of

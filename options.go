@@ -68,6 +68,11 @@ type Options struct {
 	CompactMinBytes    int64
 	CompactRatio       float64
 	DisableAutoCompact bool
+	// BodyCacheBytes bounds the bodies kept in memory after their put
+	// until they are delivered, so that an item consumed soon after its
+	// put is delivered without a read [16 MiB]; older bodies are read from
+	// the log when delivered. -1 keeps none.
+	BodyCacheBytes int64
 	// FileMode and DirMode are the permissions of the files and directories
 	// the queue creates [0600, 0700].
 	FileMode os.FileMode
@@ -83,6 +88,9 @@ type Options struct {
 	// onCompact, when set, is called after each compaction with its result
 	// (tests wait on it instead of sleeping).
 	onCompact func(error)
+	// noCloseSnapshot keeps Close from writing a snapshot (tests of
+	// replay after a clean close).
+	noCloseSnapshot bool
 }
 
 const (
@@ -93,6 +101,7 @@ const (
 	defaultMaxBodySize     = 1 << 20
 	defaultCompactMinBytes = 64 << 20
 	defaultCompactRatio    = 4
+	defaultBodyCacheBytes  = 16 << 20
 	minSegmentSize         = 4 << 10
 
 	// MaxDuration bounds every duration the queue adds to the time (delays,
@@ -139,8 +148,13 @@ func (o Options) withDefaults() (Options, error) {
 		return bad("CompactMinBytes", o.CompactMinBytes, "negative")
 	case o.CompactRatio < 0 || (o.CompactRatio > 0 && o.CompactRatio < 1.5):
 		return bad("CompactRatio", o.CompactRatio, "must be 0 or at least 1.5")
+	case o.BodyCacheBytes < -1:
+		return bad("BodyCacheBytes", o.BodyCacheBytes, "must be -1 (none), 0 (the default) or positive")
 	case o.Sync.Check() != nil:
 		return bad("Sync", o.Sync, o.Sync.Check().Error())
+	}
+	if o.BodyCacheBytes == 0 {
+		o.BodyCacheBytes = defaultBodyCacheBytes
 	}
 	if o.Visibility == 0 {
 		o.Visibility = defaultVisibility

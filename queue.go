@@ -56,6 +56,7 @@ type directory struct {
 	st       *state.State
 	rts      map[uint64]*queueRT // every queue's runtime, by incarnation ID; under mu
 	encBuf   []byte              // record encoding scratch; under mu
+	bodies   *bodies             // bodies in memory: unplaced and cached (bodies.go); under mu
 	closed   bool                // under mu
 	timerAt  int64               // when the timer loop will wake next (MaxInt64: not armed); under mu
 	logBytes int64               // bytes in the log segments, approximately; under mu
@@ -213,10 +214,13 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 	if len(accepted) > 0 {
 		first := q.st.NextID()
 		var err error
-		if _, commit, err = q.appendToLocked(rt.id, &state.Put{Time: now, Items: accepted}); err != nil {
+		var lsn uint64
+		q.bodies.drainLocked(q.st)
+		if lsn, commit, err = q.appendToLocked(rt.id, &state.Put{Time: now, Items: accepted}); err != nil {
 			q.mu.Unlock()
 			return nil, err
 		}
+		q.addPutBodiesLocked(lsn, first, accepted)
 		next := first
 		ready := 0
 		for i := range items {
@@ -270,15 +274,22 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 			q.mu.Unlock()
 			return Message{}, err
 		}
-		m, commit, err := q.leaseLocked()
+		m, src, commit, err := q.leaseLocked()
 		if err != nil {
 			q.mu.Unlock()
 			return Message{}, err
 		}
 		if commit != nil {
 			q.mu.Unlock()
+			ok, err := q.deliverBody(&m, src)
+			if err != nil {
+				return Message{}, err
+			}
 			if err := q.wait(commit); err != nil {
 				return Message{}, err
+			}
+			if !ok {
+				continue // its body was bad: it went to the dead letters
 			}
 			return m, nil
 		}
@@ -313,57 +324,69 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 // TryGet leases the next ready item if there is one; it never blocks for
 // an item (it does wait for the lease to be durable).
 func (q *Queue) TryGet() (Message, bool, error) {
-	q.mu.Lock()
-	if err := q.callLocked(); err != nil {
+	for {
+		q.mu.Lock()
+		if err := q.callLocked(); err != nil {
+			q.mu.Unlock()
+			return Message{}, false, err
+		}
+		m, src, commit, err := q.leaseLocked()
 		q.mu.Unlock()
-		return Message{}, false, err
+		if err != nil || commit == nil {
+			return Message{}, false, err
+		}
+		ok, err := q.deliverBody(&m, src)
+		if err != nil {
+			return Message{}, false, err
+		}
+		if err := q.wait(commit); err != nil {
+			return Message{}, false, err
+		}
+		if ok {
+			return m, true, nil
+		}
+		// Its body was bad: it went to the dead letters; try the next.
 	}
-	m, commit, err := q.leaseLocked()
-	q.mu.Unlock()
-	if err != nil || commit == nil {
-		return Message{}, false, err
-	}
-	if err := q.wait(commit); err != nil {
-		return Message{}, false, err
-	}
-	return m, true, nil
 }
 
 // leaseLocked leases the next ready item; a nil commit means none is ready,
-// or the queue is paused or at its cap of leases in flight.
-func (q *Queue) leaseLocked() (Message, *wal.Commit, error) {
+// or the queue is paused or at its cap of leases in flight. The message
+// has no body yet: the caller gives it one with deliverBody from the
+// source returned, after releasing mu.
+func (q *Queue) leaseLocked() (Message, bodySource, *wal.Commit, error) {
 	now := q.qt.now()
 	if err := q.discardPassedLocked(now); err != nil {
-		return Message{}, nil, err
+		return Message{}, bodySource{}, nil, err
 	}
 	rt := q.rt
 	qs := q.st.Queue(rt.id)
 	if qs.Paused(now) || (rt.set.maxInFlight > 0 && qs.Leased() >= rt.set.maxInFlight) {
-		return Message{}, nil, nil
+		return Message{}, bodySource{}, nil, nil
 	}
 	qs.Promote(now)
 	it := qs.NextReady()
 	if it == nil {
-		return Message{}, nil, nil
+		return Message{}, bodySource{}, nil, nil
 	}
 	rec := &state.Lease{Time: now, ID: it.ID, LeaseEnd: now + int64(rt.set.visibility)}
 	lsn, commit, err := q.appendToLocked(rt.id, rec)
 	if err != nil {
-		return Message{}, nil, err
+		return Message{}, bodySource{}, nil, err
 	}
+	q.bodies.drainLocked(q.st)
+	src := q.sourceLocked(it, true)
 	off := q.qt.offset()
 	return Message{
 		ID:         it.ID,
 		Queue:      rt.name,
 		Receipt:    q.receiptFor(lsn),
-		Body:       append([]byte(nil), it.Body...),
 		Attempt:    int(it.Attempts),
 		Deliveries: int(it.Deliveries),
 		Priority:   int(it.Priority),
 		Key:        it.Key,
 		EnqueuedAt: off.toWall(it.EnqueuedAt),
 		LeaseEnd:   off.toWall(it.LeaseEnd),
-	}, commit, nil
+	}, src, commit, nil
 }
 
 // discardPassedLocked discards waiting items whose deadline has come.
@@ -561,8 +584,11 @@ func (q *Queue) endRecordLocked(rt *queueRT, kind byte, it *state.Item, now int6
 
 // DeadLetter is an item in the dead-letter list.
 type DeadLetter struct {
-	ID         uint64
-	Body       []byte
+	ID   uint64
+	Body []byte
+	// BodyError says why Body is nil for a body that is stored but could
+	// not be read or failed its check; "" otherwise.
+	BodyError  string
 	Key        string
 	Attempts   int // in the run that ended in the dead-letter list
 	Deliveries int
@@ -599,16 +625,29 @@ func attemptsOf(h []state.Attempt, off offset) []Attempt {
 func (q *Queue) DeadLetters(limit int) []DeadLetter {
 	q.mu.Lock()
 	var items []state.Item
+	var srcs []bodySource
 	if qs := q.st.Queue(q.rt.id); qs != nil && !q.rt.gone {
+		q.bodies.drainLocked(q.st)
 		items = qs.DeadLetters(limit)
+		srcs = make([]bodySource, len(items))
+		for i := range items {
+			srcs[i] = q.sourceLocked(&items[i], false)
+		}
 	}
 	q.mu.Unlock()
 	out := make([]DeadLetter, len(items))
 	off := q.qt.offset()
 	for i, it := range items {
+		// A body that cannot be read is left out; BodyError says why.
+		body, berr := q.loadBody(srcs[i])
+		var bodyErr string
+		if berr != nil {
+			bodyErr = berr.Error()
+		}
 		out[i] = DeadLetter{
 			ID:         it.ID,
-			Body:       append([]byte(nil), it.Body...),
+			Body:       body,
+			BodyError:  bodyErr,
 			Key:        it.Key,
 			Attempts:   int(it.Attempts),
 			Deliveries: int(it.Deliveries),
@@ -716,7 +755,7 @@ func (q *Queue) Close() error {
 	q.mu.Unlock()
 	q.wg.Wait()
 	q.compactMu.Lock() // let a Compact call in flight finish
-	err := q.log.Close()
+	err := q.closeLog()
 	q.compactMu.Unlock()
 	if uerr := unlockDir(q.lock); err == nil {
 		err = uerr

@@ -445,12 +445,12 @@ func (q *Queue) RedriveTo(target *Queue, ids ...uint64) error {
 				continue
 			}
 		}
-		if err := target.rt.checkRoom(to, n+1, bytes+int64(len(it.Body))); err != nil {
+		if err := target.rt.checkRoom(to, n+1, bytes+int64(it.Body.Len)); err != nil {
 			errs = setErr(errs, len(ids), i, fmt.Errorf("item %d: %w", id, err))
 			continue
 		}
 		n++
-		bytes += int64(len(it.Body))
+		bytes += int64(it.Body.Len)
 		moved = append(moved, id)
 	}
 	var commit *wal.Commit

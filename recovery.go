@@ -160,6 +160,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		compactSignal: make(chan struct{}, 1),
 		metrics:       newMetrics(),
 		rts:           make(map[uint64]*queueRT),
+		bodies:        newBodies(max(o.BodyCacheBytes, 0)),
 	}
 	q := &Queue{directory: d, rt: newRT(state.DefaultQueue, "", o.defaultSettings())}
 	q.snapLSN.Store(snap)
@@ -181,6 +182,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		Logger:      o.Logger,
 		OnSync:      func(d time.Duration) { q.metrics.fsync.observe(d.Seconds()) },
 		OnBatch:     func(records, _ int) { q.metrics.batch.observe(float64(records)) },
+		OnWritten:   d.bodies.onWritten,
 	}
 	log, info, err := wal.Open(logDir, walOpts, snap+1, func(pos wal.Position, rec wal.Record) error {
 		return rebuild.Apply(st, logDir, pos, rec)
@@ -213,13 +215,18 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		ForeignEntries: foreign,
 		Migration:      migration,
 	}
-	// Segments the snapshot covers wholly were neither read nor verified:
-	// they are garbage that a crash kept from the last compaction's
-	// truncation. Finish it (which also frees room on a full disk before
-	// the endings below are written); if that fails harmlessly, the next
-	// compaction tries again.
-	if info.Covered > 0 {
-		if err := q.truncateLog(snap); err != nil {
+	// Segments the snapshot covers wholly were neither read nor verified.
+	// Those below the lowest body the state names are garbage that a crash
+	// kept from the last compaction's truncation. Finish it (which also
+	// frees room on a full disk before the endings below are written); if
+	// that fails harmlessly, the next compaction tries again. The others
+	// hold live bodies, read when their items are delivered.
+	keep := snap
+	if floor := st.BodyFloor(); floor > 0 {
+		keep = min(keep, floor-1)
+	}
+	if info.Covered > 0 && keep > 0 {
+		if err := q.truncateLog(keep); err != nil {
 			if lerr := log.Err(); lerr != nil {
 				log.Close()
 				return nil, fmt.Errorf("walq: remove the segments the snapshot covers: %w", lerr)
@@ -256,6 +263,19 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 			log.Close()
 			return nil, fmt.Errorf("walq: expire leases open at the crash: %w", err)
 		}
+	}
+	// Bodies held by a snapshot of an earlier version go into the log,
+	// and a compaction writes the index without them: from here on every
+	// body is on disk and none in memory.
+	if n := len(st.InlineIDs()); n > 0 {
+		if _, err := q.relocateInline(); err != nil {
+			log.Close()
+			return nil, fmt.Errorf("walq: copy the bodies of a snapshot of an earlier version into the log: %w", err)
+		}
+		if err := q.compact(); err != nil {
+			o.Logger.Warn("walq: the compaction after copying bodies into the log failed; the next one tries again", "err", err)
+		}
+		q.recovery.BodiesRelocated = n
 	}
 	if err := writeReserve(fsys, dir, o.FileMode); err != nil {
 		o.Logger.Warn("walq: the reserve file is short or missing: a later recovery on a full disk may fail", "err", err)

@@ -186,11 +186,9 @@ func pruned(t *testing.T, stateBytes []byte, now time.Time) []byte {
 		t.Fatal(err)
 	}
 	st.PruneKeys(now.UnixNano(), int64(defaultKeyWindow))
-	out, err := st.MarshalSnapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	// Compaction copies bodies forward: compare the items, not where
+	// their bodies lie.
+	return st.Fingerprint()
 }
 
 func copyDir(t *testing.T, src string) string {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/walq/walq"
+	"github.com/walq/walq/internal/rebuild"
+	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
 
@@ -488,7 +490,9 @@ func (h *harness) check(where string) (int, error) {
 			h.led.violate("%s: the replayed directory has queue %q (%d), Queues did not list it", where, qs.Name(), qs.ID())
 		}
 	}
-	h.led.check(ds.st, where)
+	bodies := rebuild.NewBodies(h.queueDir)
+	defer bodies.Close()
+	h.led.check(ds.st, func(it *state.Item) ([]byte, error) { return bodies.Body(ds.st, it) }, where)
 	return len(h.led.violations) - before, nil
 }
 

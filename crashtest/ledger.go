@@ -74,6 +74,7 @@ type entry struct {
 
 type ledger struct {
 	entries    map[string]*entry
+	bodies     map[uint64][]byte // the stored bodies check read, by item ID
 	batches    int
 	violations []string
 	// calls numbers the intents in the order the parent reads them. A
@@ -370,7 +371,10 @@ func (l *ledger) done(in, ev event, trusted bool, started uint64) {
 
 // check compares the ledger with the state recovered from the directory,
 // resolves every "maybe", and returns how many violations it added.
-func (l *ledger) check(st *state.State, where string) int {
+// body reads a stored item's body (from the log, checked by its CRC); a
+// body that cannot be read or fails its check is a violation, like a lost
+// item.
+func (l *ledger) check(st *state.State, body func(*state.Item) ([]byte, error), where string) int {
 	before := len(l.violations)
 	// Every discard was written at or before the newest time in the log:
 	// an item may be gone for its deadline only if that deadline is at or
@@ -379,10 +383,17 @@ func (l *ledger) check(st *state.State, where string) int {
 	now := st.LastTime()
 	l.checkQueues(st, where)
 	present := make(map[string]*state.Item)
+	l.bodies = make(map[uint64][]byte)
 	st.Each(func(it *state.Item) {
-		tok := tokenOf(it.Body)
+		b, err := body(it)
+		if err != nil {
+			l.violate("%s: item %d stored in queue %d: its body cannot be read: %v", where, it.ID, it.Queue, err)
+			return
+		}
+		l.bodies[it.ID] = b
+		tok := tokenOf(b)
 		if tok == "" || l.entries[tok] == nil {
-			l.violate("%s: unknown item %d stored in queue %d: body %q", where, it.ID, it.Queue, truncate(it.Body, 60))
+			l.violate("%s: unknown item %d stored in queue %d: body %q", where, it.ID, it.Queue, truncate(b, 60))
 			return
 		}
 		present[tok] = it
@@ -402,7 +413,7 @@ func (l *ledger) check(st *state.State, where string) int {
 			if e.idSure {
 				if other := st.Item(e.id); other != nil {
 					l.violate("%s: item %s is not stored, but its ID %d, which its put returned, holds item %q of queue %d",
-						where, tok, e.id, tokenOf(other.Body), other.Queue)
+						where, tok, e.id, tokenOf(l.bodies[other.ID]), other.Queue)
 				}
 			}
 			if e.gone {
@@ -547,7 +558,7 @@ func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
 		l.resurrected++
 		bad("purged and reported done, but it came back (%s)", it.Status)
 	}
-	if !checkBody(e.tok, it.Body) {
+	if !checkBody(e.tok, l.bodies[it.ID]) {
 		bad("body differs from what was put")
 	}
 	if it.Queue != e.queue {

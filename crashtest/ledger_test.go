@@ -81,7 +81,7 @@ func TestLedger(t *testing.T) {
 			l := newLedger()
 			l.ingest(events, func(event) bool { return true })
 			st := stateWith(t, tc.state, l)
-			l.check(st, "check")
+			l.check(st, ledgerBodies(l), "check")
 			got := strings.Join(l.violations, "\n")
 			switch {
 			case tc.want == "" && got != "":
@@ -101,7 +101,7 @@ func stateWith(t *testing.T, items []stored, l *ledger) *state.State {
 	lsn := uint64(0)
 	apply := func(r state.Record) {
 		lsn++
-		if err := st.Apply(lsn, r); err != nil {
+		if err := st.ApplyAt(lsn, state.DefaultQueue, r, 4096); err != nil {
 			t.Fatalf("apply %T: %v", r, err)
 		}
 	}
@@ -232,18 +232,18 @@ func TestLedgerQueues(t *testing.T) {
 		resumeQ1 = "I 7 resume @1\n"
 	)
 	create := func(st *state.State, lsn uint64) {
-		if err := st.ApplyTo(lsn, state.DefaultQueue, &state.CreateQueue{Time: 10, Name: "q1", Settings: queueSettings(0)}); err != nil {
+		if err := st.ApplyAt(lsn, state.DefaultQueue, &state.CreateQueue{Time: 10, Name: "q1", Settings: queueSettings(0)}, 4096); err != nil {
 			t.Fatal(err)
 		}
 	}
 	put := func(st *state.State, lsn, queue uint64, tok, key string) {
 		n := state.NewItem{Body: bodyOf(tok), Key: key}
-		if err := st.ApplyTo(lsn, queue, &state.Put{Time: 1000, Items: []state.NewItem{n}}); err != nil {
+		if err := st.ApplyAt(lsn, queue, &state.Put{Time: 1000, Items: []state.NewItem{n}}, 4096); err != nil {
 			t.Fatal(err)
 		}
 	}
 	apply := func(st *state.State, lsn, queue uint64, r state.Record) {
-		if err := st.ApplyTo(lsn, queue, r); err != nil {
+		if err := st.ApplyAt(lsn, queue, r, 4096); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -318,7 +318,7 @@ func TestLedgerQueues(t *testing.T) {
 			l.ingest(events, func(event) bool { return true })
 			st := state.New()
 			tc.build(st)
-			l.check(st, "check")
+			l.check(st, ledgerBodies(l), "check")
 			got := strings.Join(l.violations, "\n")
 			switch {
 			case tc.want == "" && got != "":
@@ -327,5 +327,24 @@ func TestLedgerQueues(t *testing.T) {
 				t.Errorf("want a violation with %q, got:\n%s", tc.want, got)
 			}
 		})
+	}
+}
+
+// ledgerBodies reads the bodies of a state built in memory: each is the
+// body of one of the ledger's tokens, found by its CRC.
+func ledgerBodies(l *ledger) func(*state.Item) ([]byte, error) {
+	bySum := make(map[uint32][]byte)
+	for tok := range l.entries {
+		b := bodyOf(tok)
+		bySum[state.BodySum(b)] = b
+	}
+	return func(it *state.Item) ([]byte, error) {
+		if it.Body.Len == 0 {
+			return nil, nil
+		}
+		if b, ok := bySum[it.Body.Sum]; ok {
+			return b, nil
+		}
+		return nil, nil // no token's body: an unknown item
 	}
 }

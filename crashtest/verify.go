@@ -153,7 +153,7 @@ func checkState(st *state.State) error {
 			return
 		}
 		t.byStatus[it.Status]++
-		t.bytes += int64(len(it.Body))
+		t.bytes += int64(it.Body.Len)
 		if it.Key != "" {
 			if id, held := qs.KeyHolder(it.Key, st.LastTime(), 0); !held || id != it.ID {
 				errs = append(errs, fmt.Errorf("item %d of queue %d: its key %q is held by %d (held %v)", it.ID, it.Queue, it.Key, id, held))

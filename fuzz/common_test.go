@@ -110,7 +110,7 @@ func historyState(t testing.TB) *state.State {
 	t.Helper()
 	st := state.New()
 	for i, r := range sampleHistory() {
-		if err := st.ApplyTo(uint64(i+1), r.queue, r.rec); err != nil {
+		if err := st.ApplyAt(uint64(i+1), r.queue, r.rec, 4096); err != nil {
 			t.Fatalf("sample record %d (%s, queue %d): %v", i+1, state.TypeName(r.rec.Type()), r.queue, err)
 		}
 	}

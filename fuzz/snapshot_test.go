@@ -58,7 +58,7 @@ func checkSnapshotFile(t *testing.T, file []byte) ([]byte, bool) {
 	lsn, body := snap.LSN, snap.Body
 	again := snapshotFile(lsn, body)
 	if snap.Version == 2 {
-		again = wal.EncodeSnapshot(snap.Dir, lsn, body)
+		again = wal.EncodeSnapshotSection(snap.Dir, lsn, snap.Kind, body)
 	}
 	if !bytes.Equal(again, file) {
 		t.Fatalf("DecodeSnapshot accepted a file that its own framing would not produce (bad CRC or length): % x", file)
@@ -90,7 +90,7 @@ func useState(t *testing.T, st *state.State) {
 			return
 		}
 		lsn++
-		if err := st.ApplyTo(lsn, queue, r); err != nil {
+		if err := st.ApplyAt(lsn, queue, r, 4096); err != nil {
 			t.Fatalf("a state from an accepted snapshot refuses %T %+v in queue %d: %v", r, r, queue, err)
 		}
 	}
@@ -101,7 +101,7 @@ func useState(t *testing.T, st *state.State) {
 			return
 		}
 		before := mustSnapshot(t, st)
-		if err := st.ApplyTo(lsn+1, queue, r); err != nil {
+		if err := st.ApplyAt(lsn+1, queue, r, 4096); err != nil {
 			if after := mustSnapshot(t, st); !bytes.Equal(before, after) {
 				t.Fatalf("a state from an accepted snapshot refused %T %+v in queue %d (%v) but changed", r, r, queue, err)
 			}

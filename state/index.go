@@ -157,6 +157,33 @@ func (x *idIndex) del(id uint64) {
 
 func (x *idIndex) len() int { return x.n }
 
+// eachFrom calls fn for every item with an ID at or above start in ID
+// order, until fn returns false.
+func (x *idIndex) eachFrom(start uint64, fn func(*Item) bool) {
+	visit := func(ch *idChunk) bool {
+		for _, it := range ch.items {
+			if it != nil && it.ID >= start && !fn(it) {
+				return false
+			}
+		}
+		return true
+	}
+	for _, c := range slices.Sorted(maps.Keys(x.far)) {
+		if (c+1)*chunkIDs > start && !visit(x.far[c]) {
+			return
+		}
+	}
+	first := 0
+	if c := start / chunkIDs; c > x.base {
+		first = int(min(c-x.base, uint64(len(x.chunks))))
+	}
+	for _, ch := range x.chunks[first:] {
+		if ch != nil && !visit(ch) {
+			return
+		}
+	}
+}
+
 // each calls fn for every item in ID order.
 func (x *idIndex) each(fn func(*Item)) {
 	for _, c := range slices.Sorted(maps.Keys(x.far)) {

@@ -36,8 +36,8 @@ func (s Status) String() string {
 // memory per item beyond it.
 type Item struct {
 	ID         uint64
-	Queue      uint64 // the ID of the queue it is stored in
-	Body       []byte // never modified after the put
+	Queue      uint64  // the ID of the queue it is stored in
+	Body       BodyRef // where the body is stored; the body itself is not in memory
 	Key        string
 	Priority   int64
 	EnqueuedAt int64 // time of the put
@@ -67,6 +67,26 @@ type Item struct {
 	Status      Status
 	ready       bool // waiting and in a ready heap (not in delayed)
 }
+
+// BodyRef says where an item's body is stored: Len bytes at byte Off of
+// the segment file that holds the log record LSN (a put or a relocate),
+// whose CRC-32C is Sum. A body is read with one positioned read and
+// verified by Sum, so a body damaged on disk is never delivered.
+//
+// Off is 0 while the record's frame is not yet written: the live queue
+// keeps the body in memory until the log says where it went (PlaceBody).
+// LSN is 0 for a body that is not in the log at all: one loaded from a
+// snapshot of an earlier version, which held bodies. State.Inline holds
+// those until a Relocate record copies them into the log.
+type BodyRef struct {
+	LSN uint64
+	Off int64
+	Len uint32
+	Sum uint32
+}
+
+// Placed reports whether the body's place on disk is known.
+func (r BodyRef) Placed() bool { return r.Len == 0 || (r.LSN != 0 && r.Off != 0) }
 
 // History returns the item's last attempts that did not end in an ack
 // (nack, expiry, dead letter), oldest first: at most HistoryLen. The

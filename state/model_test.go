@@ -500,12 +500,14 @@ func marshal(t rapid.TB, s *state.State) []byte {
 func (mc *machine) apply(t *rapid.T, queue uint64, rec state.Record) uint64 {
 	t.Helper()
 	lsn := mc.m.lsn + 1
-	if err := mc.s.ApplyTo(lsn, queue, rec); err != nil {
-		t.Fatalf("ApplyTo(%d, queue %d, %s %.300v): %v", lsn, queue, state.TypeName(rec.Type()), rec, err)
-	}
+	// Encoded first, as the queue does: Encode says where each body lies
+	// in the record.
 	body, err := state.Encode(nil, rec)
 	if err != nil {
 		t.Fatalf("Encode(%+v): %v", rec, err)
+	}
+	if err := mc.s.ApplyAt(lsn, queue, rec, recordAt(lsn)); err != nil {
+		t.Fatalf("ApplyTo(%d, queue %d, %s %.300v): %v", lsn, queue, state.TypeName(rec.Type()), rec, err)
 	}
 	mc.log = append(mc.log, logged{lsn, queue, rec.Type(), body})
 	mc.m.lsn = lsn
@@ -530,7 +532,7 @@ func (mc *machine) mustReject(t *rapid.T, lsn, queue uint64, rec state.Record, w
 		return out
 	}
 	was := views()
-	err := mc.s.ApplyTo(lsn, queue, rec)
+	err := mc.s.ApplyAt(lsn, queue, rec, 4096)
 	if !errors.Is(err, state.ErrInvalid) {
 		t.Fatalf("%s: ApplyTo(%d, queue %d, %s %.300v) = %v, want ErrInvalid", why, lsn, queue, state.TypeName(rec.Type()), rec, err)
 	}
@@ -1142,6 +1144,11 @@ func (mc *machine) Replay(t *rapid.T) {
 	}
 }
 
+// recordAt is where the model's log puts record lsn's body in its segment:
+// a made-up place, but one per record, so that a body placed by the wrong
+// record shows.
+func recordAt(lsn uint64) int64 { return int64(lsn) * 1000 }
+
 // replay applies logged records to s, each decoded from its encoding, in
 // the log of its queue.
 func replay(t *rapid.T, s *state.State, log []logged) *state.State {
@@ -1154,7 +1161,7 @@ func replay(t *rapid.T, s *state.State, log []logged) *state.State {
 		if again, err := state.Encode(nil, rec); err != nil || !bytes.Equal(again, l.body) {
 			t.Fatalf("record %d does not encode again to the same bytes (%v)", l.lsn, err)
 		}
-		if err := s.ApplyTo(l.lsn, l.queue, rec); err != nil {
+		if err := s.ApplyAt(l.lsn, l.queue, rec, recordAt(l.lsn)); err != nil {
 			t.Fatalf("replay record %d of queue %d: %v", l.lsn, l.queue, err)
 		}
 	}
@@ -1671,13 +1678,13 @@ func historyView(h []state.Attempt) string {
 }
 
 func viewOf(it *state.Item) itemView {
-	return itemView{it.ID, it.Queue, string(it.Body), it.Key, it.Priority, it.EnqueuedAt, it.Due, it.Deadline, it.Seq,
+	return itemView{it.ID, it.Queue, fmt.Sprintf("%d/%08x", it.Body.Len, it.Body.Sum), it.Key, it.Priority, it.EnqueuedAt, it.Due, it.Deadline, it.Seq,
 		it.Attempts, it.Deliveries, it.Status, it.Receipt, it.LeaseEnd, it.LastError, it.EndedAt, historyView(it.History())}
 }
 
 func (it *mItem) view() itemView {
 	st := map[mStatus]state.Status{mWaiting: state.Waiting, mLeased: state.Leased, mDead: state.Dead}[it.status]
-	return itemView{it.id, it.queue, string(it.body), it.key, it.priority, it.enqueuedAt, it.due, it.deadline, it.seq,
+	return itemView{it.id, it.queue, fmt.Sprintf("%d/%08x", len(it.body), state.BodySum(it.body)), it.key, it.priority, it.enqueuedAt, it.due, it.deadline, it.seq,
 		it.attempts, it.deliveries, st, it.receipt, it.leaseEnd, it.lastError, it.endedAt, historyView(it.history)}
 }
 
@@ -1923,15 +1930,16 @@ func (mc *machine) Check(t *rapid.T) {
 		t.Fatalf("snapshot round trip differs")
 	}
 	if q := m.queues[0]; len(m.live()) == 1 && q.settings == (state.Settings{}) && q.pausedUntil == 0 && q.counters.MovedIn == 0 && q.counters.MovedOut == 0 {
-		checkVersion1(t, b)
+		checkVersion1(t, b, func(id uint64) []byte { return m.item(id).body })
 	}
 }
 
 // checkVersion1 checks that the version-1 body of a state that holds only
 // a default queue as version 1 knew it (no settings, no pause, no moves)
 // decodes to that state without the attempt histories, which version 1
-// did not hold. The version-1 body is made from the version-2 one, b.
-func checkVersion1(t *rapid.T, b []byte) {
+// did not hold. The version-1 body is made from the version-3 one, b, with
+// each item's body (given by body) in the place of its reference.
+func checkVersion1(t *rapid.T, b []byte, body func(id uint64) []byte) {
 	t.Helper()
 	root, rest := parseMP(b)
 	if len(rest) != 0 {
@@ -1951,7 +1959,9 @@ func checkVersion1(t *rapid.T, b []byte) {
 		{elems: counters.elems[:9]}, {elems: []*mpNode{}}, {elems: []*mpNode{}}}}
 	noHistory := root.clone()
 	for i, it := range root.elems[snapItems].elems {
-		v1.elems[5].elems = append(v1.elems[5].elems, without(it, itemQueue, itemHistory))
+		withBody := it.clone()
+		withBody.elems[itemBody] = mpBin(body(mpValue(it.elems[itemID])))
+		v1.elems[5].elems = append(v1.elems[5].elems, without(withBody, itemQueue, itemHistory))
 		noHistory.elems[snapItems].elems[i].elems[itemHistory] = &mpNode{elems: []*mpNode{}}
 	}
 	for _, k := range root.elems[snapKeys].elems {
@@ -1965,8 +1975,15 @@ func checkVersion1(t *rapid.T, b []byte) {
 	if err != nil {
 		t.Fatalf("UnmarshalSnapshot of the body without histories: %v", err)
 	}
+	for _, it := range root.elems[snapItems].elems {
+		id := mpValue(it.elems[itemID])
+		if got, _ := old.Inline(id); len(body(id)) > 0 && !bytes.Equal(got, body(id)) {
+			t.Fatalf("the version-1 body holds %q for item %d, want %q", got, id, body(id))
+		}
+	}
+	old.AdoptBodies(want)
 	if !bytes.Equal(marshal(t, old), marshal(t, want)) {
-		t.Fatalf("the version-1 body decodes to another state than the version-2 body without histories")
+		t.Fatalf("the version-1 body decodes to another state than the version-3 body without histories")
 	}
 }
 

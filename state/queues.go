@@ -367,6 +367,7 @@ func (s *State) applyDelete(q *QueueState, r *DeleteQueue) error {
 			s.endLease(q, it)
 		}
 		s.items.del(it.ID)
+		delete(s.inline, it.ID)
 		it.Status = 0
 	}
 	live := s.released[:0]
@@ -404,7 +405,7 @@ func (s *State) applyMove(lsn uint64, q *QueueState, r *Move) error {
 		it := s.items.get(id)
 		q.leaveDead(it)
 		q.n--
-		q.bytes -= int64(len(it.Body))
+		q.bytes -= int64(it.Body.Len)
 		if it.Key != "" {
 			if k := q.keys[it.Key]; k != nil && k.ID == it.ID {
 				delete(q.keys, it.Key)
@@ -413,7 +414,7 @@ func (s *State) applyMove(lsn uint64, q *QueueState, r *Move) error {
 		}
 		it.Queue = to.id
 		to.n++
-		to.bytes += int64(len(it.Body))
+		to.bytes += int64(it.Body.Len)
 		s.requeue(to, it, r.Time, lsn)
 		q.counters.Redriven++
 		q.counters.MovedOut++

@@ -25,9 +25,13 @@ const (
 	TypeDeleteQueue byte = 14 // a queue and everything in it are gone
 	TypeMove        byte = 15 // dead letters are redriven into another queue
 
+	// Bodies on disk. A relocate record is a record of the directory
+	// (queue field 0): it may name items of any queue.
+	TypeRelocate byte = 16 // stored bodies are copied forward in the log
+
 	// LastType is the highest record type this build knows. A record of a
 	// higher type, in a frame that verified, was written by a newer walq.
-	LastType = TypeMove
+	LastType = TypeRelocate
 )
 
 // TypeName names a record type for logs and tools.
@@ -63,6 +67,8 @@ func TypeName(t byte) string {
 		return "delete-queue"
 	case TypeMove:
 		return "move"
+	case TypeRelocate:
+		return "relocate"
 	}
 	return fmt.Sprintf("type%d", t)
 }
@@ -93,11 +99,15 @@ type Record interface {
 // record gives consecutive IDs from the state's counter, so the same
 // records always yield the same IDs.
 type NewItem struct {
-	Body     []byte
-	Due      int64 // when it may first be delivered (Time + delay)
-	Deadline int64 // 0: none; no delivery starts at or after it
-	Priority int64
-	Key      string
+	Body []byte
+	// BodyOffset is where Body lies in the record's encoding; Encode and
+	// Decode set it, and the state adds it to the record's place in its
+	// segment to find the body on disk.
+	BodyOffset int
+	Due        int64 // when it may first be delivered (Time + delay)
+	Deadline   int64 // 0: none; no delivery starts at or after it
+	Priority   int64
+	Key        string
 }
 
 // Put adds items.
@@ -194,6 +204,26 @@ type Move struct {
 	IDs    []uint64
 }
 
+// Relocate copies the bodies of stored items forward in the log, so that
+// the segments that held them can be removed, or into the log at all, for
+// bodies a snapshot of an earlier version held. It changes nothing else:
+// each body must be the item's own (its length and CRC-32C match).
+type Relocate struct {
+	Time  int64
+	Items []Relocated
+}
+
+// Relocated is one body of a Relocate record.
+type Relocated struct {
+	ID   uint64
+	Body []byte
+	// BodyOffset is where Body lies in the record's encoding (see NewItem).
+	BodyOffset int
+}
+
+func (*Relocate) Type() byte  { return TypeRelocate }
+func (r *Relocate) At() int64 { return r.Time }
+
 func (*CreateQueue) Type() byte { return TypeCreateQueue }
 func (*SetQueue) Type() byte    { return TypeSetQueue }
 func (*PauseQueue) Type() byte  { return TypePauseQueue }
@@ -236,6 +266,7 @@ func Encode(dst []byte, rec Record) ([]byte, error) {
 			n := &r.Items[i]
 			b = appendArrayLen(b, 5)
 			b = appendBin(b, n.Body)
+			n.BodyOffset = len(b) - len(dst) - len(n.Body)
 			b = appendInt(b, n.Due)
 			b = appendInt(b, n.Deadline)
 			b = appendInt(b, n.Priority)
@@ -298,6 +329,17 @@ func Encode(dst []byte, rec Record) ([]byte, error) {
 		b = appendInt(b, r.Time)
 		b = appendUint(b, r.Target)
 		b = appendIDs(b, r.IDs)
+	case *Relocate:
+		b = appendArrayLen(b, 2)
+		b = appendInt(b, r.Time)
+		b = appendArrayLen(b, len(r.Items))
+		for i := range r.Items {
+			n := &r.Items[i]
+			b = appendArrayLen(b, 2)
+			b = appendUint(b, n.ID)
+			b = appendBin(b, n.Body)
+			n.BodyOffset = len(b) - len(dst) - len(n.Body)
+		}
 	default:
 		return dst, fmt.Errorf("encode: unknown record %T", rec)
 	}
@@ -307,8 +349,19 @@ func Encode(dst []byte, rec Record) ([]byte, error) {
 // Decode parses the body of a record of type typ. Byte slices in the result
 // are copies: the record may outlive body. It never panics, whatever body
 // holds.
-func Decode(typ byte, body []byte) (Record, error) {
+func Decode(typ byte, body []byte) (Record, error) { return decode(typ, body, false) }
+
+// DecodeAlias is Decode with item bodies that alias body: for replay,
+// which applies the record at once and keeps no body (the state keeps
+// where a body is, not its bytes), so no body is copied.
+func DecodeAlias(typ byte, body []byte) (Record, error) { return decode(typ, body, true) }
+
+func decode(typ byte, body []byte, alias bool) (Record, error) {
 	d := &decoder{b: body}
+	bin := d.bin
+	if alias {
+		bin = d.bin0
+	}
 	var rec Record
 	switch typ {
 	case TypePut:
@@ -321,7 +374,8 @@ func Decode(typ byte, body []byte) (Record, error) {
 		for i := 0; i < n && d.err == nil; i++ {
 			it := &r.Items[i]
 			d.arrayLen(5)
-			it.Body = d.bin()
+			it.Body = bin()
+			it.BodyOffset = d.off - len(it.Body)
 			it.Due = d.int()
 			it.Deadline = d.int()
 			it.Priority = d.int()
@@ -371,6 +425,21 @@ func Decode(typ byte, body []byte) (Record, error) {
 	case TypeMove:
 		d.arrayLen(3)
 		rec = &Move{Time: d.int(), Target: d.uint(), IDs: d.ids()}
+	case TypeRelocate:
+		d.arrayLen(2)
+		r := &Relocate{Time: d.int()}
+		n := d.arrayLen(-1)
+		if n > 0 {
+			r.Items = make([]Relocated, n)
+		}
+		for i := 0; i < n && d.err == nil; i++ {
+			it := &r.Items[i]
+			d.arrayLen(2)
+			it.ID = d.uint()
+			it.Body = bin()
+			it.BodyOffset = d.off - len(it.Body)
+		}
+		rec = r
 	default:
 		return nil, fmt.Errorf("unknown record type %d", typ)
 	}

@@ -3,6 +3,7 @@ package state
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -13,10 +14,15 @@ const itemChunk = 1024
 // Snapshot body versions. Frozen: a new layout gets a new number, and old
 // bodies keep decoding. Version 1 holds one queue (the only queue a
 // directory had); version 2, written since named queues, holds every queue
-// of the directory and each item's attempt history.
+// of the directory and each item's attempt history; version 3, written
+// since bodies stay on disk, holds where each body is instead of the body.
 const (
 	snapshotVersion1 = 1
 	snapshotVersion2 = 2
+	snapshotVersion3 = 3
+
+	// CurrentSnapshotVersion is the version MarshalSnapshot writes.
+	CurrentSnapshotVersion = snapshotVersion3
 )
 
 // SnapshotVersion returns the version of a snapshot body (0 when its
@@ -40,6 +46,7 @@ type snapshotBody struct {
 	Queues   []snapQueue
 	Items    []*Item // decoded straight into items, placed by UnmarshalSnapshot
 	Keys     []snapKey
+	Inline   map[uint64][]byte // the bodies of a version 1 or 2 body (only non-empty ones)
 }
 
 type snapQueue struct {
@@ -58,28 +65,77 @@ type snapKey struct {
 	Released int64
 }
 
-// MarshalSnapshot encodes the whole state as a version-2 body. Queues are
+// MarshalSnapshot encodes the whole state as a version-3 body. Queues are
 // written in ID order, items in ID order and keys in (queue, key) order, so
-// equal states give equal bytes.
+// equal states give equal bytes. No body is in it: each item says where
+// its body is in the log. A state that still holds bodies of an older
+// snapshot itself (see Inline) cannot be written.
 //
-// Layout (msgpack): [2, lastLSN, lastTime, nextID, [queues...], [items...],
+// Layout (msgpack): [3, lastLSN, lastTime, nextID, [queues...], [items...],
 // [keys...]]; each queue [ID, Name, Created, [Visibility, MaxAttempts,
 // KeyWindow, MaxItems, MaxBytes, MaxInFlight], PausedUntil, [11 counters]];
-// each item [ID, Queue, Body, Key, Priority, EnqueuedAt, Due, Deadline, Seq,
-// Attempts, Deliveries, Status, Receipt, LeaseEnd, LastError, EndedAt,
-// DeadSeq, [attempts...]] with each attempt [Start, End, How, Error]; each
-// key [Queue, Key, ID, Released].
+// each item [ID, Queue, [BodyLSN, BodyOff, BodyLen, BodySum], Key,
+// Priority, EnqueuedAt, Due, Deadline, Seq, Attempts, Deliveries, Status,
+// Receipt, LeaseEnd, LastError, EndedAt, DeadSeq, [attempts...]] with each
+// attempt [Start, End, How, Error]; each key [Queue, Key, ID, Released].
+// (Version 2 is the same with the body's bytes, as bin, in the place of
+// the body's reference.)
 func (s *State) MarshalSnapshot() ([]byte, error) {
+	if len(s.inline) > 0 {
+		return nil, fmt.Errorf("snapshot: %d bodies are not in the log yet (loaded from a snapshot of version 1 or 2)", len(s.inline))
+	}
+	return s.marshal(snapshotVersion3)
+}
+
+// MarshalSnapshotInline encodes a state that holds every body itself (see
+// KeepBodies) as a version-2 body, the last version that held bodies: for
+// carrying a directory of format 1 forward, whose log says nothing of
+// where its bodies lie. Open then copies the bodies into the log.
+func (s *State) MarshalSnapshotInline() ([]byte, error) {
+	var bad uint64
+	s.items.each(func(it *Item) {
+		if it.Body.Len > 0 && it.Body.LSN != 0 && bad == 0 {
+			bad = it.ID
+		}
+	})
+	if bad != 0 {
+		return nil, fmt.Errorf("snapshot: the body of item %d is in the log, not in the state", bad)
+	}
+	return s.marshal(snapshotVersion2)
+}
+
+// Fingerprint is the version-3 encoding with each body's place (its
+// record and offset) left out: equal for states that hold the same items
+// with the same bodies (by length and CRC), wherever their bodies lie, as
+// before and after a compaction copied them forward (and with the LSN and
+// time of the last record left out too: copying bodies forward takes
+// records). It is for comparing states, not for reading back.
+func (s *State) Fingerprint() []byte {
+	b, _ := s.marshal(fingerprint)
+	return b
+}
+
+// fingerprint is the marshal "version" of Fingerprint.
+const fingerprint = -1
+
+func (s *State) marshal(version int) ([]byte, error) {
 	queues := s.Queues()
 	items := make([]*Item, 0, s.items.len())
 	size := 64
+	var unplaced uint64
 	s.items.each(func(it *Item) { // in ID order
 		items = append(items, it)
-		size += len(it.Body) + len(it.Key) + len(it.LastError) + 56 + 24*len(it.History())
+		if version == snapshotVersion3 && !it.Body.Placed() && unplaced == 0 {
+			unplaced = it.ID
+		}
+		size += len(it.Key) + len(it.LastError) + 80 + 24*len(it.History())
 		for _, a := range it.History() {
 			size += len(a.Error)
 		}
 	})
+	if unplaced != 0 {
+		return nil, fmt.Errorf("snapshot: the body of item %d has no place on disk yet", unplaced)
+	}
 	var keys []*keyEntry
 	for _, q := range queues {
 		n := len(keys)
@@ -92,9 +148,14 @@ func (s *State) MarshalSnapshot() ([]byte, error) {
 
 	b := make([]byte, 0, size)
 	b = appendArrayLen(b, 7)
-	b = appendUint(b, snapshotVersion2)
-	b = appendUint(b, s.lastLSN)
-	b = appendInt(b, s.lastTime)
+	b = appendUint(b, uint64(version))
+	if version == fingerprint {
+		b = appendUint(b, 0)
+		b = appendInt(b, 0)
+	} else {
+		b = appendUint(b, s.lastLSN)
+		b = appendInt(b, s.lastTime)
+	}
 	b = appendUint(b, s.nextID)
 	b = appendArrayLen(b, len(queues))
 	for _, q := range queues {
@@ -115,7 +176,20 @@ func (s *State) MarshalSnapshot() ([]byte, error) {
 		b = appendArrayLen(b, 18)
 		b = appendUint(b, it.ID)
 		b = appendUint(b, it.Queue)
-		b = appendBin(b, it.Body)
+		switch version {
+		case snapshotVersion2:
+			b = appendBin(b, s.inline[it.ID])
+		case fingerprint:
+			b = appendArrayLen(b, 2)
+			b = appendUint(b, uint64(it.Body.Len))
+			b = appendUint(b, uint64(it.Body.Sum))
+		default:
+			b = appendArrayLen(b, 4)
+			b = appendUint(b, it.Body.LSN)
+			b = appendInt(b, it.Body.Off)
+			b = appendUint(b, uint64(it.Body.Len))
+			b = appendUint(b, uint64(it.Body.Sum))
+		}
 		b = appendStr(b, it.Key)
 		b = appendInt(b, it.Priority)
 		b = appendInt(b, it.EnqueuedAt)
@@ -158,7 +232,7 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 	d.arrayLen(7)
 	body := &snapshotBody{Version: int(d.uint())}
 	v := body.Version
-	if d.err == nil && v != snapshotVersion1 && v != snapshotVersion2 {
+	if d.err == nil && v != snapshotVersion1 && v != snapshotVersion2 && v != snapshotVersion3 {
 		return nil, fmt.Errorf("unknown version %d", v)
 	}
 	body.LastLSN, body.LastTime, body.NextID = d.uint(), d.int(), d.uint()
@@ -192,7 +266,6 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 	// million-item snapshot loads with a few thousand allocations. A chunk
 	// lives as long as any item in it.
 	var slab []Item
-	var bodies []byte
 	for i := 0; i < n && d.err == nil; i++ {
 		if len(slab) == 0 {
 			slab = make([]Item, min(itemChunk, n-i))
@@ -207,7 +280,37 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 			d.arrayLen(18)
 			it.ID, it.Queue = d.uint(), d.uint()
 		}
-		it.Body, it.Key, it.Priority = d.binInto(&bodies), d.str(), d.int()
+		if v == snapshotVersion3 {
+			d.arrayLen(4)
+			it.Body.LSN, it.Body.Off = d.uint(), d.int()
+			n, sum := d.uint(), d.uint()
+			if n > math.MaxUint32 || sum > math.MaxUint32 {
+				d.fail("item %d: body length %d or crc %d out of range", it.ID, n, sum)
+			}
+			it.Body.Len, it.Body.Sum = uint32(n), uint32(sum)
+			switch {
+			case d.err != nil:
+			case it.Body.Len == 0:
+				if it.Body != (BodyRef{}) {
+					d.fail("item %d: an empty body with a place %+v", it.ID, it.Body)
+				}
+			case it.Body.LSN == 0 || it.Body.LSN > body.LastLSN:
+				d.fail("item %d: body in record %d, outside 1..%d", it.ID, it.Body.LSN, body.LastLSN)
+			case it.Body.Off <= 0:
+				d.fail("item %d: body at offset %d", it.ID, it.Body.Off)
+			}
+		} else {
+			// The body itself: kept by the state until it is relocated
+			// into the log.
+			if b := d.bin(); len(b) > 0 {
+				it.Body = BodyRef{Len: uint32(len(b)), Sum: BodySum(b)}
+				if body.Inline == nil {
+					body.Inline = make(map[uint64][]byte)
+				}
+				body.Inline[it.ID] = b
+			}
+		}
+		it.Key, it.Priority = d.str(), d.int()
 		it.EnqueuedAt, it.Due, it.Deadline, it.Seq = d.int(), d.int(), d.int(), d.uint()
 		it.Attempts, it.Deliveries = d.int32(), d.int32()
 		status := d.uint()
@@ -216,7 +319,7 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 		}
 		it.Status = Status(status)
 		it.Receipt, it.LeaseEnd, it.LastError, it.EndedAt, it.deadSeq = d.uint(), d.int(), d.str(), d.int(), d.uint()
-		if v == snapshotVersion2 {
+		if v >= snapshotVersion2 {
 			h := d.arrayLen(-1)
 			if h > HistoryLen {
 				d.fail("item %d has %d attempts in its history, at most %d", it.ID, h, HistoryLen)
@@ -279,6 +382,7 @@ func UnmarshalSnapshot(data []byte) (*State, error) {
 		return nil, fmt.Errorf("decode snapshot: next id 0")
 	}
 	s := New()
+	s.inline = body.Inline
 	s.lastLSN = body.LastLSN
 	s.lastTime = body.LastTime
 	s.nextID = body.NextID

@@ -12,7 +12,7 @@ func benchState(n int) *State {
 			items[i] = NewItem{Body: make([]byte, 32), Due: int64(b)}
 		}
 		lsn++
-		if err := s.Apply(lsn, &Put{Time: int64(b), Items: items}); err != nil {
+		if err := s.ApplyAt(lsn, DefaultQueue, &Put{Time: int64(b), Items: items}, 4096); err != nil {
 			panic(err)
 		}
 	}

@@ -3,9 +3,15 @@ package state
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"slices"
 	"sort"
 )
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// BodySum returns the CRC-32C of a body, as BodyRef.Sum holds it.
+func BodySum(body []byte) uint32 { return crc32.Checksum(body, castagnoli) }
 
 // ErrInvalid is returned by Apply for a record that does not fit the state
 // (an unknown receipt, a lease of an item that is not ready, an LSN out of
@@ -62,6 +68,14 @@ type State struct {
 	deadlines itemHeap // waiting items that have a deadline, by deadline
 
 	released []*keyEntry // keys released, in release order (times only grow); pruned from the front
+
+	// inline holds the bodies that are in no log record (BodyRef.LSN 0):
+	// those of a snapshot of an earlier version, which held bodies, until
+	// Relocate records copy them into the log. Empty otherwise.
+	inline map[uint64][]byte
+	// keepBodies makes puts and relocations keep their bodies in inline
+	// (KeepBodies).
+	keepBodies bool
 
 	nextID   uint64 // ID of the next item put
 	lastLSN  uint64 // LSN of the last record applied (or covered by the snapshot)
@@ -349,8 +363,14 @@ type Gauges struct {
 func (s *State) Apply(lsn uint64, rec Record) error { return s.ApplyTo(lsn, DefaultQueue, rec) }
 
 // ApplyTo applies the record with the given LSN, which the log holds for
-// queue (the queue field of its header).
-func (s *State) ApplyTo(lsn, queue uint64, rec Record) error {
+// queue (the queue field of its header), before its place on disk is
+// known: the bodies it stores are placed later by PlaceBody.
+func (s *State) ApplyTo(lsn, queue uint64, rec Record) error { return s.ApplyAt(lsn, queue, rec, 0) }
+
+// ApplyAt is ApplyTo for a record whose body starts at byte at of its
+// segment file (0: not known yet), as replay knows it: the bodies it
+// stores are placed at once.
+func (s *State) ApplyAt(lsn, queue uint64, rec Record, at int64) error {
 	if lsn != s.lastLSN+1 {
 		return fmt.Errorf("%w: lsn %d after %d", ErrInvalid, lsn, s.lastLSN)
 	}
@@ -361,12 +381,18 @@ func (s *State) ApplyTo(lsn, queue uint64, rec Record) error {
 		} else {
 			err = s.applyCreate(lsn, c)
 		}
+	} else if r, ok := rec.(*Relocate); ok {
+		if queue != DefaultQueue {
+			err = invalid("relocate record in the log of queue %d", queue)
+		} else {
+			err = s.applyRelocate(lsn, r, at)
+		}
 	} else if q := s.queues[queue]; q == nil {
 		err = invalid("%s record for queue %d, which does not exist", TypeName(rec.Type()), queue)
 	} else {
 		switch r := rec.(type) {
 		case *Put:
-			err = s.applyPut(lsn, q, r)
+			err = s.applyPut(lsn, q, r, at)
 		case *Lease:
 			err = s.applyLease(lsn, q, r)
 		case *Extend:
@@ -415,7 +441,7 @@ func (s *State) item(q *QueueState, id uint64) *Item {
 	return nil
 }
 
-func (s *State) applyPut(lsn uint64, q *QueueState, r *Put) error {
+func (s *State) applyPut(lsn uint64, q *QueueState, r *Put, at int64) error {
 	if len(r.Items) == 0 {
 		return invalid("put of no items")
 	}
@@ -437,14 +463,10 @@ func (s *State) applyPut(lsn uint64, q *QueueState, r *Put) error {
 	}
 	for i := range r.Items {
 		n := &r.Items[i]
-		body := n.Body
-		if len(body) == 0 {
-			body = nil // one form for empty, so equal states encode equally
-		}
 		it := &Item{
 			ID:          s.nextID,
 			Queue:       q.id,
-			Body:        body,
+			Body:        bodyRef(lsn, at, n.BodyOffset, n.Body),
 			Key:         n.Key,
 			Priority:    n.Priority,
 			EnqueuedAt:  r.Time,
@@ -454,6 +476,10 @@ func (s *State) applyPut(lsn uint64, q *QueueState, r *Put) error {
 			Status:      Waiting,
 			heapPos:     -1,
 			deadlinePos: -1,
+		}
+		if s.keepBodies && len(n.Body) > 0 {
+			it.Body.LSN, it.Body.Off = 0, 0
+			s.inline[it.ID] = slices.Clone(n.Body)
 		}
 		s.nextID++
 		s.store(q, it)
@@ -466,10 +492,100 @@ func (s *State) applyPut(lsn uint64, q *QueueState, r *Put) error {
 	return nil
 }
 
+// bodyRef is the BodyRef of a body encoded at offset off of the record
+// lsn, whose own body starts at byte at of its segment (0: not known).
+// An empty body is stored nowhere: its reference is the zero BodyRef.
+func bodyRef(lsn uint64, at int64, off int, body []byte) BodyRef {
+	if len(body) == 0 {
+		return BodyRef{}
+	}
+	r := BodyRef{LSN: lsn, Len: uint32(len(body)), Sum: BodySum(body)}
+	if at > 0 {
+		r.Off = at + int64(off)
+	}
+	return r
+}
+
 func (s *State) store(q *QueueState, it *Item) {
 	s.items.set(it)
 	q.n++
-	q.bytes += int64(len(it.Body))
+	q.bytes += int64(it.Body.Len)
+}
+
+// PlaceBody records that the body of item id, stored by record lsn, lies
+// at byte off of its segment: the live queue learns where a record went
+// only once its frame is written. It does nothing for an item that is gone
+// or whose body has moved on since (it reports false then).
+func (s *State) PlaceBody(id, lsn uint64, off int64) bool {
+	it := s.items.get(id)
+	if it == nil || it.Body.Len == 0 || it.Body.LSN != lsn || it.Body.Off != 0 {
+		return false
+	}
+	it.Body.Off = off
+	return true
+}
+
+// KeepBodies makes the state keep the bodies of the records it applies
+// from now on itself, as it keeps those of an old snapshot, instead of
+// where they are in the log: for a log of format 1, whose positions are
+// not those of bodies, read to carry a directory forward.
+func (s *State) KeepBodies() {
+	s.keepBodies = true
+	if s.inline == nil {
+		s.inline = make(map[uint64][]byte)
+	}
+}
+
+// Inline returns the body of item id if the state holds it itself (it came
+// from a snapshot of an earlier version and no Relocate has copied it into
+// the log yet).
+func (s *State) Inline(id uint64) ([]byte, bool) {
+	b, ok := s.inline[id]
+	return b, ok
+}
+
+// InlineIDs returns the IDs of the items whose bodies the state holds
+// itself, in ID order.
+func (s *State) InlineIDs() []uint64 {
+	ids := make([]uint64, 0, len(s.inline))
+	for id := range s.inline {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func (s *State) applyRelocate(lsn uint64, r *Relocate, at int64) error {
+	if len(r.Items) == 0 {
+		return invalid("relocate of no bodies")
+	}
+	seen := make(map[uint64]bool, len(r.Items))
+	for i := range r.Items {
+		n := &r.Items[i]
+		it := s.items.get(n.ID)
+		switch {
+		case it == nil:
+			return invalid("relocate of item %d, not stored", n.ID)
+		case seen[n.ID]:
+			return invalid("relocate of item %d twice in one record", n.ID)
+		case uint64(len(n.Body)) != uint64(it.Body.Len):
+			return invalid("relocate of item %d: %d bytes, its body has %d", n.ID, len(n.Body), it.Body.Len)
+		case BodySum(n.Body) != it.Body.Sum:
+			return invalid("relocate of item %d: the body is not the item's own (crc mismatch)", n.ID)
+		}
+		seen[n.ID] = true
+	}
+	for i := range r.Items {
+		n := &r.Items[i]
+		it := s.items.get(n.ID)
+		it.Body = bodyRef(lsn, at, n.BodyOffset, n.Body)
+		delete(s.inline, n.ID)
+		if s.keepBodies && len(n.Body) > 0 {
+			it.Body.LSN, it.Body.Off = 0, 0
+			s.inline[n.ID] = slices.Clone(n.Body)
+		}
+	}
+	return nil
 }
 
 func (s *State) applyLease(lsn uint64, q *QueueState, r *Lease) error {
@@ -706,8 +822,11 @@ func (s *State) endLease(q *QueueState, it *Item) {
 // is held for the key window from t.
 func (s *State) remove(q *QueueState, it *Item, t int64) {
 	s.items.del(it.ID)
+	if it.Body.LSN == 0 && it.Body.Len > 0 {
+		delete(s.inline, it.ID)
+	}
 	q.n--
-	q.bytes -= int64(len(it.Body))
+	q.bytes -= int64(it.Body.Len)
 	it.Status = 0
 	if it.Key != "" {
 		if k := q.keys[it.Key]; k != nil && k.ID == it.ID {
@@ -720,6 +839,24 @@ func (s *State) remove(q *QueueState, it *Item, t int64) {
 			s.released = append(s.released, k)
 		}
 	}
+}
+
+// EachFrom calls fn for every stored item with an ID at or above start, in
+// ID order, until fn returns false; fn must not modify the item or the
+// state. Callers that hold a lock can walk a large state in pieces.
+func (s *State) EachFrom(start uint64, fn func(*Item) bool) { s.items.eachFrom(start, fn) }
+
+// BodyFloor returns the lowest LSN of a record that holds the body of a
+// stored item (0 when no stored body is in the log): the segments wholly
+// before it hold no live body. Its cost is one pass over the items.
+func (s *State) BodyFloor() uint64 {
+	var floor uint64
+	s.items.each(func(it *Item) {
+		if it.Body.Len > 0 && it.Body.LSN != 0 && (floor == 0 || it.Body.LSN < floor) {
+			floor = it.Body.LSN
+		}
+	})
+	return floor
 }
 
 // Each calls fn for every stored item of every queue in ID order; fn must

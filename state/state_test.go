@@ -35,7 +35,7 @@ func newTape(t testing.TB) *tape { return &tape{t: t, s: state.New()} }
 func (tp *tape) apply(rec state.Record) uint64 {
 	tp.t.Helper()
 	lsn := tp.s.LastLSN() + 1
-	if err := tp.s.Apply(lsn, rec); err != nil {
+	if err := tp.s.ApplyAt(lsn, state.DefaultQueue, rec, 4096); err != nil {
 		tp.t.Fatalf("Apply(%d, %s %+v): %v", lsn, state.TypeName(rec.Type()), rec, err)
 	}
 	tp.recs = append(tp.recs, rec)
@@ -73,7 +73,7 @@ func drain(t testing.TB, s *state.State, now int64) []uint64 {
 	s.Promote(now)
 	for it := s.NextReady(); it != nil; it = s.NextReady() {
 		order = append(order, it.ID)
-		if err := s.Apply(s.LastLSN()+1, &state.Lease{Time: now, ID: it.ID, LeaseEnd: now + sec}); err != nil {
+		if err := s.ApplyAt(s.LastLSN()+1, state.DefaultQueue, &state.Lease{Time: now, ID: it.ID, LeaseEnd: now + sec}, 4096); err != nil {
 			t.Fatalf("lease of item %d: %v", it.ID, err)
 		}
 	}
@@ -321,7 +321,7 @@ func TestKeyWindow(t *testing.T) {
 			if got, held := tp.s.KeyHolder("k", t0+100*window, 0); !held || got != id {
 				t.Fatalf("KeyHolder while stored = %d, %v", got, held)
 			}
-			refused := tp.s.Apply(tp.s.LastLSN()+1, &state.Put{Time: t0, Items: []state.NewItem{{Due: t0, Key: "k"}}})
+			refused := tp.s.ApplyAt(tp.s.LastLSN()+1, state.DefaultQueue, &state.Put{Time: t0, Items: []state.NewItem{{Due: t0, Key: "k"}}}, 4096)
 			if !errors.Is(refused, state.ErrInvalid) {
 				t.Fatalf("put with a stored item's key: %v, want ErrInvalid", refused)
 			}
@@ -556,6 +556,28 @@ func mpUint(v uint64) *mpNode { return &mpNode{raw: binary.BigEndian.AppendUint6
 func mpInt(v int64) *mpNode {
 	return &mpNode{raw: binary.BigEndian.AppendUint64([]byte{0xd3}, uint64(v))}
 }
+func mpBin(b []byte) *mpNode {
+	return &mpNode{raw: append(binary.BigEndian.AppendUint32([]byte{0xc6}, uint32(len(b))), b...)}
+}
+
+// mpValue reads an unsigned integer scalar.
+func mpValue(n *mpNode) uint64 {
+	var v uint64
+	switch c := n.raw[0]; {
+	case c < 0x80:
+		v = uint64(c)
+	case c == 0xcc:
+		v = uint64(n.raw[1])
+	case c == 0xcd:
+		v = uint64(binary.BigEndian.Uint16(n.raw[1:]))
+	case c == 0xce:
+		v = uint64(binary.BigEndian.Uint32(n.raw[1:]))
+	case c == 0xcf:
+		v = binary.BigEndian.Uint64(n.raw[1:])
+	}
+	return v
+}
+
 func mpStr(s string) *mpNode {
 	return &mpNode{raw: append(binary.BigEndian.AppendUint32([]byte{0xdb}, uint32(len(s))), s...)}
 }
@@ -563,7 +585,8 @@ func mpStr(s string) *mpNode {
 // Fields of the frozen snapshot layout (see MarshalSnapshot).
 const (
 	snapVersion, snapLastLSN, snapNextID, snapQueues, snapItems, snapKeys = 0, 1, 3, 4, 5, 6
-	itemID, itemQueue, itemKey, itemAttempts, itemStatus, itemReceipt     = 0, 1, 3, 9, 11, 12
+	itemID, itemQueue, itemBody, itemKey, itemAttempts, itemStatus        = 0, 1, 2, 3, 9, 11
+	itemReceipt                                                           = 12
 	itemHistory                                                           = 17
 	keyQueue, keyName, keyID, keyReleased                                 = 0, 1, 2, 3
 	queueID, queueName                                                    = 0, 1
@@ -624,8 +647,17 @@ func TestUnmarshalSnapshotRejects(t *testing.T) {
 		{name: "garbage", bytes: []byte("not a snapshot at all")},
 		{name: "trailing bytes", bytes: append(slices.Clone(good), 0x00)},
 		{name: "huge item count", bytes: []byte{0x97, 0x01, 0x00, 0x00, 0x01, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xdd, 0x7f, 0xff, 0xff, 0xff}},
-		{"unknown version", func(r *mpNode) { r.elems[snapVersion] = mpUint(3) }, nil},
-		{"version 1 with a version-2 body", func(r *mpNode) { r.elems[snapVersion] = mpUint(1) }, nil},
+		{"unknown version", func(r *mpNode) { r.elems[snapVersion] = mpUint(4) }, nil},
+		{"version 1 with a version-3 body", func(r *mpNode) { r.elems[snapVersion] = mpUint(1) }, nil},
+		{"version 2 with a version-3 body", func(r *mpNode) { r.elems[snapVersion] = mpUint(2) }, nil},
+		{"body in record 0", func(r *mpNode) { item(r, 3).elems[itemBody].elems[0] = mpUint(0) }, nil},
+		{"body in a record after the last lsn", func(r *mpNode) { item(r, 3).elems[itemBody].elems[0] = mpUint(1000) }, nil},
+		{"body at offset 0", func(r *mpNode) { item(r, 3).elems[itemBody].elems[1] = mpInt(0) }, nil},
+		{"body length over 32 bits", func(r *mpNode) { item(r, 3).elems[itemBody].elems[2] = mpUint(1 << 32) }, nil},
+		{"body crc over 32 bits", func(r *mpNode) { item(r, 3).elems[itemBody].elems[3] = mpUint(1 << 32) }, nil},
+		{"body reference of 3 fields", func(r *mpNode) {
+			item(r, 3).elems[itemBody].elems = item(r, 3).elems[itemBody].elems[:3]
+		}, nil},
 		{"no queues", func(r *mpNode) { r.elems[snapQueues].elems = nil }, nil},
 		{"first queue not the default", func(r *mpNode) { r.elems[snapQueues].elems[0].elems[queueID] = mpUint(1) }, nil},
 		{"default queue with a name", func(r *mpNode) { r.elems[snapQueues].elems[0].elems[queueName] = mpStr("x") }, nil},
@@ -886,7 +918,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatal(err)
 		}
 		lsn := s.LastLSN() + 1
-		if err := s.Apply(lsn, rec); err != nil {
+		if err := s.ApplyAt(lsn, state.DefaultQueue, rec, 4096); err != nil {
 			if !errors.Is(err, state.ErrInvalid) {
 				t.Fatalf("Apply error %v does not wrap ErrInvalid", err)
 			}
@@ -920,6 +952,21 @@ func FuzzUnmarshalSnapshot(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// The bodies of an old version's snapshot must be copied into
+		// the log before the state can be written again.
+		if ids := s.InlineIDs(); len(ids) > 0 {
+			rec := &state.Relocate{Time: s.LastTime()}
+			for _, id := range ids {
+				b, _ := s.Inline(id)
+				rec.Items = append(rec.Items, state.Relocated{ID: id, Body: b})
+			}
+			if err := s.ApplyAt(s.LastLSN()+1, state.DefaultQueue, rec, 4096); err != nil {
+				t.Fatalf("relocating the bodies of an accepted snapshot: %v", err)
+			}
+			if left := s.InlineIDs(); len(left) > 0 {
+				t.Fatalf("%d bodies left inline after their relocation", len(left))
+			}
+		}
 		b, err := s.MarshalSnapshot()
 		if err != nil {
 			t.Fatalf("MarshalSnapshot of an accepted snapshot: %v", err)
@@ -941,15 +988,15 @@ func FuzzUnmarshalSnapshot(f *testing.F) {
 		s.KeyHolder("a", now, sec)
 		s.PruneKeys(now, sec)
 		for _, it := range s.OpenLeases() {
-			_ = s.Apply(s.LastLSN()+1, &state.End{Kind: state.TypeExpire, Time: now, Receipt: it.Receipt, Due: now})
+			_ = s.ApplyAt(s.LastLSN()+1, state.DefaultQueue, &state.End{Kind: state.TypeExpire, Time: now, Receipt: it.Receipt, Due: now}, 4096)
 		}
 		if dead := s.DeadLetters(1); len(dead) > 0 {
-			_ = s.Apply(s.LastLSN()+1, &state.Redrive{Time: now, IDs: []uint64{dead[0].ID}})
+			_ = s.ApplyAt(s.LastLSN()+1, state.DefaultQueue, &state.Redrive{Time: now, IDs: []uint64{dead[0].ID}}, 4096)
 		}
-		_ = s.Apply(s.LastLSN()+1, &state.Purge{Time: now, All: true})
-		_ = s.Apply(s.LastLSN()+1, &state.Put{Time: now, Items: []state.NewItem{{Due: now, Key: "a"}}})
+		_ = s.ApplyAt(s.LastLSN()+1, state.DefaultQueue, &state.Purge{Time: now, All: true}, 4096)
+		_ = s.ApplyAt(s.LastLSN()+1, state.DefaultQueue, &state.Put{Time: now, Items: []state.NewItem{{Due: now, Key: "a"}}}, 4096)
 		for it := s.NextReady(); it != nil; it = s.NextReady() {
-			if s.Apply(s.LastLSN()+1, &state.Lease{Time: max(now, it.Due), ID: it.ID, LeaseEnd: max(now, it.Due) + 1}) != nil {
+			if s.ApplyAt(s.LastLSN()+1, state.DefaultQueue, &state.Lease{Time: max(now, it.Due), ID: it.ID, LeaseEnd: max(now, it.Due) + 1}, 4096) != nil {
 				break
 			}
 		}
@@ -968,7 +1015,7 @@ func namedFixture(t testing.TB) *state.State {
 	apply := func(queue uint64, rec state.Record) uint64 {
 		t.Helper()
 		lsn := s.LastLSN() + 1
-		if err := s.ApplyTo(lsn, queue, rec); err != nil {
+		if err := s.ApplyAt(lsn, queue, rec, 4096); err != nil {
 			t.Fatalf("ApplyTo(%d, queue %d, %s): %v", lsn, queue, state.TypeName(rec.Type()), err)
 		}
 		return lsn
@@ -1001,7 +1048,7 @@ func BenchmarkApplyPutLeaseAck(b *testing.B) {
 	lsn := uint64(0)
 	apply := func(rec state.Record) {
 		lsn++
-		if err := s.Apply(lsn, rec); err != nil {
+		if err := s.ApplyAt(lsn, state.DefaultQueue, rec, 4096); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -62,9 +62,14 @@ const (
 	// before named queues.
 	SectionQueueState = 1
 	// SectionDirState is the kind of the section that holds the state of
-	// every queue of the directory (state body version 2): the only section
-	// written since named queues.
-	SectionDirState   = 2
+	// every queue of the directory (state body version 2), as written
+	// since named queues and before bodies stayed on disk.
+	SectionDirState = 2
+	// SectionDirIndex is the kind of the section that holds the index of
+	// every queue of the directory, with where each body is in the log
+	// but no body (state body version 3): the only section written since
+	// bodies stay on disk. A build before it refuses it as newer.
+	SectionDirIndex   = 3
 	sectionHeaderSize = 17
 )
 
@@ -76,8 +81,8 @@ type Snapshot struct {
 	// Body is the state (version 2: the data of its section; version 1:
 	// the whole body). It aliases the file's bytes.
 	Body []byte
-	// Kind is the kind of the section Body came from: SectionQueueState or
-	// SectionDirState (SectionQueueState for version 1).
+	// Kind is the kind of the section Body came from: SectionQueueState,
+	// SectionDirState or SectionDirIndex (SectionQueueState for version 1).
 	Kind byte
 }
 
@@ -106,7 +111,7 @@ type SnapshotFile struct {
 	Size int64
 }
 
-func appendSnapshot2(dst []byte, id DirID, lsn uint64, state []byte) []byte {
+func appendSnapshot2(dst []byte, id DirID, lsn uint64, kind byte, state []byte) []byte {
 	start := len(dst)
 	dst = append(dst, snapshotMagic...)
 	dst = append(dst, snapshotVersion2)
@@ -116,7 +121,7 @@ func appendSnapshot2(dst []byte, id DirID, lsn uint64, state []byte) []byte {
 	crcAt := len(dst)
 	dst = binary.BigEndian.AppendUint32(dst, 0)
 	body := len(dst)
-	dst = append(dst, SectionDirState)
+	dst = append(dst, kind)
 	dst = binary.BigEndian.AppendUint64(dst, 0)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(len(state)))
 	dst = append(dst, state...)
@@ -153,7 +158,13 @@ func writeSynced(f File, b []byte) error {
 // directory id covering lsn with the default queue's state. WriteSnapshot
 // writes the same bytes; this is for tools and tests.
 func EncodeSnapshot(id DirID, lsn uint64, state []byte) []byte {
-	return appendSnapshot2(nil, id, lsn, state)
+	return appendSnapshot2(nil, id, lsn, SectionDirIndex, state)
+}
+
+// EncodeSnapshotSection is EncodeSnapshot with a section of the given
+// kind (see WriteSnapshotSection).
+func EncodeSnapshotSection(id DirID, lsn uint64, kind byte, state []byte) []byte {
+	return appendSnapshot2(nil, id, lsn, kind, state)
 }
 
 // WriteSnapshot writes state (the default queue's) as the format-2 snapshot
@@ -162,6 +173,13 @@ func EncodeSnapshot(id DirID, lsn uint64, state []byte) []byte {
 // may the log be truncated. On failure the temp file is removed
 // best-effort.
 func WriteSnapshot(fsys FS, dir string, id DirID, lsn uint64, state []byte, perm os.FileMode) (path string, err error) {
+	return WriteSnapshotSection(fsys, dir, id, lsn, SectionDirIndex, state, perm)
+}
+
+// WriteSnapshotSection is WriteSnapshot with a section of the given kind:
+// SectionDirState for a state body of version 2 (which holds the bodies),
+// as the carrying forward of a format-1 directory writes.
+func WriteSnapshotSection(fsys FS, dir string, id DirID, lsn uint64, kind byte, state []byte, perm os.FileMode) (path string, err error) {
 	if fsys == nil {
 		fsys = OSFS()
 	}
@@ -177,7 +195,7 @@ func WriteSnapshot(fsys FS, dir string, id DirID, lsn uint64, state []byte, perm
 			err = fmt.Errorf("write snapshot %d: %w", lsn, err)
 		}
 	}()
-	err = writeSynced(f, appendSnapshot2(make([]byte, 0, snapshot2HeaderSize+sectionHeaderSize+len(state)), id, lsn, state))
+	err = writeSynced(f, appendSnapshot2(make([]byte, 0, snapshot2HeaderSize+sectionHeaderSize+len(state)), id, lsn, kind, state))
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -251,7 +269,7 @@ func DecodeSnapshot(data []byte) (Snapshot, error) {
 			return bad(int64(snapshot2HeaderSize+off), reasonf("section of %d bytes runs past the end", n))
 		}
 		switch {
-		case kind != SectionQueueState && kind != SectionDirState:
+		case kind != SectionQueueState && kind != SectionDirState && kind != SectionDirIndex:
 			return Snapshot{}, fmt.Errorf("%w: snapshot section of kind %d", ErrNewerFormat, kind)
 		case queue != 0:
 			return Snapshot{}, fmt.Errorf("%w: snapshot section of queue %d", ErrNewerFormat, queue)

@@ -71,7 +71,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 			t.Fatalf("read back %+v %v", snap, err)
 		}
 		// The file is exactly the drawing.
-		if got := readFileT(t, path); !bytes.Equal(got, encodeSnapshot2(testDir, lsn, section{SectionDirState, 0, body})) {
+		if got := readFileT(t, path); !bytes.Equal(got, encodeSnapshot2(testDir, lsn, section{SectionDirIndex, 0, body})) {
 			t.Fatalf("snapshot %d is not the drawn layout", lsn)
 		}
 		info, err := os.Stat(path)
@@ -130,7 +130,7 @@ func TestSnapshotVersion1Read(t *testing.T) {
 func snapshotVariants() map[string][]byte {
 	return map[string][]byte{
 		"v1": encodeSnapshot1(42, []byte("snapshot body")),
-		"v2": appendSnapshot2(nil, testDir, 42, []byte("snapshot body")),
+		"v2": appendSnapshot2(nil, testDir, 42, SectionDirIndex, []byte("snapshot body")),
 	}
 }
 
@@ -188,7 +188,7 @@ func TestSnapshotSections(t *testing.T) {
 		newer  bool
 		reason string // for corruption
 	}{
-		{"unknown_kind", encodeSnapshot2(testDir, 5, section{3, 0, state}), true, ""},
+		{"unknown_kind", encodeSnapshot2(testDir, 5, section{4, 0, state}), true, ""},
 		{"dir_state_and_queue_state", encodeSnapshot2(testDir, 5, section{SectionDirState, 0, state}, def), false, "two state sections"},
 		{"unknown_kind_after_the_default", encodeSnapshot2(testDir, 5, def, section{9, 0, nil}), true, ""},
 		{"named_queue", encodeSnapshot2(testDir, 5, section{SectionQueueState, 3, state}), true, ""},
@@ -313,8 +313,8 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	f.Add([]byte(snapshotMagic))
 	f.Add(encodeSnapshot1(1, nil))
 	f.Add(encodeSnapshot1(77, []byte{0x82, 0xa1, 'a', 0x01, 0xa1, 'b', 0x02}))
-	f.Add(appendSnapshot2(nil, testDir, 1, nil))
-	f.Add(appendSnapshot2(nil, testDir, 77, []byte{0x82, 0xa1, 'a', 0x01}))
+	f.Add(appendSnapshot2(nil, testDir, 1, SectionDirIndex, nil))
+	f.Add(appendSnapshot2(nil, testDir, 77, SectionDirIndex, []byte{0x82, 0xa1, 'a', 0x01}))
 	f.Add(encodeSnapshot2(testDir, 3, section{1, 0, []byte("a")}, section{1, 0, []byte("b")}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		snap, err := DecodeSnapshot(data)
@@ -330,7 +330,7 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		case 1:
 			again = encodeSnapshot1(snap.LSN, snap.Body)
 		case 2:
-			again = appendSnapshot2(nil, snap.Dir, snap.LSN, snap.Body)
+			again = appendSnapshot2(nil, snap.Dir, snap.LSN, snap.Kind, snap.Body)
 		default:
 			t.Fatalf("version %d", snap.Version)
 		}

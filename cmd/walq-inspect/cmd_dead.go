@@ -82,7 +82,7 @@ func runDead(c *cmdEnv) int {
 		if it.Key != "" {
 			fmt.Fprintf(w, "  key         %s\n", quote(it.Key))
 		}
-		fmt.Fprintf(w, "  body        %s\n", quoteBody(it.Body, bodyMax))
+		fmt.Fprintf(w, "  body        %s\n", bodyText(c.dir, st, &it, bodyMax))
 	}
 	return exitOK
 }

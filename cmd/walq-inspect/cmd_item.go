@@ -96,7 +96,7 @@ func runItem(c *cmdEnv) int {
 		if it.Queue != state.DefaultQueue || hasNamed(st) {
 			field("queue", "%s, id %d", itemQueueName(st, it), it.Queue)
 		}
-		describeItem(field, it, now, o.bodyMax)
+		describeItem(field, it, now, bodyText(c.dir, st, it, o.bodyMax))
 	case st != nil:
 		field("status", "%s", goneStatus(history, r.logFirst))
 	default:
@@ -123,7 +123,7 @@ func runItem(c *cmdEnv) int {
 }
 
 // describeItem prints a stored item.
-func describeItem(field func(label, format string, args ...any), it *state.Item, now int64, bodyMax int) {
+func describeItem(field func(label, format string, args ...any), it *state.Item, now int64, body string) {
 	switch status := itemStatus(it, now); status {
 	case statusReady:
 		field("status", "ready since %s (%s)", fmtTime(it.Due), ago(it.Due, now))
@@ -154,7 +154,7 @@ func describeItem(field func(label, format string, args ...any), it *state.Item,
 	if it.Key != "" {
 		field("key", "%s", quote(it.Key))
 	}
-	field("body", "%s", quoteBody(it.Body, bodyMax))
+	field("body", "%s", body)
 	history := it.History()
 	if it.Status == state.Leased {
 		// The running attempt is no history yet: a leased item's Due is

@@ -78,7 +78,7 @@ func runState(c *cmdEnv) int {
 		enc := json.NewEncoder(c.stdout)
 		enc.SetEscapeHTML(false)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(newJSONState(sc, now)); err != nil {
+		if err := enc.Encode(newJSONState(c.dir, sc, now)); err != nil {
 			return c.errorf("%v", err)
 		}
 		return exitOK
@@ -116,7 +116,7 @@ func runState(c *cmdEnv) int {
 			fmt.Fprintf(tw, "%s\t", itemQueueName(st, it))
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", it.ID, itemStatus(it, now), it.Attempts, it.Deliveries,
-			it.Priority, itemWhen(it, now), key, quoteBody(it.Body, o.bodyMax))
+			it.Priority, itemWhen(it, now), key, bodyText(c.dir, st, it, o.bodyMax))
 	}
 	tw.Flush()
 	return exitOK
@@ -228,12 +228,18 @@ type jsonItem struct {
 	LeaseEnd   jsonTime    `json:"lease_end,omitempty"`
 	LastError  *jsonString `json:"last_error,omitempty"`
 	EndedAt    jsonTime    `json:"ended_at,omitempty"`
+	BodyError  *jsonString `json:"body_error,omitempty"`
 }
 
-func newJSONItem(it *state.Item, now int64) jsonItem {
-	j := jsonItem{ID: it.ID, Queue: it.Queue, Status: itemStatus(it, now), jsonBody: newJSONBody(it.Body), Priority: it.Priority,
+func newJSONItem(dir string, st *state.State, it *state.Item, now int64) jsonItem {
+	body, berr := storedBody(dir, st, it)
+	j := jsonItem{ID: it.ID, Queue: it.Queue, Status: itemStatus(it, now), jsonBody: newJSONBody(body), Priority: it.Priority,
 		EnqueuedAt: jsonTime(it.EnqueuedAt), Deadline: jsonTime(it.Deadline), Attempts: it.Attempts,
 		Deliveries: it.Deliveries, Receipt: it.Receipt, LeaseEnd: jsonTime(it.LeaseEnd), EndedAt: jsonTime(it.EndedAt)}
+	if berr != nil {
+		e := jsonString(berr.Error())
+		j.BodyError = &e
+	}
 	if it.Status == state.Waiting {
 		j.Due = jsonTime(it.Due)
 	}
@@ -248,7 +254,7 @@ func newJSONItem(it *state.Item, now int64) jsonItem {
 	return j
 }
 
-func newJSONState(sc scope, now int64) jsonState {
+func newJSONState(dir string, sc scope, now int64) jsonState {
 	st := sc.st
 	f := factsOf(sc, now)
 	j := jsonState{Index: st.LastLSN(), Time: jsonTime(st.LastTime()), Now: jsonTime(now), NextID: st.NextID(),
@@ -261,7 +267,7 @@ func newJSONState(sc scope, now int64) jsonState {
 		}
 	}
 	for _, it := range sc.items() {
-		j.Items = append(j.Items, newJSONItem(it, now))
+		j.Items = append(j.Items, newJSONItem(dir, st, it, now))
 	}
 	return j
 }

@@ -255,7 +255,7 @@ func checkQueues(sc scope) []string {
 			return
 		}
 		n.items++
-		n.bytes += int64(len(it.Body))
+		n.bytes += int64(it.Body.Len)
 		switch it.Status {
 		case state.Leased:
 			n.leased++

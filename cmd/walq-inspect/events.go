@@ -198,6 +198,12 @@ func eventDetails(ev *event, bodyMax int) string {
 		}
 	case *state.Move:
 		fmt.Fprintf(&b, "%s into %s", itemsRef(ev, r.IDs), targetRef(ev, r.Target))
+	case *state.Relocate:
+		n := 0
+		for _, it := range r.Items {
+			n += len(it.Body)
+		}
+		fmt.Fprintf(&b, "bodies of %s copied forward (%d B)", itemsRef(ev, ev.IDs), n)
 	}
 	return b.String()
 }
@@ -340,6 +346,8 @@ func newJSONEvent(ev *event) jsonEvent {
 			n := jsonString(ev.TargetName)
 			j.TargetName = &n
 		}
+		many()
+	case *state.Relocate:
 		many()
 	}
 	return j

@@ -141,6 +141,7 @@ type replayer struct {
 	dir, logDir string
 	log         *logReader
 	want        wal.DirID // the directory ID snapshots must carry (zero: any)
+	format1     bool      // the directory is of format 1: the state keeps its bodies
 	from, to    uint64    // visit records with from <= index <= to (to 0: to the end)
 	visit       func(*event) error
 
@@ -179,7 +180,7 @@ type replayer struct {
 const maxShortLogs = 5
 
 func newReplayer(qf *queueFiles, from, to uint64, visit func(*event) error) *replayer {
-	return &replayer{dir: qf.Dir, logDir: qf.LogDir, log: qf.reader(), want: qf.Format.ID,
+	return &replayer{dir: qf.Dir, logDir: qf.LogDir, log: qf.reader(), want: qf.Format.ID, format1: qf.Format.Version == 1,
 		from: from, to: to, visit: visit}
 }
 
@@ -287,6 +288,15 @@ func sameSnapshots(a, b []snapshot) bool {
 // choose picks the base of the replay. It returns false when no snapshot
 // reaches the log (stErr says so).
 func (r *replayer) choose() bool {
+	ok := r.chooseBase()
+	if ok && r.st != nil && r.format1 {
+		// A format-1 log tells where its entries are, not its bodies.
+		r.st.KeepBodies()
+	}
+	return ok
+}
+
+func (r *replayer) chooseBase() bool {
 	startAt := max(r.from, r.logFirst, 1)
 	// Exact from the start: the newest snapshot before startAt that the log
 	// reaches back to, or the empty queue when the log was never truncated.
@@ -525,6 +535,11 @@ func (r *replayer) annotate(pos wal.Position, rec wal.Record) *event {
 	case *state.Move:
 		ev.IDs, ev.IDsKnown = x.IDs, true
 		ev.TargetName, ev.TargetKnown = r.queueName(x.Target)
+	case *state.Relocate:
+		for _, it := range x.Items {
+			ev.IDs = append(ev.IDs, it.ID)
+		}
+		ev.IDsKnown = true
 	}
 	return ev
 }

@@ -31,7 +31,7 @@ func TestVerifyCorruptionTable(t *testing.T) {
 	cases := []damageCase{
 		{name: "clean_segments", fixture: "segments", want: []string{"ok: 3 segments, index 1..180", "verdict   ok: no corruption found"}},
 		{name: "clean_compacted_with_snapshot_temp", fixture: "compacting",
-			want: []string{"snapshot-00000000000000000146.tmp", "harmless", "verdict   ok"}},
+			want: []string{"snapshot-00000000000000000147.tmp", "harmless", "verdict   ok"}},
 		{name: "clean_empty", fixture: "empty", want: []string{"verdict   ok"}},
 		{name: "clean_synced", fixture: "synced", want: []string{"verdict   ok: no corruption found\n"}},
 		{name: "zero_filled_tail", fixture: "segments", mutate: appendToLastSegment(make([]byte, 100)),

@@ -34,7 +34,8 @@ func ReadSnapshot(dir string, f wal.SnapshotFile, want wal.DirID) (*state.State,
 	v := state.SnapshotVersion(snap.Body)
 	switch {
 	case err == nil && snap.Kind == wal.SectionQueueState && v != 1,
-		err == nil && snap.Kind == wal.SectionDirState && v != 2:
+		err == nil && snap.Kind == wal.SectionDirState && v != 2,
+		err == nil && snap.Kind == wal.SectionDirIndex && v != 3:
 		err = fmt.Errorf("a state of version %d in a section of kind %d", v, snap.Kind)
 	case !want.IsZero() && snap.Version != wal.FormatVersion:
 		err = fmt.Errorf("a format-%d snapshot in a directory of format %d", snap.Version, wal.FormatVersion)
@@ -105,7 +106,9 @@ func Apply(st *state.State, logDir string, pos wal.Position, rec wal.Record) err
 	if err := CheckKnown(pos, rec.Type); err != nil {
 		return err
 	}
-	r, err := state.Decode(rec.Type, rec.Body)
+	// The record is applied at once and its bodies are not kept (the
+	// state keeps where they are), so they need not be copied.
+	r, err := state.DecodeAlias(rec.Type, rec.Body)
 	return ApplyDecoded(st, logDir, pos, rec.Queue, rec.Type, r, err)
 }
 
@@ -128,7 +131,7 @@ func CheckKnown(pos wal.Position, typ byte) error {
 func ApplyDecoded(st *state.State, logDir string, pos wal.Position, queue uint64, typ byte, r state.Record, decodeErr error) error {
 	err := decodeErr
 	if err == nil {
-		err = st.ApplyTo(pos.Index, queue, r)
+		err = st.ApplyAt(pos.Index, queue, r, pos.Offset)
 	}
 	if err != nil {
 		return &wal.CorruptionError{Dir: logDir, File: pos.File, Index: pos.Index, Offset: pos.Offset,
@@ -180,6 +183,10 @@ func StateAt(dir string, want wal.DirID, from, to uint64, after func(lsn uint64)
 		if err != nil {
 			return nil, fmt.Errorf("read snapshot: %w", err)
 		}
+	}
+	if want.IsZero() {
+		// A format-1 log tells where its entries are, not its bodies.
+		st.KeepBodies()
 	}
 	if _, err := Replay(st, filepath.Join(dir, layout.LogDirName), to, after); err != nil {
 		return nil, fmt.Errorf("replay log: %w", err)

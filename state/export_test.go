@@ -1,0 +1,14 @@
+package state
+
+// AdoptBodies gives the items whose bodies s holds itself the body
+// references of the same items in from, as Relocate records would: so that
+// a state decoded from an old snapshot can be compared with one decoded
+// from a new one.
+func (s *State) AdoptBodies(from *State) {
+	for id := range s.inline {
+		if it, o := s.items.get(id), from.items.get(id); it != nil && o != nil {
+			it.Body = o.Body
+		}
+	}
+	s.inline = nil
+}
