@@ -95,6 +95,18 @@ func NewCollector(q *Queue, name string) prometheus.Collector {
 		func(s *Stats) float64 { return float64(s.Compactions) })
 	dirCounter("compactions_failed_total", "Compactions that failed since the queue was opened (the log is kept; the next try waits for it to double).",
 		func(s *Stats) float64 { return float64(s.CompactionsFailed) })
+	dirCounter("body_cache_hits_total", "Deliveries (and dead-letter listings) whose body came from memory: the cache of bodies put recently, or one not yet placed on disk.",
+		func(s *Stats) float64 { return float64(s.Bodies.Hits) })
+	dirCounter("body_cache_misses_total", "Deliveries whose body was read from the log.",
+		func(s *Stats) float64 { return float64(s.Bodies.Misses) })
+	dirGauge("body_cache_bytes", "Bytes of bodies held in memory: the cache and bodies whose frames are not yet placed.",
+		func(s *Stats) float64 { return float64(s.Bodies.CacheBytes + s.Bodies.UnplacedBytes) })
+	dirCounter("body_read_bytes_total", "Bytes of bodies read from the log.",
+		func(s *Stats) float64 { return float64(s.Bodies.ReadBytes) })
+	dirCounter("body_failures_total", "Stored bodies that could not be read or failed their CRC; each item went to the dead letters, or stays where it is until delivered.",
+		func(s *Stats) float64 { return float64(s.Bodies.Failures) })
+	dirCounter("relocated_bytes_total", "Bytes of bodies compaction copied forward in the log.",
+		func(s *Stats) float64 { return float64(s.Bodies.RelocatedBytes) })
 	dirGauge("last_compaction_timestamp_seconds", "When the last compaction ended, in Unix seconds; 0 if none since the queue was opened.",
 		func(s *Stats) float64 {
 			if s.LastCompacted.IsZero() {

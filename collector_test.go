@@ -166,6 +166,12 @@ func TestCollectorMatchesStats(t *testing.T) {
 		"walq_fsync_duration_seconds_sum":               st.Fsync.Sum,
 		"walq_commit_batch_records_count":               float64(st.CommitBatch.Count),
 		"walq_commit_batch_records_sum":                 st.CommitBatch.Sum,
+		"walq_body_cache_hits_total":                    float64(st.Bodies.Hits),
+		"walq_body_cache_misses_total":                  float64(st.Bodies.Misses),
+		"walq_body_cache_bytes":                         float64(st.Bodies.CacheBytes + st.Bodies.UnplacedBytes),
+		"walq_body_read_bytes_total":                    float64(st.Bodies.ReadBytes),
+		"walq_body_failures_total":                      float64(st.Bodies.Failures),
+		"walq_relocated_bytes_total":                    float64(st.Bodies.RelocatedBytes),
 	}
 	for name, h := range map[string]Histogram{"walq_fsync_duration_seconds": st.Fsync, "walq_commit_batch_records": st.CommitBatch} {
 		for i, bound := range h.Bounds {
@@ -199,6 +205,8 @@ var dirMetrics = map[string]bool{
 	"walq_log_segments": true, "walq_live_bytes": true, "walq_compactions_total": true,
 	"walq_compactions_failed_total": true, "walq_last_compaction_timestamp_seconds": true,
 	"walq_last_compaction_duration_seconds": true, "walq_recovery_duration_seconds": true,
+	"walq_body_cache_hits_total": true, "walq_body_cache_misses_total": true, "walq_body_cache_bytes": true,
+	"walq_body_read_bytes_total": true, "walq_body_failures_total": true, "walq_relocated_bytes_total": true,
 }
 
 // scraped flattens gathered families into name{labels} -> value, with

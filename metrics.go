@@ -150,6 +150,21 @@ type Stats struct {
 	LastCompactIn     time.Duration
 	Recovery          RecoveryStats
 	Work              WorkStats // summed over every Work call on the queue
+	// Bodies says what the directory holds of its bodies in memory and
+	// how deliveries got them (the same for every queue's Stats).
+	Bodies BodyStats
+}
+
+// BodyStats describes the bodies of a directory: stored in the log, and
+// in memory only while recent (see Options.BodyCacheBytes).
+type BodyStats struct {
+	CacheBytes     int64 // bodies in the cache, until delivered
+	CacheItems     int
+	UnplacedBytes  int64 // bodies whose frames are not yet written (held until then)
+	Hits, Misses   uint64
+	ReadBytes      int64 // bytes of bodies read from the log
+	Failures       uint64
+	RelocatedBytes int64 // copied forward by compaction
 }
 
 // WorkStats counts what Work's handlers did.
@@ -228,7 +243,15 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 	}
 	live := q.liveBytesLocked()
 	last := q.st.LastLSN()
+	q.bodies.drainLocked(q.st)
+	bs := BodyStats{CacheBytes: q.bodies.cacheBytes, CacheItems: len(q.bodies.cache)}
+	for _, b := range q.bodies.unplaced {
+		bs.UnplacedBytes += int64(len(b))
+	}
 	q.mu.Unlock()
+	bs.Hits, bs.Misses = q.metrics.bodyHits.Load(), q.metrics.bodyMisses.Load()
+	bs.ReadBytes, bs.Failures = q.metrics.bodyReadBytes.Load(), q.metrics.bodyFailures.Load()
+	bs.RelocatedBytes = q.metrics.relocatedBytes.Load()
 	snapLSN := q.snapLSN.Load()
 	st := Stats{
 		Queue: name, Paused: paused, MaxInFlight: inFlight,
@@ -251,6 +274,7 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 		LastCompactIn:     time.Duration(q.metrics.lastCompactDur.Load()),
 		Recovery:          q.recovery.clone(),
 		Work:              work,
+		Bodies:            bs,
 	}
 	if g.OldestReadyDue != 0 && now > g.OldestReadyDue {
 		st.OldestReady = time.Duration(now - g.OldestReadyDue)

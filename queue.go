@@ -383,7 +383,7 @@ func (q *Queue) leaseLocked() (Message, bodySource, *wal.Commit, error) {
 		Attempt:    int(it.Attempts),
 		Deliveries: int(it.Deliveries),
 		Priority:   int(it.Priority),
-		Key:        it.Key,
+		Key:        it.Key(),
 		EnqueuedAt: off.toWall(it.EnqueuedAt),
 		LeaseEnd:   off.toWall(it.LeaseEnd),
 	}, src, commit, nil
@@ -398,7 +398,7 @@ func (q *Queue) discardPassedLocked(now int64) error {
 		}
 		for _, it := range passed {
 			q.opts.Logger.Info("walq: item discarded at its deadline", "id", it.ID,
-				"deadline", q.qt.toWall(it.Deadline).UTC())
+				"deadline", q.qt.toWall(it.Deadline()).UTC())
 		}
 		if err := q.discardLocked(now, passed); err != nil {
 			return err
@@ -567,9 +567,9 @@ func (q *Queue) endRecordLocked(rt *queueRT, kind byte, it *state.Item, now int6
 			rec.Due = now + int64(min(d, MaxDuration))
 		}
 		switch {
-		case it.Deadline != 0 && rec.Due >= it.Deadline:
+		case it.Deadline() != 0 && rec.Due >= it.Deadline():
 			q.opts.Logger.Info("walq: item discarded: its next attempt would fall after its deadline",
-				"id", it.ID, "deadline", q.qt.toWall(it.Deadline).UTC())
+				"id", it.ID, "deadline", q.qt.toWall(it.Deadline()).UTC())
 		case rec.Due <= now:
 			defer rt.changedLocked(1)
 		}
@@ -648,11 +648,11 @@ func (q *Queue) DeadLetters(limit int) []DeadLetter {
 			ID:         it.ID,
 			Body:       body,
 			BodyError:  bodyErr,
-			Key:        it.Key,
+			Key:        it.Key(),
 			Attempts:   int(it.Attempts),
 			Deliveries: int(it.Deliveries),
-			LastError:  it.LastError,
-			DeadAt:     off.toWall(it.EndedAt),
+			LastError:  it.LastError(),
+			DeadAt:     off.toWall(it.EndedAt()),
 			EnqueuedAt: off.toWall(it.EnqueuedAt),
 			History:    attemptsOf(it.History(), off),
 		}

@@ -439,9 +439,9 @@ func (q *Queue) RedriveTo(target *Queue, ids ...uint64) error {
 	var bytes int64
 	for i, id := range ids {
 		it := q.st.Item(id)
-		if it.Key != "" {
-			if holder, held := to.KeyHolder(it.Key, now, int64(target.rt.set.keyWindow)); held {
-				errs = setErr(errs, len(ids), i, fmt.Errorf("%w: item %d: key %q is held in %s by item %d", ErrDuplicate, id, it.Key, target.rt.label(), holder))
+		if it.Key() != "" {
+			if holder, held := to.KeyHolder(it.Key(), now, int64(target.rt.set.keyWindow)); held {
+				errs = setErr(errs, len(ids), i, fmt.Errorf("%w: item %d: key %q is held in %s by item %d", ErrDuplicate, id, it.Key(), target.rt.label(), holder))
 				continue
 			}
 		}

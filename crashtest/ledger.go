@@ -519,14 +519,14 @@ func (l *ledger) checkDeadline(e *entry, it *state.Item) string {
 	case it.EnqueuedAt < e.enqueueFloor:
 		return fmt.Sprintf("put at queue time %d, before %d: queue time went back (the log's newest time or the wall clock at Open)",
 			it.EnqueuedAt, e.enqueueFloor)
-	case (it.Deadline == 0) != (e.span == 0):
-		return fmt.Sprintf("deadline %d stored, put with a span of %v", it.Deadline, time.Duration(e.span))
-	case it.Deadline == 0:
+	case (it.Deadline() == 0) != (e.span == 0):
+		return fmt.Sprintf("deadline %d stored, put with a span of %v", it.Deadline(), time.Duration(e.span))
+	case it.Deadline() == 0:
 		return ""
-	case e.deadlineAt != 0 && it.Deadline != e.deadlineAt:
-		return fmt.Sprintf("deadline moved from %d to %d", e.deadlineAt, it.Deadline)
+	case e.deadlineAt != 0 && it.Deadline() != e.deadlineAt:
+		return fmt.Sprintf("deadline moved from %d to %d", e.deadlineAt, it.Deadline())
 	}
-	got := it.Deadline - it.EnqueuedAt
+	got := it.Deadline() - it.EnqueuedAt
 	// A step inside the call moves the translated deadline by the step,
 	// either way: only the sign is known.
 	lo, hi := int64(1), int64(math.MaxInt64)
@@ -571,13 +571,13 @@ func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
 	if e.id != 0 && it.ID != e.id {
 		bad("stored under ID %d, its put returned %d", it.ID, e.id)
 	}
-	if it.Priority != e.priority || it.Key != e.key {
-		bad("priority/key %d/%q, put with %d/%q", it.Priority, it.Key, e.priority, e.key)
+	if it.Priority != e.priority || it.Key() != e.key {
+		bad("priority/key %d/%q, put with %d/%q", it.Priority, it.Key(), e.priority, e.key)
 	}
 	if why := l.checkDeadline(e, it); why != "" {
 		bad("%s", why)
 	}
-	e.deadlineAt = it.Deadline
+	e.deadlineAt = it.Deadline()
 	if it.Deliveries < e.minDeliveries {
 		bad("deliveries went backwards: %d, %d known before", it.Deliveries, e.minDeliveries)
 	}

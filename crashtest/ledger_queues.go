@@ -380,8 +380,8 @@ func (l *ledger) checkKeys(st *state.State, where string) {
 				l.violate("%s: key %q of queue %d is held by item %s (id %d), put into queue %d with key %q",
 					where, key, qs.ID(), e.tok, id, e.queue, e.key)
 			}
-			if it := st.Item(id); it != nil && (it.Queue != qs.ID() || it.Key != key) {
-				l.violate("%s: key %q of queue %d is held by item %d, stored in queue %d with key %q", where, key, qs.ID(), id, it.Queue, it.Key)
+			if it := st.Item(id); it != nil && (it.Queue != qs.ID() || it.Key() != key) {
+				l.violate("%s: key %q of queue %d is held by item %d, stored in queue %d with key %q", where, key, qs.ID(), id, it.Queue, it.Key())
 			}
 		}
 		if holders > 1 {

@@ -154,9 +154,9 @@ func checkState(st *state.State) error {
 		}
 		t.byStatus[it.Status]++
 		t.bytes += int64(it.Body.Len)
-		if it.Key != "" {
-			if id, held := qs.KeyHolder(it.Key, st.LastTime(), 0); !held || id != it.ID {
-				errs = append(errs, fmt.Errorf("item %d of queue %d: its key %q is held by %d (held %v)", it.ID, it.Queue, it.Key, id, held))
+		if it.Key() != "" {
+			if id, held := qs.KeyHolder(it.Key(), st.LastTime(), 0); !held || id != it.ID {
+				errs = append(errs, fmt.Errorf("item %d of queue %d: its key %q is held by %d (held %v)", it.ID, it.Queue, it.Key(), id, held))
 			}
 		}
 		if st.Leased(it.Receipt) != nil && it.Status != state.Leased {

@@ -291,9 +291,9 @@ func consistent(st *state.State, conserved bool) error {
 		default:
 			err = errors.Join(err, errorf("item %d has status %d", it.ID, it.Status))
 		}
-		if it.Key != "" {
-			if id, held := q.KeyHolder(it.Key, st.LastTime(), 0); !held || id != it.ID {
-				err = errors.Join(err, errorf("item %d: key %q held by %d (%v) in queue %d", it.ID, it.Key, id, held, it.Queue))
+		if it.Key() != "" {
+			if id, held := q.KeyHolder(it.Key(), st.LastTime(), 0); !held || id != it.ID {
+				err = errors.Join(err, errorf("item %d: key %q held by %d (%v) in queue %d", it.ID, it.Key(), id, held, it.Queue))
 			}
 		}
 		if len(it.History()) > state.HistoryLen {

@@ -31,41 +31,103 @@ func (s Status) String() string {
 // Item is one stored item. Callers outside the package get copies (see
 // Clone); the state owns the originals.
 //
-// Its fields are laid out so that it takes 176 bytes, the size class an
-// item took before named queues: the queue's ID and the history cost no
-// memory per item beyond it.
+// What every item needs is in it; what only some items have (a key, a
+// deadline, a failed attempt, a place in the dead letters) is behind x,
+// nil for an item put without key or deadline that has not failed: such
+// an item takes 112 bytes, against 176 when every field lived here, and
+// its body is not in memory at all (BodyRef).
 type Item struct {
 	ID         uint64
 	Queue      uint64  // the ID of the queue it is stored in
 	Body       BodyRef // where the body is stored; the body itself is not in memory
-	Key        string
 	Priority   int64
 	EnqueuedAt int64 // time of the put
 	// Due is, while Waiting, when it becomes ready (and its order in the
 	// ready heap of its priority); while Leased, when its lease began.
-	Due       int64
-	Deadline  int64  // 0: none
-	Seq       uint64 // LSN of the record that made it Waiting; FIFO tie-breaker
-	Receipt   uint64 // Leased: LSN of the lease record
-	LeaseEnd  int64  // Leased
-	LastError string
-	EndedAt   int64  // time of the last lease ending (Dead: when it died)
-	deadSeq   uint64 // position in the dead-letter order while Dead
-	// history holds the item's last attempts that did not end in an ack,
-	// oldest first, at most HistoryLen of them; nil when there was none.
-	history *[]Attempt
+	Due      int64
+	Seq      uint64 // LSN of the record that made it Waiting; FIFO tie-breaker
+	Receipt  uint64 // Leased: LSN of the lease record
+	LeaseEnd int64  // Leased
+	x        *itemExtra
 
 	Attempts   int32 // leases since the put or the last redrive
 	Deliveries int32 // leases ever
 
 	// heapPos is the position in whichever of the waiting, ready or lease
 	// heaps holds the item (an item is in exactly one of them, or in none
-	// when dead); deadlinePos in the deadline heap (waiting items with a
-	// deadline only). -1 when absent.
-	heapPos     int32
+	// when dead). -1 when absent.
+	heapPos int32
+	Status  Status
+	ready   bool // waiting and in a ready heap (not in delayed)
+}
+
+// itemExtra holds what only some items have.
+type itemExtra struct {
+	key       string
+	deadline  int64 // 0: none
+	lastError string
+	endedAt   int64  // time of the last lease ending (Dead: when it died)
+	deadSeq   uint64 // position in the dead-letter order while Dead
+	// history holds the item's last attempts that did not end in an ack,
+	// oldest first, at most HistoryLen of them; nil when there was none.
+	history []Attempt
+	// deadlinePos is the position in the deadline heap (waiting items
+	// with a deadline only), -1 when absent.
 	deadlinePos int32
-	Status      Status
-	ready       bool // waiting and in a ready heap (not in delayed)
+}
+
+// ext returns the item's extra fields, made when it had none.
+func (it *Item) ext() *itemExtra {
+	if it.x == nil {
+		it.x = &itemExtra{deadlinePos: -1}
+	}
+	return it.x
+}
+
+// Key is the item's idempotency key ("" for none).
+func (it *Item) Key() string {
+	if it.x == nil {
+		return ""
+	}
+	return it.x.key
+}
+
+// Deadline is the time at or after which no delivery starts (0: none).
+func (it *Item) Deadline() int64 {
+	if it.x == nil {
+		return 0
+	}
+	return it.x.deadline
+}
+
+// LastError is the cause the last failed attempt ended with.
+func (it *Item) LastError() string {
+	if it.x == nil {
+		return ""
+	}
+	return it.x.lastError
+}
+
+// EndedAt is the time its last lease ended (Dead: when it died); 0 when
+// none did.
+func (it *Item) EndedAt() int64 {
+	if it.x == nil {
+		return 0
+	}
+	return it.x.endedAt
+}
+
+func (it *Item) deadSeq() uint64 {
+	if it.x == nil {
+		return 0
+	}
+	return it.x.deadSeq
+}
+
+func (it *Item) setDeadSeq(v uint64) {
+	if v != 0 || it.x != nil {
+		it.ext().deadSeq = v
+	}
 }
 
 // BodyRef says where an item's body is stored: Len bytes at byte Off of
@@ -92,20 +154,22 @@ func (r BodyRef) Placed() bool { return r.Len == 0 || (r.LSN != 0 && r.Off != 0)
 // (nack, expiry, dead letter), oldest first: at most HistoryLen. The
 // caller must not modify it.
 func (it *Item) History() []Attempt {
-	if it.history == nil {
+	if it.x == nil {
 		return nil
 	}
-	return *it.history
+	return it.x.history
 }
 
 // Clone returns a copy that shares the (immutable) body and has its own
 // history.
 func (it *Item) Clone() Item {
 	c := *it
-	c.heapPos, c.deadlinePos = -1, -1
-	if it.history != nil {
-		h := slices.Clone(*it.history)
-		c.history = &h
+	c.heapPos = -1
+	if it.x != nil {
+		x := *it.x
+		x.deadlinePos = -1
+		x.history = slices.Clone(it.x.history)
+		c.x = &x
 	}
 	return c
 }
@@ -134,11 +198,11 @@ type Attempt struct {
 
 // addAttempt records an attempt that ended.
 func (it *Item) addAttempt(a Attempt) {
-	if it.history == nil {
-		h := make([]Attempt, 0, 1)
-		it.history = &h
+	x := it.ext()
+	if x.history == nil {
+		x.history = make([]Attempt, 0, 1)
 	}
-	h := *it.history
+	h := x.history
 	switch {
 	case len(h) >= HistoryLen:
 		copy(h, h[1:])
@@ -150,7 +214,7 @@ func (it *Item) addAttempt(a Attempt) {
 		copy(g, h)
 		h = g
 	}
-	*it.history = append(h, a)
+	x.history = append(h, a)
 }
 
 // CutError cuts an error text to at most MaxAttemptError bytes, on a UTF-8

@@ -1678,8 +1678,8 @@ func historyView(h []state.Attempt) string {
 }
 
 func viewOf(it *state.Item) itemView {
-	return itemView{it.ID, it.Queue, fmt.Sprintf("%d/%08x", it.Body.Len, it.Body.Sum), it.Key, it.Priority, it.EnqueuedAt, it.Due, it.Deadline, it.Seq,
-		it.Attempts, it.Deliveries, it.Status, it.Receipt, it.LeaseEnd, it.LastError, it.EndedAt, historyView(it.History())}
+	return itemView{it.ID, it.Queue, fmt.Sprintf("%d/%08x", it.Body.Len, it.Body.Sum), it.Key(), it.Priority, it.EnqueuedAt, it.Due, it.Deadline(), it.Seq,
+		it.Attempts, it.Deliveries, it.Status, it.Receipt, it.LeaseEnd, it.LastError(), it.EndedAt(), historyView(it.History())}
 }
 
 func (it *mItem) view() itemView {

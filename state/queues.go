@@ -241,7 +241,7 @@ func (q *QueueState) DeadLetters(limit int) []Item {
 		if limit > 0 && len(out) >= limit {
 			break
 		}
-		if e.it.Status == Dead && e.it.deadSeq == e.seq {
+		if e.it.Status == Dead && e.it.deadSeq() == e.seq {
 			out = append(out, e.it.Clone())
 		}
 	}
@@ -281,20 +281,20 @@ func (q *QueueState) removeWaiting(s *State, it *Item) {
 	} else {
 		q.delayed.Remove(it)
 	}
-	if it.deadlinePos >= 0 {
+	if it.x != nil && it.x.deadlinePos >= 0 {
 		s.deadlines.Remove(it)
 	}
 }
 
 func (q *QueueState) leaveDead(it *Item) {
-	it.deadSeq = 0
+	it.setDeadSeq(0)
 	q.ndead--
 	// Drop stale entries once they are the majority, so the order does not
 	// grow without bound under redrive and purge.
 	if len(q.deadOrder) > 64 && q.ndead < len(q.deadOrder)/2 {
 		live := q.deadOrder[:0:0]
 		for _, e := range q.deadOrder {
-			if e.it.Status == Dead && e.it.deadSeq == e.seq && e.it != it {
+			if e.it.Status == Dead && e.it.deadSeq() == e.seq && e.it != it {
 				live = append(live, e)
 			}
 		}
@@ -395,9 +395,9 @@ func (s *State) applyMove(lsn uint64, q *QueueState, r *Move) error {
 		return err
 	}
 	for _, id := range r.IDs {
-		if it := s.items.get(id); it.Key != "" {
-			if k := to.keys[it.Key]; k != nil && k.Released == 0 {
-				return invalid("redrive of item %d into queue %d: key %q held by stored item %d", id, to.id, it.Key, k.ID)
+		if it := s.items.get(id); it.Key() != "" {
+			if k := to.keys[it.Key()]; k != nil && k.Released == 0 {
+				return invalid("redrive of item %d into queue %d: key %q held by stored item %d", id, to.id, it.Key(), k.ID)
 			}
 		}
 	}
@@ -406,11 +406,11 @@ func (s *State) applyMove(lsn uint64, q *QueueState, r *Move) error {
 		q.leaveDead(it)
 		q.n--
 		q.bytes -= int64(it.Body.Len)
-		if it.Key != "" {
-			if k := q.keys[it.Key]; k != nil && k.ID == it.ID {
-				delete(q.keys, it.Key)
+		if it.Key() != "" {
+			if k := q.keys[it.Key()]; k != nil && k.ID == it.ID {
+				delete(q.keys, it.Key())
 			}
-			to.keys[it.Key] = &keyEntry{Key: it.Key, ID: it.ID, q: to}
+			to.keys[it.Key()] = &keyEntry{Key: it.Key(), ID: it.ID, q: to}
 		}
 		it.Queue = to.id
 		to.n++

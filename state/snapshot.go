@@ -128,7 +128,7 @@ func (s *State) marshal(version int) ([]byte, error) {
 		if version == snapshotVersion3 && !it.Body.Placed() && unplaced == 0 {
 			unplaced = it.ID
 		}
-		size += len(it.Key) + len(it.LastError) + 80 + 24*len(it.History())
+		size += len(it.Key()) + len(it.LastError()) + 80 + 24*len(it.History())
 		for _, a := range it.History() {
 			size += len(a.Error)
 		}
@@ -190,20 +190,20 @@ func (s *State) marshal(version int) ([]byte, error) {
 			b = appendUint(b, uint64(it.Body.Len))
 			b = appendUint(b, uint64(it.Body.Sum))
 		}
-		b = appendStr(b, it.Key)
+		b = appendStr(b, it.Key())
 		b = appendInt(b, it.Priority)
 		b = appendInt(b, it.EnqueuedAt)
 		b = appendInt(b, it.Due)
-		b = appendInt(b, it.Deadline)
+		b = appendInt(b, it.Deadline())
 		b = appendUint(b, it.Seq)
 		b = appendInt(b, int64(it.Attempts))
 		b = appendInt(b, int64(it.Deliveries))
 		b = appendUint(b, uint64(it.Status))
 		b = appendUint(b, it.Receipt)
 		b = appendInt(b, it.LeaseEnd)
-		b = appendStr(b, it.LastError)
-		b = appendInt(b, it.EndedAt)
-		b = appendUint(b, it.deadSeq)
+		b = appendStr(b, it.LastError())
+		b = appendInt(b, it.EndedAt())
+		b = appendUint(b, it.deadSeq())
 		b = appendArrayLen(b, len(it.History()))
 		for _, a := range it.History() {
 			b = appendArrayLen(b, 4)
@@ -310,15 +310,16 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 				body.Inline[it.ID] = b
 			}
 		}
-		it.Key, it.Priority = d.str(), d.int()
-		it.EnqueuedAt, it.Due, it.Deadline, it.Seq = d.int(), d.int(), d.int(), d.uint()
+		var x itemExtra
+		x.key, it.Priority = d.str(), d.int()
+		it.EnqueuedAt, it.Due, x.deadline, it.Seq = d.int(), d.int(), d.int(), d.uint()
 		it.Attempts, it.Deliveries = d.int32(), d.int32()
 		status := d.uint()
 		if status > 255 {
 			d.fail("status %d", status)
 		}
 		it.Status = Status(status)
-		it.Receipt, it.LeaseEnd, it.LastError, it.EndedAt, it.deadSeq = d.uint(), d.int(), d.str(), d.int(), d.uint()
+		it.Receipt, it.LeaseEnd, x.lastError, x.endedAt, x.deadSeq = d.uint(), d.int(), d.str(), d.int(), d.uint()
 		if v >= snapshotVersion2 {
 			h := d.arrayLen(-1)
 			if h > HistoryLen {
@@ -337,14 +338,17 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 					d.fail("item %d: attempt error of %d bytes, at most %d", it.ID, len(a.Error), MaxAttemptError)
 				}
 				a.How = byte(how)
-				if it.history == nil {
-					hist := make([]Attempt, 0, h)
-					it.history = &hist
+				if x.history == nil {
+					x.history = make([]Attempt, 0, h)
 				}
-				*it.history = append(*it.history, a)
+				x.history = append(x.history, a)
 			}
 		}
-		it.heapPos, it.deadlinePos = -1, -1
+		it.heapPos, x.deadlinePos = -1, -1
+		// Only an item that has one of these takes the memory for them.
+		if x.key != "" || x.deadline != 0 || x.lastError != "" || x.endedAt != 0 || x.deadSeq != 0 || x.history != nil {
+			it.x = &x
+		}
 	}
 	n = d.arrayLen(-1)
 	if n > 0 {
@@ -434,23 +438,24 @@ func UnmarshalSnapshot(data []byte) (*State, error) {
 		}
 		switch it.Status {
 		case Waiting:
-			it.Receipt, it.LeaseEnd, it.deadSeq = 0, 0, 0
+			it.Receipt, it.LeaseEnd = 0, 0
+			it.setDeadSeq(0)
 			q.delayed.items = append(q.delayed.items, it)
 			q.maxDelayedDue = max(q.maxDelayedDue, it.Due)
-			if it.Deadline != 0 {
+			if it.Deadline() != 0 {
 				s.deadlines.items = append(s.deadlines.items, it)
 			}
 		case Leased:
 			if it.Receipt == 0 || it.Receipt > s.lastLSN || s.leases[it.Receipt] != nil {
 				return nil, fmt.Errorf("decode snapshot: item %d has bad receipt %d", it.ID, it.Receipt)
 			}
-			it.deadSeq = 0
+			it.setDeadSeq(0)
 			s.leases[it.Receipt] = it
 			s.leaseHeap.items = append(s.leaseHeap.items, it)
 			q.leased++
 		case Dead:
 			it.Receipt, it.LeaseEnd = 0, 0
-			q.deadOrder = append(q.deadOrder, deadEntry{it, it.deadSeq})
+			q.deadOrder = append(q.deadOrder, deadEntry{it, it.deadSeq()})
 			q.ndead++
 		default:
 			return nil, fmt.Errorf("decode snapshot: item %d has unknown status %d", it.ID, it.Status)
@@ -473,7 +478,7 @@ func UnmarshalSnapshot(data []byte) (*State, error) {
 		}
 		k := &keyEntry{Key: sk.Key, ID: sk.ID, Released: sk.Released, q: q}
 		if k.Released == 0 {
-			if it := s.items.get(k.ID); it == nil || it.Key != k.Key || it.Queue != q.id {
+			if it := s.items.get(k.ID); it == nil || it.Key() != k.Key || it.Queue != q.id {
 				return nil, fmt.Errorf("decode snapshot: key %q held by item %d that is not stored in queue %d", k.Key, k.ID, q.id)
 			}
 		} else {
@@ -482,9 +487,9 @@ func UnmarshalSnapshot(data []byte) (*State, error) {
 		q.keys[k.Key] = k
 	}
 	for _, it := range body.Items {
-		if it.Key != "" {
-			if k := s.queues[it.Queue].keys[it.Key]; k == nil || k.ID != it.ID || k.Released != 0 {
-				return nil, fmt.Errorf("decode snapshot: item %d key %q not held", it.ID, it.Key)
+		if it.Key() != "" {
+			if k := s.queues[it.Queue].keys[it.Key()]; k == nil || k.ID != it.ID || k.Released != 0 {
+				return nil, fmt.Errorf("decode snapshot: item %d key %q not held", it.ID, it.Key())
 			}
 		}
 	}

@@ -111,7 +111,7 @@ func New() *State {
 }
 
 func heapPos(it *Item) *int32     { return &it.heapPos }
-func deadlinePos(it *Item) *int32 { return &it.deadlinePos }
+func deadlinePos(it *Item) *int32 { return &it.ext().deadlinePos }
 
 // dueLess orders by due time, then by the record that made the item waiting,
 // then by ID: the items of one put or one redrive share a Seq, and without
@@ -135,8 +135,8 @@ func leaseLess(a, b *Item) bool {
 }
 
 func deadlineLess(a, b *Item) bool {
-	if a.Deadline != b.Deadline {
-		return a.Deadline < b.Deadline
+	if da, db := a.Deadline(), b.Deadline(); da != db {
+		return da < db
 	}
 	return a.ID < b.ID
 }
@@ -246,7 +246,7 @@ func (s *State) NextLeaseEnd() (int64, bool) {
 // NextDeadline is the earliest deadline of a waiting item, in any queue.
 func (s *State) NextDeadline() (int64, bool) {
 	if it := s.deadlines.Min(); it != nil {
-		return it.Deadline, true
+		return it.Deadline(), true
 	}
 	return 0, false
 }
@@ -264,7 +264,7 @@ func (s *State) ExpiredLeases(now int64, max int) []*Item {
 // before now (callers loop until none is left).
 func (s *State) PassedDeadlines(now int64, max int) []*Item {
 	var out []*Item
-	walkHeap(&s.deadlines, func(it *Item) bool { return it.Deadline <= now }, max, &out)
+	walkHeap(&s.deadlines, func(it *Item) bool { return it.Deadline() <= now }, max, &out)
 	return out
 }
 
@@ -464,18 +464,19 @@ func (s *State) applyPut(lsn uint64, q *QueueState, r *Put, at int64) error {
 	for i := range r.Items {
 		n := &r.Items[i]
 		it := &Item{
-			ID:          s.nextID,
-			Queue:       q.id,
-			Body:        bodyRef(lsn, at, n.BodyOffset, n.Body),
-			Key:         n.Key,
-			Priority:    n.Priority,
-			EnqueuedAt:  r.Time,
-			Due:         n.Due,
-			Deadline:    n.Deadline,
-			Seq:         lsn,
-			Status:      Waiting,
-			heapPos:     -1,
-			deadlinePos: -1,
+			ID:         s.nextID,
+			Queue:      q.id,
+			Body:       bodyRef(lsn, at, n.BodyOffset, n.Body),
+			Priority:   n.Priority,
+			EnqueuedAt: r.Time,
+			Due:        n.Due,
+			Seq:        lsn,
+			Status:     Waiting,
+			heapPos:    -1,
+		}
+		if n.Key != "" || n.Deadline != 0 {
+			x := it.ext()
+			x.key, x.deadline = n.Key, n.Deadline
 		}
 		if s.keepBodies && len(n.Body) > 0 {
 			it.Body.LSN, it.Body.Off = 0, 0
@@ -484,8 +485,8 @@ func (s *State) applyPut(lsn uint64, q *QueueState, r *Put, at int64) error {
 		s.nextID++
 		s.store(q, it)
 		s.pushWaiting(q, it)
-		if it.Key != "" {
-			q.keys[it.Key] = &keyEntry{Key: it.Key, ID: it.ID, q: q}
+		if it.Key() != "" {
+			q.keys[it.Key()] = &keyEntry{Key: it.Key(), ID: it.ID, q: q}
 		}
 		q.counters.Put++
 	}
@@ -597,8 +598,8 @@ func (s *State) applyLease(lsn uint64, q *QueueState, r *Lease) error {
 		return invalid("lease of item %d that is %s", r.ID, it.Status)
 	case it.Due > r.Time:
 		return invalid("lease of item %d at %d before it is due at %d", r.ID, r.Time, it.Due)
-	case it.Deadline != 0 && r.Time >= it.Deadline:
-		return invalid("lease of item %d at %d at or after its deadline %d", r.ID, r.Time, it.Deadline)
+	case it.Deadline() != 0 && r.Time >= it.Deadline():
+		return invalid("lease of item %d at %d at or after its deadline %d", r.ID, r.Time, it.Deadline())
 	case r.LeaseEnd <= r.Time:
 		return invalid("lease of item %d ends at %d, not after %d", r.ID, r.LeaseEnd, r.Time)
 	case q.Paused(r.Time):
@@ -684,19 +685,20 @@ func (s *State) applyEnd(lsn uint64, q *QueueState, r *End) error {
 	case TypeExpire:
 		q.counters.Expired++
 	}
-	it.EndedAt = r.Time
+	x := it.ext()
+	x.endedAt = r.Time
 	if r.Cause != "" {
-		it.LastError = r.Cause
+		x.lastError = r.Cause
 	}
 	it.addAttempt(Attempt{Start: it.Due, End: r.Time, How: r.Kind, Error: CutError(r.Cause)})
 	switch {
 	case r.Dead:
 		it.Status = Dead
-		it.deadSeq = lsn
+		x.deadSeq = lsn
 		q.deadOrder = append(q.deadOrder, deadEntry{it, lsn})
 		q.ndead++
 		q.counters.DeadLettered++
-	case it.Deadline != 0 && r.Due >= it.Deadline:
+	case it.Deadline() != 0 && r.Due >= it.Deadline():
 		s.remove(q, it, r.Time)
 		q.counters.Discarded++
 	default:
@@ -714,7 +716,7 @@ func (s *State) applyDiscard(q *QueueState, r *Discard) error {
 	}
 	for _, id := range r.IDs {
 		it := s.item(q, id)
-		if it == nil || it.Status != Waiting || it.Deadline == 0 || it.Deadline > r.Time {
+		if it == nil || it.Status != Waiting || it.Deadline() == 0 || it.Deadline() > r.Time {
 			return invalid("discard of item %d that is not waiting past its deadline at %d in queue %d", id, r.Time, q.id)
 		}
 	}
@@ -760,7 +762,7 @@ func (s *State) applyPurge(q *QueueState, r *Purge) error {
 			return invalid("purge of all with ids named")
 		}
 		for _, e := range q.deadOrder {
-			if e.it.Status == Dead && e.it.deadSeq == e.seq {
+			if e.it.Status == Dead && e.it.deadSeq() == e.seq {
 				ids = append(ids, e.it.ID)
 			}
 		}
@@ -805,7 +807,7 @@ func noRepeats(ids []uint64) error {
 func (s *State) pushWaiting(q *QueueState, it *Item) {
 	q.delayed.Push(it)
 	q.maxDelayedDue = max(q.maxDelayedDue, it.Due)
-	if it.Deadline != 0 {
+	if it.Deadline() != 0 {
 		s.deadlines.Push(it)
 	}
 }
@@ -828,8 +830,8 @@ func (s *State) remove(q *QueueState, it *Item, t int64) {
 	q.n--
 	q.bytes -= int64(it.Body.Len)
 	it.Status = 0
-	if it.Key != "" {
-		if k := q.keys[it.Key]; k != nil && k.ID == it.ID {
+	if it.Key() != "" {
+		if k := q.keys[it.Key()]; k != nil && k.ID == it.ID {
 			// Released 0 means "still stored" (also on disk), so a release
 			// at time 0 is recorded 1 ns later.
 			k.Released = t

@@ -170,13 +170,17 @@ type MemResult struct {
 	// the fill.
 	BaselineHeapInuse uint64 `json:"baseline_heap_inuse"`
 	HeapInuse         uint64 `json:"heap_inuse"`
-	// PerItem is (HeapInuse − baseline − items×body) / items, the figure
-	// of the target; PerItemAlloc the same from live object bytes
+	// PerItem is (HeapInuse − baseline − bodies in memory) / items, the
+	// figure of the target, the body cache excluded (bodies are on disk;
+	// those in memory are the cache's and those not yet placed, from
+	// Stats().Bodies); PerItemAlloc the same from live object bytes
 	// (HeapAlloc), without the free space inside spans.
 	PerItem      float64 `json:"per_item_bytes"`
 	PerItemAlloc float64 `json:"per_item_alloc_bytes"`
 	HeapObjects  uint64  `json:"heap_objects"`
 	MaxRSS       uint64  `json:"max_rss"`
+	// CachedBytes are the bodies held in memory at the measurement.
+	CachedBytes int64 `json:"cached_bytes"`
 }
 
 func runMem(cfg *config, qdir string) (*MemResult, error) {
@@ -194,13 +198,16 @@ func runMem(cfg *config, qdir string) (*MemResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	q.Stats() // places the bodies of the last frames written, as the next call would
 	runtime.GC()
 	runtime.GC() // the second collects what the first's finalizers freed
 	runtime.ReadMemStats(&after)
-	if st := q.Stats(); int64(st.Items) != cfg.n {
+	st := q.Stats()
+	if int64(st.Items) != cfg.n {
 		return nil, fmt.Errorf("queue holds %d items, filled %d", st.Items, cfg.n)
 	}
-	bodies := float64(cfg.n) * float64(cfg.body)
+	cached := st.Bodies.CacheBytes + st.Bodies.UnplacedBytes
+	bodies := float64(cached)
 	res := &MemResult{
 		Items:             cfg.n,
 		BodyBytes:         cfg.body,
@@ -211,6 +218,7 @@ func runMem(cfg *config, qdir string) (*MemResult, error) {
 		PerItemAlloc:      (float64(after.HeapAlloc) - float64(before.HeapAlloc) - bodies) / float64(cfg.n),
 		HeapObjects:       after.HeapObjects - before.HeapObjects,
 		MaxRSS:            maxRSS(),
+		CachedBytes:       cached,
 	}
 	if cfg.memProfile != "" {
 		// Here, with the items still queued, the profile's in-use figures

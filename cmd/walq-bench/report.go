@@ -241,7 +241,8 @@ func (r *Result) writeText(w io.Writer) error {
 		p.line("mem: %s items of %d B, filled in %s", count(float64(mm.Items)), mm.BodyBytes, secs(mm.FillSeconds))
 		p.line("  heap in use after GC: %s (baseline %s); %s objects", bytesText(float64(mm.HeapInuse)),
 			bytesText(float64(mm.BaselineHeapInuse)), count(float64(mm.HeapObjects)))
-		p.line("  per item beyond its body: %.1f B (in-use spans), %.1f B (live objects); max RSS %s",
+		p.line("  bodies in memory (cache, not yet placed): %s", bytesText(float64(mm.CachedBytes)))
+		p.line("  per item, those bodies excluded: %.1f B (in-use spans), %.1f B (live objects); max RSS %s",
 			mm.PerItem, mm.PerItemAlloc, bytesText(float64(mm.MaxRSS)))
 	}
 	for _, n := range r.Notes {

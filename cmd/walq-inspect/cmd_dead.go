@@ -75,12 +75,12 @@ func runDead(c *cmdEnv) int {
 		fmt.Fprintf(w, "%s%s (state at index %d)\n", plural(total, "dead letter", "dead letters"), of, st.LastLSN())
 	}
 	for _, it := range dead {
-		fmt.Fprintf(w, "\nitem %d%s: dead since %s after %s (%s in all)\n", it.ID, sc.inQueue(&it), fmtTime(it.EndedAt),
+		fmt.Fprintf(w, "\nitem %d%s: dead since %s after %s (%s in all)\n", it.ID, sc.inQueue(&it), fmtTime(it.EndedAt()),
 			plural(int(it.Attempts), "attempt", "attempts"), plural(int(it.Deliveries), "delivery", "deliveries"))
-		fmt.Fprintf(w, "  last error  %s\n", quote(it.LastError))
+		fmt.Fprintf(w, "  last error  %s\n", quote(it.LastError()))
 		fmt.Fprintf(w, "  enqueued    %s\n", fmtTime(it.EnqueuedAt))
-		if it.Key != "" {
-			fmt.Fprintf(w, "  key         %s\n", quote(it.Key))
+		if it.Key() != "" {
+			fmt.Fprintf(w, "  key         %s\n", quote(it.Key()))
 		}
 		fmt.Fprintf(w, "  body        %s\n", bodyText(c.dir, st, &it, bodyMax))
 	}

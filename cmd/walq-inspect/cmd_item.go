@@ -137,22 +137,22 @@ func describeItem(field func(label, format string, args ...any), it *state.Item,
 			field("status", "leased (receipt %d) until %s (%s)", it.Receipt, fmtTime(it.LeaseEnd), ago(it.LeaseEnd, now))
 		}
 	case state.Dead.String():
-		field("status", "dead since %s (%s)", fmtTime(it.EndedAt), ago(it.EndedAt, now))
+		field("status", "dead since %s (%s)", fmtTime(it.EndedAt()), ago(it.EndedAt(), now))
 	}
 	field("attempts", "%d since the put or the last redrive, %s in all", it.Attempts,
 		plural(int(it.Deliveries), "delivery", "deliveries"))
-	if it.LastError != "" {
-		field("last error", "%s at %s", quote(it.LastError), fmtTime(it.EndedAt))
+	if it.LastError() != "" {
+		field("last error", "%s at %s", quote(it.LastError()), fmtTime(it.EndedAt()))
 	}
 	field("enqueued", "%s", fmtTime(it.EnqueuedAt))
-	if it.Deadline != 0 {
-		field("deadline", "%s (%s)", fmtTime(it.Deadline), ago(it.Deadline, now))
+	if it.Deadline() != 0 {
+		field("deadline", "%s (%s)", fmtTime(it.Deadline()), ago(it.Deadline(), now))
 	}
 	if it.Priority != 0 {
 		field("priority", "%d", it.Priority)
 	}
-	if it.Key != "" {
-		field("key", "%s", quote(it.Key))
+	if it.Key() != "" {
+		field("key", "%s", quote(it.Key()))
 	}
 	field("body", "%s", body)
 	history := it.History()

@@ -109,8 +109,8 @@ func runState(c *cmdEnv) int {
 	fmt.Fprintln(tw, "ID\tSTATUS\tATTEMPTS\tDELIVERIES\tPRIORITY\tWHEN\tKEY\tBODY")
 	for _, it := range items {
 		key := "-"
-		if it.Key != "" {
-			key = quote(it.Key)
+		if it.Key() != "" {
+			key = quote(it.Key())
 		}
 		if named {
 			fmt.Fprintf(tw, "%s\t", itemQueueName(st, it))
@@ -135,7 +135,7 @@ func itemWhen(it *state.Item, now int64) string {
 	case state.Leased.String():
 		what, t = "lease ends", it.LeaseEnd
 	case state.Dead.String():
-		what, t = "died", it.EndedAt
+		what, t = "died", it.EndedAt()
 	default:
 		return "-"
 	}
@@ -234,8 +234,8 @@ type jsonItem struct {
 func newJSONItem(dir string, st *state.State, it *state.Item, now int64) jsonItem {
 	body, berr := storedBody(dir, st, it)
 	j := jsonItem{ID: it.ID, Queue: it.Queue, Status: itemStatus(it, now), jsonBody: newJSONBody(body), Priority: it.Priority,
-		EnqueuedAt: jsonTime(it.EnqueuedAt), Deadline: jsonTime(it.Deadline), Attempts: it.Attempts,
-		Deliveries: it.Deliveries, Receipt: it.Receipt, LeaseEnd: jsonTime(it.LeaseEnd), EndedAt: jsonTime(it.EndedAt)}
+		EnqueuedAt: jsonTime(it.EnqueuedAt), Deadline: jsonTime(it.Deadline()), Attempts: it.Attempts,
+		Deliveries: it.Deliveries, Receipt: it.Receipt, LeaseEnd: jsonTime(it.LeaseEnd), EndedAt: jsonTime(it.EndedAt())}
 	if berr != nil {
 		e := jsonString(berr.Error())
 		j.BodyError = &e
@@ -243,12 +243,12 @@ func newJSONItem(dir string, st *state.State, it *state.Item, now int64) jsonIte
 	if it.Status == state.Waiting {
 		j.Due = jsonTime(it.Due)
 	}
-	if it.Key != "" {
-		k := jsonString(it.Key)
+	if it.Key() != "" {
+		k := jsonString(it.Key())
 		j.Key = &k
 	}
-	if it.LastError != "" {
-		e := jsonString(it.LastError)
+	if it.LastError() != "" {
+		e := jsonString(it.LastError())
 		j.LastError = &e
 	}
 	return j

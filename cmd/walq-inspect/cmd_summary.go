@@ -199,8 +199,8 @@ func summarizeState(line func(label, format string, args ...any), sc scope, now 
 	}
 	if dl := sc.deadLetters(1); len(dl) > 0 {
 		it := dl[0]
-		line("dead", "oldest is item %d%s, dead since %s after %s: %s", it.ID, sc.inQueue(&it), fmtTime(it.EndedAt),
-			plural(int(it.Attempts), "attempt", "attempts"), quote(it.LastError))
+		line("dead", "oldest is item %d%s, dead since %s after %s: %s", it.ID, sc.inQueue(&it), fmtTime(it.EndedAt()),
+			plural(int(it.Attempts), "attempt", "attempts"), quote(it.LastError()))
 	}
 	line("keys", "%d held: %d by stored items, %d by items gone (within the key window or not yet pruned)",
 		f.keysOfStored+f.keysInWindows, f.keysOfStored, f.keysInWindows)

@@ -168,7 +168,7 @@ func (s scope) deadLetters(limit int) []state.Item {
 		out = append(out, q.DeadLetters(0)...)
 	}
 	if len(s.queues()) > 1 {
-		sort.SliceStable(out, func(i, j int) bool { return out[i].EndedAt < out[j].EndedAt })
+		sort.SliceStable(out, func(i, j int) bool { return out[i].EndedAt() < out[j].EndedAt() })
 	}
 	if limit > 0 && len(out) > limit {
 		out = out[:limit]

@@ -491,7 +491,7 @@ func (r *replayer) annotate(pos wal.Position, rec wal.Record) *event {
 	case *state.End:
 		leased(x.Receipt)
 		if r.st != nil && !x.Dead {
-			if it := r.st.Leased(x.Receipt); it != nil && it.Deadline != 0 && x.Due >= it.Deadline {
+			if it := r.st.Leased(x.Receipt); it != nil && it.Deadline() != 0 && x.Due >= it.Deadline() {
 				ev.Discarded = true
 			}
 		}

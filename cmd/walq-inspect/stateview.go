@@ -68,7 +68,7 @@ func factsOf(sc scope, now int64) stateFacts {
 				f.nextLeaseEnd = it
 			}
 		}
-		if it.Key != "" {
+		if it.Key() != "" {
 			f.keysOfStored++
 		}
 	}
