@@ -123,10 +123,16 @@ func (b *bodies) drainLocked(st *state.State) {
 	}
 }
 
+// cacheEntryCost is what the cache counts for an entry beside its body:
+// its map slot and its place in the order, so that the bound holds for
+// small bodies too.
+const cacheEntryCost = 64
+
 // cacheLocked keeps body in the cache, dropping the oldest bodies while
 // it holds more than its bound.
 func (b *bodies) cacheLocked(id uint64, body []byte) {
-	if b.cacheMax <= 0 || int64(len(body)) > b.cacheMax {
+	cost := int64(len(body)) + cacheEntryCost
+	if b.cacheMax <= 0 || cost > b.cacheMax {
 		return
 	}
 	if _, ok := b.cache[id]; ok {
@@ -134,13 +140,13 @@ func (b *bodies) cacheLocked(id uint64, body []byte) {
 	}
 	b.cache[id] = body
 	b.order = append(b.order, id)
-	b.cacheBytes += int64(len(body))
+	b.cacheBytes += cost
 	for b.cacheBytes > b.cacheMax && len(b.order) > 0 {
 		old := b.order[0]
 		b.order = b.order[1:]
 		if v, ok := b.cache[old]; ok {
 			delete(b.cache, old)
-			b.cacheBytes -= int64(len(v))
+			b.cacheBytes -= int64(len(v)) + cacheEntryCost
 		}
 	}
 	// The order keeps the IDs of bodies delivered since; copy it down
@@ -164,7 +170,7 @@ func (b *bodies) takeLocked(id uint64) ([]byte, bool) {
 	}
 	if v, ok := b.cache[id]; ok {
 		delete(b.cache, id)
-		b.cacheBytes -= int64(len(v))
+		b.cacheBytes -= int64(len(v)) + cacheEntryCost
 		return v, true
 	}
 	return nil, false

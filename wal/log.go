@@ -188,6 +188,28 @@ func (b *batch) reset() {
 	b.commit = nil
 }
 
+// idleBuffer is what a batch's buffers keep while the log is idle: a
+// burst of large batches grows them (a frame's records and its sealed
+// copy, up to maxFrameBody each), and they are let go once nothing is
+// pending, so memory returns to its size before the burst. Under steady
+// load they stay, and nothing is allocated again.
+const idleBuffer = 1 << 20
+
+// trim lets go of the buffers of an empty batch beyond idleBuffer.
+func (b *batch) trim() {
+	if b.n != 0 {
+		return
+	}
+	keep := 0
+	if len(b.frames) > 0 {
+		if f := b.frames[0]; cap(f.hdrs)+cap(f.bodies)+cap(f.out) <= idleBuffer {
+			keep = 1
+		}
+	}
+	clear(b.frames[keep:])
+	b.frames = b.frames[:keep]
+}
+
 // frame returns the frame the next record of lsn goes to.
 func (b *batch) frame(lsn uint64) *frameBuilder {
 	if b.n > 0 && b.frames[b.n-1].payload() < maxFrameBody {
@@ -755,6 +777,14 @@ func (l *Log) flush(force bool) error {
 	p.commit.release(err)
 	p.reset()
 	l.spare = p
+	// Nothing came in meanwhile: the log is idle, and both batches let go
+	// of what a burst grew (the pending one under mu, where appends fill it).
+	l.mu.Lock()
+	if l.pending.commit == nil {
+		l.pending.trim()
+		p.trim()
+	}
+	l.mu.Unlock()
 	return err
 }
 

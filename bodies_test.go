@@ -1,0 +1,170 @@
+package walq
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestBodyCache: bodies put recently are delivered from memory, never read;
+// with the cache off, or past its bound, they are read from the log, one
+// read each, and arrive intact either way.
+func TestBodyCache(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		cache      int64
+		hits, miss uint64
+	}{
+		{"default", 0, 20, 0},
+		{"none", -1, 0, 20},
+		{"small", 4 * (100 + cacheEntryCost), 4, 16}, // the last four put fit
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q, err := Open(t.TempDir(), Options{Clock: NewManualClock(epoch), BodyCacheBytes: tc.cache})
+			must(t, err)
+			defer q.Close()
+			bodies := make(map[uint64]string)
+			for i := range 20 {
+				b := fmt.Sprintf("%03d %s", i, string(make([]byte, 96)))
+				bodies[mustPut(t, q, b)] = b
+			}
+			for range 20 {
+				m, ok, err := q.TryGet()
+				if err != nil || !ok {
+					t.Fatalf("get: %v %v", ok, err)
+				}
+				if string(m.Body) != bodies[m.ID] {
+					t.Fatalf("item %d: body %q, want %q", m.ID, m.Body, bodies[m.ID])
+				}
+				must(t, q.Ack(m.Receipt))
+			}
+			st := q.Stats().Bodies
+			if st.Hits != tc.hits || st.Misses != tc.miss {
+				t.Fatalf("hits %d, misses %d; want %d, %d", st.Hits, st.Misses, tc.hits, tc.miss)
+			}
+			if want := int64(tc.miss) * 100; st.ReadBytes != want {
+				t.Fatalf("read %d bytes of bodies, want %d (one read of each body missed)", st.ReadBytes, want)
+			}
+			if st.CacheBytes > max(tc.cache, 0) && tc.cache != 0 {
+				t.Fatalf("cache holds %d bytes, bound %d", st.CacheBytes, tc.cache)
+			}
+		})
+	}
+}
+
+// TestBodiesRaceCompaction: consumers read bodies from disk (no cache)
+// while compactions copy them forward and remove the segments that held
+// them, over and over, with small segments: every delivery has the body
+// that was put, none fails, and what stays after the run reopens intact.
+// A dangling reference (a body whose segment went away under it with no
+// newer place) fails the test as a lost put would.
+func TestBodiesRaceCompaction(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentSize: 8 << 10, BodyCacheBytes: -1, DisableAutoCompact: true, Sync: SyncNever,
+		Visibility: time.Minute}
+	q, err := Open(dir, opts)
+	must(t, err)
+	var mu sync.Mutex
+	bodies := make(map[uint64][]byte)
+	body := func(id uint64) []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return bodies[id]
+	}
+	put := func(r *rand.Rand) {
+		b := make([]byte, r.IntN(3000))
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		id, err := q.Put(context.Background(), b)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		bodies[id] = b
+	}
+	// A backlog that outlives many compactions, then churn on top of it.
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 300 {
+		put(r)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var delivered, compactions int
+	var dmu sync.Mutex
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 9))
+			for ctx.Err() == nil {
+				put(r)
+				m, ok, err := q.TryGet()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !ok {
+					continue
+				}
+				if want := body(m.ID); string(m.Body) != string(want) {
+					t.Errorf("item %d: %d bytes delivered, want the %d put", m.ID, len(m.Body), len(want))
+					return
+				}
+				// Half go back (another read later, perhaps after a move).
+				if r.IntN(2) == 0 {
+					must(t, q.Nack(m.Receipt, nil))
+				} else {
+					must(t, q.Ack(m.Receipt))
+					mu.Lock()
+					delete(bodies, m.ID)
+					mu.Unlock()
+				}
+				dmu.Lock()
+				delivered++
+				dmu.Unlock()
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			if err := q.Compact(); err != nil {
+				t.Error(err)
+				return
+			}
+			compactions++
+		}
+	}()
+	wg.Wait()
+	if st := q.Stats(); st.Bodies.Failures != 0 || st.Dead != 0 {
+		t.Fatalf("%d bodies failed, %d dead letters", st.Bodies.Failures, st.Dead)
+	}
+	relocated := q.Stats().Bodies.RelocatedBytes
+	if compactions < 3 || delivered < 100 || relocated == 0 {
+		t.Fatalf("%d compactions, %d deliveries, %d bytes relocated: the run proved little", compactions, delivered, relocated)
+	}
+	must(t, q.Close())
+	q, err = Open(dir, opts)
+	must(t, err)
+	defer q.Close()
+	got := storedBodies(t, q)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != len(bodies) {
+		t.Fatalf("%d items after reopening, %d put and not acked", len(got), len(bodies))
+	}
+	for id, b := range bodies {
+		if string(got[id]) != string(b) {
+			t.Fatalf("item %d after reopening: %d bytes, want %d", id, len(got[id]), len(b))
+		}
+	}
+	t.Logf("%d deliveries, %d compactions, %d bytes relocated", delivered, compactions, relocated)
+}
