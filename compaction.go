@@ -3,8 +3,11 @@ package walq
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
+	"sort"
 	"time"
 
+	"github.com/walq/walq/internal/layout"
 	"github.com/walq/walq/internal/rebuild"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
@@ -144,15 +147,7 @@ func (q *Queue) compact() (err error) {
 		}
 		q.snapLSN.Store(covered)
 	}
-	floor, err := q.relocateBelow(covered)
-	if err != nil {
-		return err
-	}
-	keep := covered
-	if floor > 0 {
-		keep = min(keep, floor-1)
-	}
-	if err := q.truncateLog(keep); err != nil {
+	if err := q.compactBodies(covered, roll); err != nil {
 		return err
 	}
 	if err := q.removeSnapshotsBefore(covered); err != nil {
@@ -162,6 +157,7 @@ func (q *Queue) compact() (err error) {
 	for _, s := range q.log.Segments() {
 		logBytes += s.Size
 	}
+	logBytes += q.keptBytes() // what compaction may free counts toward the next one
 	q.mu.Lock()
 	q.logBytes = logBytes // records appended meanwhile are already in the files, or nearly
 	q.compactAfter = 0
@@ -226,151 +222,296 @@ func (q *Queue) removeSnapshotsBefore(lsn uint64) error {
 }
 
 // relocateChunk bounds the bodies one Relocate record carries, and so
-// what relocation holds in memory at once.
-const relocateChunk = 4 << 20
+// what relocation holds in memory at once; relocateRound bounds what is
+// copied before the segments it emptied are removed, and so the free disk
+// a compaction needs beyond the index snapshot.
+const (
+	relocateChunk = 4 << 20
+	relocateRound = 16 << 20
+	// denseShare: a sealed segment whose live bodies are at least this
+	// share of its bytes is kept (moved out of the log, not copied); one
+	// below it is copied forward and removed, so that disk stays within
+	// about twice the live data and a body is copied again only after
+	// half of what lay beside it went.
+	denseShare = 0.5
+	// scanPiece is how many items one hold of the lock visits.
+	scanPiece = 64 << 10
+)
 
-// relocateBelow copies forward every live body that lies in a sealed
-// segment that the snapshot at covered lets go (step 4 above) and returns
-// the lowest record truncation must keep: the first record of the first
-// segment it did not empty (the segments are listed once, at its start:
-// its own records may roll the tail meanwhile, and a segment sealed since
-// was not emptied), or lower, the record of a body that failed its check
-// and was not copied (its item is dead-lettered when delivered).
-func (q *Queue) relocateBelow(covered uint64) (uint64, error) {
+// bodyFile is a file that holds bodies: a sealed log segment the snapshot
+// covers, or a kept segment.
+type bodyFile struct {
+	first, last uint64 // its records
+	size        int64
+	kept        bool
+	name        string
+	live        int64 // bytes of live bodies in it
+	copy        bool  // its live bodies are copied forward, then it is removed
+}
+
+// compactBodies deals with the files that hold bodies once the snapshot at
+// covered holds the index (steps 4 and 5 above). Each sealed log segment
+// the snapshot covers wholly leaves the log: removed when no live body
+// lies in it, moved to the bodies directory (renamed, nothing copied) when
+// its live bodies are at least denseShare of it, else its live bodies are
+// copied forward first and it is removed. Each kept segment is removed, or
+// copied forward and removed, by the same rule. A copy goes through the
+// sequencer in relocate records, is fsynced and sealed before any file
+// that held an original goes, and rounds of relocateRound bytes bound the
+// free disk it needs. A last pass checks, before a file is removed, that
+// no live body names it.
+//
+// After a queue was deleted (erase), every file that holds a live body is
+// copied forward rather than kept, so that the deleted queue's bodies leave
+// the disk with this compaction.
+func (q *Queue) compactBodies(covered uint64, erase bool) error {
 	segs := q.log.Segments()
-	i := 0
-	for i+1 < len(segs) && segs[i+1].First <= covered+1 {
-		i++
+	kept, err := q.log.Kept()
+	if err != nil {
+		return fmt.Errorf("walq: compaction: list kept segments: %w", err)
 	}
-	if len(segs) == 0 {
-		return 1, nil
+	var files []*bodyFile
+	for _, k := range kept {
+		info, err := q.opts.fs.Stat(filepath.Join(q.dir, layout.BodiesDirName, k.Name))
+		if err != nil {
+			return fmt.Errorf("walq: compaction: %w", err)
+		}
+		files = append(files, &bodyFile{first: k.First, last: k.Last, size: info.Size(), kept: true, name: k.Name})
 	}
-	below := segs[i].First
-	if i == 0 {
-		return below, nil // no segment to let go
+	front := 0 // log segments the snapshot covers wholly
+	for front+1 < len(segs) && segs[front+1].First <= covered+1 {
+		s := segs[front]
+		files = append(files, &bodyFile{first: s.First, last: segs[front+1].First - 1, size: s.Size, name: s.Name})
+		front++
 	}
-	floor := below
-	var last *wal.Commit
+	if len(files) == 0 {
+		return nil
+	}
+	// Live bytes per file, in pieces under the lock.
+	fileOf := func(lsn uint64) *bodyFile {
+		i := sort.Search(len(files), func(i int) bool { return files[i].last >= lsn })
+		if i < len(files) && files[i].first <= lsn {
+			return files[i]
+		}
+		return nil
+	}
+	if err := q.eachBody(func(it *state.Item) {
+		if f := fileOf(it.Body.LSN); f != nil {
+			f.live += int64(it.Body.Len)
+		}
+	}); err != nil {
+		return err
+	}
+	for _, f := range files {
+		f.copy = f.live > 0 && (erase || float64(f.live) < denseShare*float64(f.size))
+	}
+
+	// Copy forward, round by round, and let go of what each round emptied.
+	for {
+		n, err := q.relocateFrom(fileOf, relocateRound)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			// The copies are durable before any file that held the
+			// originals goes, whatever the sync policy; sealing the tail
+			// also shows it on disk (the crash harness finds what was
+			// promised that way).
+			if _, err := q.log.SyncRoll(); err != nil {
+				return fmt.Errorf("walq: compaction: sync relocated bodies: %w", err)
+			}
+		}
+		if err := q.releaseFiles(files, fileOf, n == 0); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-q.done:
+			return errCompactionStopped
+		default:
+		}
+	}
+}
+
+// eachBody calls fn for every stored item whose body is in the log, in
+// pieces of scanPiece items under the lock.
+func (q *Queue) eachBody(fn func(*state.Item)) error {
 	for next := uint64(1); ; {
-		// Under the lock, for a moment: the next piece of items whose
-		// bodies lie below the first segment kept.
-		var srcs []bodySource
-		var bytes int64
 		q.mu.Lock()
 		if err := q.usableLocked(); err != nil {
 			q.mu.Unlock()
-			return 0, err
+			return err
 		}
 		q.bodies.drainLocked(q.st)
 		seen, done := 0, true
 		q.st.EachFrom(next, func(it *state.Item) bool {
-			next = it.ID + 1
-			if seen++; seen > 64<<10 || bytes >= relocateChunk {
-				done = false
-				next = it.ID
-				return false
-			}
-			if it.Body.Len > 0 && it.Body.LSN != 0 && it.Body.LSN < below {
-				srcs = append(srcs, q.sourceLocked(it, false))
-				bytes += int64(it.Body.Len)
-			}
-			return true
-		})
-		q.mu.Unlock()
-
-		// Outside it: the bodies, read and checked.
-		type copied struct {
-			src  bodySource
-			body []byte
-		}
-		var got []copied
-		for _, src := range srcs {
-			body, err := q.loadBody(src)
-			if err != nil {
-				q.metrics.bodyFailures.Add(1)
-				q.opts.Logger.Error("walq: compaction: a stored body failed its check; it stays where it is, and its item goes to the dead letters when delivered",
-					"id", src.id, "err", err)
-				floor = min(floor, src.ref.LSN)
-				continue
-			}
-			got = append(got, copied{src, body})
-		}
-
-		// Under the lock again: the bodies of the items still there with
-		// the same body in the same place go into one record.
-		if len(got) > 0 {
-			q.mu.Lock()
-			rec := &state.Relocate{Time: q.qt.now()}
-			var ids []uint64
-			var bodies [][]byte
-			for _, c := range got {
-				// The same record still holds it (its place in the record's
-				// segment may have become known meanwhile).
-				if it := q.st.Item(c.src.id); it != nil && it.Body.LSN == c.src.ref.LSN && it.Body.Len > 0 {
-					rec.Items = append(rec.Items, state.Relocated{ID: c.src.id, Body: c.body})
-					ids = append(ids, c.src.id)
-					bodies = append(bodies, c.body)
-				}
-			}
-			if len(rec.Items) > 0 {
-				lsn, c, err := q.appendToLocked(state.DefaultQueue, rec)
-				if err != nil {
-					q.mu.Unlock()
-					return 0, err
-				}
-				offs := make([]int, len(rec.Items))
-				var n int64
-				for j := range rec.Items {
-					offs[j] = rec.Items[j].BodyOffset
-					n += int64(len(rec.Items[j].Body))
-				}
-				q.bodies.addLocked(lsn, ids, offs, bodies)
-				q.metrics.relocatedBytes.Add(n)
-				last = c
-			}
-			q.mu.Unlock()
-		}
-		if done {
-			break
-		}
-		select {
-		case <-q.done:
-			return 0, errCompactionStopped
-		default:
-		}
-	}
-	if last != nil {
-		// The copies are durable before any segment that held the
-		// originals is removed, whatever the sync policy. Sealing the
-		// tail also leaves that on disk for anyone to see: a segment
-		// after the copies exists only once they were fsynced (the crash
-		// harness finds what was promised that way, and recovery reads
-		// nothing else).
-		if _, err := q.log.SyncRoll(); err != nil {
-			return 0, fmt.Errorf("walq: compaction: sync relocated bodies: %w", err)
-		}
-	}
-	// What truncation may remove is checked, not assumed: a last pass, in
-	// pieces under the lock, finds any body still below (one that failed
-	// its check, or a case this code did not foresee) and keeps its
-	// segment. A dangling reference would be a lost put.
-	for next := uint64(1); ; {
-		q.mu.Lock()
-		seen, done := 0, true
-		q.st.EachFrom(next, func(it *state.Item) bool {
-			if seen++; seen > 64<<10 {
+			if seen++; seen > scanPiece {
 				done, next = false, it.ID
 				return false
 			}
-			if it.Body.Len > 0 && it.Body.LSN < floor {
-				floor = it.Body.LSN
+			if it.Body.Len > 0 && it.Body.LSN != 0 {
+				fn(it)
 			}
 			return true
 		})
 		q.mu.Unlock()
 		if done {
-			break
+			return nil
 		}
 	}
-	return floor, nil
+}
+
+// relocateFrom copies forward up to max bytes of the live bodies that lie
+// in files marked copy, and returns how many it copied.
+func (q *Queue) relocateFrom(fileOf func(uint64) *bodyFile, max int64) (int64, error) {
+	var srcs []bodySource
+	var total int64
+	if err := q.eachBody(func(it *state.Item) {
+		if total >= max {
+			return
+		}
+		if f := fileOf(it.Body.LSN); f != nil && f.copy {
+			srcs = append(srcs, q.sourceLocked(it, false))
+			total += int64(it.Body.Len)
+		}
+	}); err != nil {
+		return 0, err
+	}
+	var copied int64
+	for len(srcs) > 0 {
+		var piece []bodySource
+		var n int64
+		for len(srcs) > 0 && (n == 0 || n < relocateChunk) {
+			piece = append(piece, srcs[0])
+			n += int64(srcs[0].ref.Len)
+			srcs = srcs[1:]
+		}
+		c, err := q.relocate(piece)
+		if err != nil {
+			return 0, err
+		}
+		copied += c
+	}
+	return copied, nil
+}
+
+// relocate reads the bodies srcs name (outside the lock, checked by their
+// CRC) and appends one relocate record of those whose items still hold
+// them where they were. A body that fails its check is not copied: it
+// stays where it is, and its item goes to the dead letters when delivered.
+func (q *Queue) relocate(srcs []bodySource) (int64, error) {
+	type copied struct {
+		src  bodySource
+		body []byte
+	}
+	var got []copied
+	for _, src := range srcs {
+		body, err := q.loadBody(src)
+		if err != nil {
+			q.metrics.bodyFailures.Add(1)
+			q.opts.Logger.Error("walq: compaction: a stored body failed its check; it stays where it is, and its item goes to the dead letters when delivered",
+				"id", src.id, "err", err)
+			continue
+		}
+		got = append(got, copied{src, body})
+	}
+	if len(got) == 0 {
+		return 0, nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	rec := &state.Relocate{Time: q.qt.now()}
+	var ids []uint64
+	var bodies [][]byte
+	for _, c := range got {
+		// The same record still holds it (its place in the record's
+		// segment may have become known meanwhile).
+		if it := q.st.Item(c.src.id); it != nil && it.Body.LSN == c.src.ref.LSN && it.Body.Len > 0 {
+			rec.Items = append(rec.Items, state.Relocated{ID: c.src.id, Body: c.body})
+			ids = append(ids, c.src.id)
+			bodies = append(bodies, c.body)
+		}
+	}
+	if len(rec.Items) == 0 {
+		return 0, nil
+	}
+	lsn, _, err := q.appendToLocked(state.DefaultQueue, rec)
+	if err != nil {
+		return 0, err
+	}
+	offs := make([]int, len(rec.Items))
+	var n int64
+	for j := range rec.Items {
+		offs[j] = rec.Items[j].BodyOffset
+		n += int64(len(rec.Items[j].Body))
+	}
+	q.bodies.addLocked(lsn, ids, offs, bodies)
+	q.metrics.relocatedBytes.Add(n)
+	return n, nil
+}
+
+// releaseFiles lets go of the files that no live body needs any more: a
+// last pass counts what still lies in each (a body copied since is
+// elsewhere, one that failed its check is not), then the log's covered
+// front goes segment by segment, in order (removed when empty, moved to
+// the bodies directory when not; a segment marked copy that still holds
+// bodies waits for the next round unless final), and empty kept segments
+// are removed.
+func (q *Queue) releaseFiles(files []*bodyFile, fileOf func(uint64) *bodyFile, final bool) error {
+	for _, f := range files {
+		f.live = 0
+	}
+	if err := q.eachBody(func(it *state.Item) {
+		if f := fileOf(it.Body.LSN); f != nil {
+			f.live += int64(it.Body.Len)
+		}
+	}); err != nil {
+		return err
+	}
+	for _, f := range files {
+		if f.kept {
+			if f.live == 0 && f.size > 0 {
+				if err := q.log.RemoveKept(f.first); err != nil {
+					return fmt.Errorf("walq: compaction: %w", err)
+				}
+				f.size = 0 // gone
+			}
+			continue
+		}
+		if f.size == 0 {
+			continue // left the log in an earlier round
+		}
+		if f.copy && f.live > 0 && !final {
+			return nil // its bodies are copied in a later round; the front stays here
+		}
+		var err error
+		if f.live == 0 {
+			err = q.log.TruncateFront(f.last + 1)
+		} else {
+			err = q.log.MoveFront(f.last + 1)
+		}
+		if err != nil {
+			return fmt.Errorf("walq: compaction: let segment %s go: %w", f.name, err)
+		}
+		f.size = 0
+	}
+	return nil
+}
+
+// keptBytes is the size of the kept segments (0 when they cannot be
+// listed: the next compaction lists them again).
+func (q *Queue) keptBytes() int64 {
+	kept, err := q.log.Kept()
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, k := range kept {
+		if info, err := q.opts.fs.Stat(filepath.Join(q.dir, layout.BodiesDirName, k.Name)); err == nil {
+			n += info.Size()
+		}
+	}
+	return n
 }

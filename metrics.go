@@ -138,11 +138,15 @@ type Stats struct {
 	CommitBatch Histogram // records per group commit
 	LogBytes    int64     // size of the log segments
 	LogSegments int
-	LastLSN     uint64 // last record appended
-	DurableLSN  uint64 // last record durable under the sync policy
-	SnapshotLSN uint64
-	LiveBytes   int64 // what a snapshot of the state would take, approximately
-	Compactions uint64
+	// KeptBytes and KeptSegments are the sealed segments moved out of the
+	// log (into the directory's bodies/) for the live bodies they hold.
+	KeptBytes    int64
+	KeptSegments int
+	LastLSN      uint64 // last record appended
+	DurableLSN   uint64 // last record durable under the sync policy
+	SnapshotLSN  uint64
+	LiveBytes    int64 // what a snapshot of the state would take, approximately
+	Compactions  uint64
 	// CompactionsFailed counts compactions that returned an error (the log
 	// is kept whole; the next one starts once the log has doubled).
 	CompactionsFailed uint64
@@ -203,6 +207,9 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 	for _, s := range segs {
 		logBytes += s.Size
 	}
+	keptBytes := q.keptBytes()
+	kept, _ := q.log.Kept()
+	keptN := len(kept)
 	q.mu.Lock()
 	now := q.qt.now()
 	var g state.Gauges
@@ -265,6 +272,8 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 		CommitBatch:       q.metrics.batch.snapshot(),
 		LogBytes:          logBytes,
 		LogSegments:       len(segs),
+		KeptBytes:         keptBytes,
+		KeptSegments:      keptN,
 		LastLSN:           last,
 		DurableLSN:        q.log.DurableLSN(),
 		SnapshotLSN:       snapLSN,

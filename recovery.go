@@ -183,6 +183,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		OnSync:      func(d time.Duration) { q.metrics.fsync.observe(d.Seconds()) },
 		OnBatch:     func(records, _ int) { q.metrics.batch.observe(float64(records)) },
 		OnWritten:   d.bodies.onWritten,
+		KeepDir:     filepath.Join(dir, layout.BodiesDirName),
 	}
 	log, info, err := wal.Open(logDir, walOpts, snap+1, func(pos wal.Position, rec wal.Record) error {
 		return rebuild.Apply(st, logDir, pos, rec)
@@ -237,6 +238,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	for _, s := range log.Segments() {
 		q.logBytes += s.Size
 	}
+	q.logBytes += q.keptBytes()
 
 	// Queue time starts here: the wall clock, or the newest time in the log
 	// if the clock is behind it (stepped back, perhaps across this restart).

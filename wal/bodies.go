@@ -74,12 +74,153 @@ type BodyReader struct {
 	files map[uint64]*bodyFile // files of known segments, open or opening
 	open  int                  // files open or opening, dropped ones still read included
 	tick  uint64               // LRU clock
+
+	// keepDir holds sealed segments moved out of the log (Log.MoveFront)
+	// for the bodies they still hold; kept lists them by range, ascending
+	// and disjoint, all before the log's first segment ("" and nil: none).
+	keepDir    string
+	kept       []KeptFile
+	keptListed bool
+}
+
+// KeptFile is a sealed segment moved out of the log into the keep
+// directory, which still holds live bodies: the records First..Last.
+type KeptFile struct {
+	First, Last uint64
+	Name        string
+}
+
+// keptName is the name of a kept segment of records first..last.
+func keptName(first, last uint64) string {
+	return fmt.Sprintf("%0*d-%0*d%s", segmentDigits, first, segmentDigits, last, segmentSuffix)
+}
+
+// parseKeptName is the inverse of keptName.
+func parseKeptName(name string) (first, last uint64, ok bool) {
+	if len(name) != 2*segmentDigits+1+len(segmentSuffix) || name[segmentDigits] != '-' {
+		return 0, 0, false
+	}
+	first, ok1 := parseSegmentName(name[:segmentDigits] + segmentSuffix)
+	last, ok2 := parseSegmentName(name[segmentDigits+1:])
+	if !ok1 || !ok2 || last < first {
+		return 0, 0, false
+	}
+	return first, last, true
+}
+
+// IsKeptName reports whether name is that of a kept segment.
+func IsKeptName(name string) bool {
+	_, _, ok := parseKeptName(name)
+	return ok
+}
+
+// KeptFileName returns the name of the kept segment of records first..last.
+func KeptFileName(first, last uint64) string { return keptName(first, last) }
+
+// ListKept lists the kept segments in dir (none when it does not exist),
+// by first LSN; names that are not kept segments are returned apart.
+func ListKept(fsys FS, dir string) ([]KeptFile, []string, error) {
+	entries, err := fsys.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []KeptFile
+	var others []string
+	for _, e := range entries {
+		first, last, ok := parseKeptName(e.Name())
+		if !ok || !e.Type().IsRegular() {
+			others = append(others, e.Name())
+			continue
+		}
+		out = append(out, KeptFile{First: first, Last: last, Name: e.Name()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].First < out[j].First })
+	for i := 1; i < len(out); i++ {
+		if out[i].First <= out[i-1].Last {
+			return nil, nil, &CorruptionError{Dir: dir, File: out[i].Name, Err: reasonf("overlaps %s", out[i-1].Name)}
+		}
+	}
+	return out, others, nil
+}
+
+// SetKeepDir makes the reader look for records in the segments kept in dir
+// too (listed at the first read that needs them, and again on a miss).
+func (r *BodyReader) SetKeepDir(dir string) {
+	r.mu.Lock()
+	r.keepDir, r.keptListed = dir, false
+	r.mu.Unlock()
+}
+
+// keptLocked returns the kept file holding lsn, or nil.
+func (r *BodyReader) keptLocked(lsn uint64) *KeptFile {
+	i := sort.Search(len(r.kept), func(i int) bool { return r.kept[i].Last >= lsn })
+	if i < len(r.kept) && r.kept[i].First <= lsn {
+		return &r.kept[i]
+	}
+	return nil
+}
+
+// relistKept lists the keep directory (standalone readers, or a Log's at
+// Open).
+func (r *BodyReader) relistKept() error {
+	r.listMu.Lock()
+	defer r.listMu.Unlock()
+	r.mu.Lock()
+	dir := r.keepDir
+	r.mu.Unlock()
+	kept, _, err := ListKept(r.fsys, dir)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.kept, r.keptListed = kept, true
+	r.mu.Unlock()
+	return nil
+}
+
+// keptAdded tells a Log's reader that a segment moved to the keep
+// directory; keptRemoved that kept files were removed.
+func (r *BodyReader) keptAdded(k KeptFile) {
+	r.mu.Lock()
+	i := sort.Search(len(r.kept), func(i int) bool { return r.kept[i].First >= k.First })
+	r.kept = append(r.kept, KeptFile{})
+	copy(r.kept[i+1:], r.kept[i:])
+	r.kept[i] = k
+	// Its log segment's open file, if any, is dropped: it has a new name.
+	var drop []*bodyFile
+	if bf := r.files[k.First]; bf != nil && !bf.kept {
+		drop = r.dropLocked(bf)
+	}
+	r.mu.Unlock()
+	r.closeDropped(drop)
+}
+
+func (r *BodyReader) keptRemoved(first uint64) {
+	r.mu.Lock()
+	out := r.kept[:0]
+	for _, k := range r.kept {
+		if k.First != first {
+			out = append(out, k)
+		}
+	}
+	r.kept = out
+	var drop []*bodyFile
+	if bf := r.files[first]; bf != nil && bf.kept {
+		drop = r.dropLocked(bf)
+	}
+	r.mu.Unlock()
+	r.closeDropped(drop)
 }
 
 // bodyFile is one segment file a BodyReader holds open.
 type bodyFile struct {
 	first uint64
 	name  string
+	path  string // the file opened: name in the log directory or the keep directory
+	kept  bool   // a kept segment
 	f     File   // nil while opening
 	refs  int    // reads holding f (the opener, while opening)
 	used  uint64 // tick of the last read that took it
@@ -152,6 +293,8 @@ func (r *BodyReader) ReadAt(lsn uint64, off int64, p []byte) error {
 // taken, which the caller gives back with release.
 func (r *BodyReader) acquire(lsn uint64, off int64) (*bodyFile, error) {
 	relisted := false // listed during this call: a miss now is final
+	relistedKept := false
+	movedCheck := false // a log segment found gone was looked for among the kept
 	missing := ""     // the segment file found gone during this call
 	var missingFirst uint64
 	r.mu.Lock()
@@ -159,6 +302,32 @@ func (r *BodyReader) acquire(lsn uint64, off int64) (*bodyFile, error) {
 		if r.closed {
 			r.mu.Unlock()
 			return nil, fmt.Errorf("read body of record %d: body reader of %s closed: %w", lsn, r.dir, ErrClosed)
+		}
+		// A kept segment's entry is in the list before its log name goes
+		// (MoveFront links, tells, then unlinks), so the list answers
+		// first.
+		if r.keepDir != "" {
+			stale := !r.owned && !relistedKept && r.keptLocked(lsn) == nil &&
+				(!r.listed || len(r.firsts) == 0 || lsn < r.firsts[0] || missing != "")
+			if !r.keptListed || stale {
+				r.mu.Unlock()
+				if err := r.relistKept(); err != nil {
+					return nil, fmt.Errorf("read body of record %d at offset %d: %w", lsn, off, err)
+				}
+				relistedKept = true
+				r.mu.Lock()
+				continue
+			}
+			if k := r.keptLocked(lsn); k != nil {
+				bf, retry, err := r.takeLocked(k.First, k.Name, filepath.Join(r.keepDir, k.Name), true, lsn, off)
+				if retry {
+					continue
+				}
+				if errors.Is(err, fs.ErrNotExist) {
+					err = fmt.Errorf("read body of record %d: kept segment %s offset %d: %w", lsn, k.Name, off, ErrBodyGone)
+				}
+				return bf, err
+			}
 		}
 		i := sort.Search(len(r.firsts), func(i int) bool { return r.firsts[i] > lsn }) - 1
 		newest := i == len(r.firsts)-1
@@ -217,10 +386,11 @@ func (r *BodyReader) acquire(lsn uint64, off int64) (*bodyFile, error) {
 		// meanwhile wait for the open, those of others go on.
 		r.tick++
 		bf := &bodyFile{first: first, name: SegmentName(first), refs: 1, used: r.tick, cached: true}
+		bf.path = filepath.Join(r.dir, bf.name)
 		r.files[first] = bf
 		r.open++
 		r.mu.Unlock()
-		f, err := r.fsys.OpenFile(filepath.Join(r.dir, bf.name), os.O_RDONLY, 0)
+		f, err := r.fsys.OpenFile(bf.path, os.O_RDONLY, 0)
 		r.mu.Lock()
 		if err != nil {
 			if r.files[first] == bf {
@@ -231,6 +401,12 @@ func (r *BodyReader) acquire(lsn uint64, off int64) (*bodyFile, error) {
 			if !errors.Is(err, fs.ErrNotExist) {
 				r.mu.Unlock()
 				return nil, fmt.Errorf("read body of record %d: open segment %s (offset %d): %w", lsn, bf.name, off, err)
+			}
+			if r.owned && r.keepDir != "" && !movedCheck {
+				// Moved to the keep directory since it was looked up: the
+				// kept list has it now (the move tells before it unlinks).
+				movedCheck = true
+				continue
 			}
 			if r.owned || relisted {
 				r.mu.Unlock()
@@ -253,6 +429,66 @@ func (r *BodyReader) acquire(lsn uint64, off int64) (*bodyFile, error) {
 		r.mu.Unlock()
 		return bf, nil
 	}
+}
+
+// takeLocked takes a reference on the file of the segment first, opening
+// it at path when it is not open: a simpler acquire for kept segments,
+// whose list says where each lies. It is called with mu held and returns
+// with it released, unless retry is set (mu held again: look again).
+func (r *BodyReader) takeLocked(first uint64, name, path string, kept bool, lsn uint64, off int64) (*bodyFile, bool, error) {
+	if bf := r.files[first]; bf != nil && bf.kept == kept {
+		if bf.f == nil {
+			r.changed.Wait()
+			return nil, true, nil
+		}
+		bf.refs++
+		r.tick++
+		bf.used = r.tick
+		r.mu.Unlock()
+		return bf, false, nil
+	} else if bf != nil {
+		// The log segment's file, moved since: drop it.
+		drop := r.dropLocked(bf)
+		r.mu.Unlock()
+		r.closeDropped(drop)
+		r.mu.Lock()
+		return nil, true, nil
+	}
+	if r.open >= r.maxOpen {
+		victim := r.leastRecent()
+		if victim == nil {
+			r.changed.Wait()
+			return nil, true, nil
+		}
+		delete(r.files, victim.first)
+		victim.cached = false
+		r.mu.Unlock()
+		victim.f.Close()
+		r.mu.Lock()
+		r.open--
+		r.changed.Broadcast()
+		return nil, true, nil
+	}
+	r.tick++
+	bf := &bodyFile{first: first, name: name, path: path, kept: kept, refs: 1, used: r.tick, cached: true}
+	r.files[first] = bf
+	r.open++
+	r.mu.Unlock()
+	f, err := r.fsys.OpenFile(path, os.O_RDONLY, 0)
+	r.mu.Lock()
+	if err != nil {
+		if r.files[first] == bf {
+			delete(r.files, first)
+		}
+		r.open--
+		r.changed.Broadcast()
+		r.mu.Unlock()
+		return nil, false, fmt.Errorf("read body of record %d: open %s (offset %d): %w", lsn, path, off, err)
+	}
+	bf.f = f
+	r.changed.Broadcast()
+	r.mu.Unlock()
+	return bf, false, nil
 }
 
 // leastRecent returns the cached open file no read holds that was used
@@ -341,7 +577,7 @@ func (r *BodyReader) removed(first uint64) {
 	r.firsts = append(r.firsts[:0], r.firsts[n:]...)
 	var drop []*bodyFile
 	for f, bf := range r.files {
-		if f <= first {
+		if f <= first && !bf.kept {
 			drop = append(drop, r.dropLocked(bf)...)
 		}
 	}

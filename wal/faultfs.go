@@ -113,6 +113,13 @@ func (f *FaultFS) Rename(oldpath, newpath string) error {
 	return f.inner.Rename(oldpath, newpath)
 }
 
+func (f *FaultFS) Link(oldname, newname string) error {
+	if err := f.step("link"); err != nil {
+		return err
+	}
+	return f.inner.Link(oldname, newname)
+}
+
 func (f *FaultFS) Remove(name string) error {
 	if err := f.step("remove"); err != nil {
 		return err

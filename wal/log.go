@@ -44,6 +44,9 @@ type Options struct {
 	// OnBatch is called by the committer after each WriteBatch with the
 	// number of records and their bytes; it must return quickly. May be nil.
 	OnBatch func(records int, bytes int)
+	// KeepDir is where MoveFront moves sealed segments whose records are
+	// no longer needed for replay but whose bodies are ("": none).
+	KeepDir string
 	// OnWritten is called by the committer after each frame is written to the
 	// tail segment (after the write returned, before any fsync), in LSN order,
 	// with where the frame's record bodies now lie. It must return quickly and
@@ -258,6 +261,8 @@ const (
 	opSync requestOp = iota
 	opSyncRoll
 	opTruncateFront
+	opMoveFront
+	opRemoveKept
 	opClose
 )
 
@@ -416,6 +421,12 @@ func Open(dir string, opts Options, from uint64, apply func(Position, Record) er
 		firsts[i] = s.First
 	}
 	l.bodies = newLogBodyReader(fsys, dir, opts.MaxOpenSegments, firsts)
+	if opts.KeepDir != "" {
+		l.bodies.SetKeepDir(opts.KeepDir)
+		if err := l.bodies.relistKept(); err != nil {
+			return fail(fmt.Errorf("list kept segments: %w", err))
+		}
+	}
 	if fresh {
 		err = l.createSegment(from)
 	} else {
@@ -667,6 +678,60 @@ func (l *Log) TruncateFront(index uint64) error {
 	return l.call(request{op: opTruncateFront, index: index}).err
 }
 
+// MoveFront is TruncateFront that moves the segments into the keep
+// directory (Options.KeepDir) instead of removing them: they leave the
+// log, which starts later with no gap, and their records' bodies stay
+// readable by ReadAt. Each is renamed (no byte is copied) to
+// <first>-<last>.seg, its range of records; the keep directory and then
+// the log directory are fsynced. A crash in the middle leaves each file
+// in one place or the other, and readable in both.
+func (l *Log) MoveFront(index uint64) error {
+	if l.opts.KeepDir == "" {
+		return fmt.Errorf("move front at %d: the log has no keep directory", index)
+	}
+	if durable := l.DurableLSN(); index > durable+1 {
+		return fmt.Errorf("move front at %d: beyond the durable lsn %d", index, durable)
+	}
+	return l.call(request{op: opMoveFront, index: index}).err
+}
+
+// Kept lists the segments in the keep directory.
+func (l *Log) Kept() ([]KeptFile, error) {
+	if l.opts.KeepDir == "" {
+		return nil, nil
+	}
+	k, _, err := ListKept(l.fsys, l.opts.KeepDir)
+	return k, err
+}
+
+// RemoveKept removes the kept segment whose first record is first (its
+// bodies are no longer needed) and fsyncs the keep directory. A read that
+// took hold of the file finishes; a later one returns ErrBodyGone.
+func (l *Log) RemoveKept(first uint64) error {
+	return l.call(request{op: opRemoveKept, index: first}).err
+}
+
+func (l *Log) removeKept(first uint64) error {
+	kept, _, err := ListKept(l.fsys, l.opts.KeepDir)
+	if err != nil {
+		return fmt.Errorf("remove kept segment %d: %w", first, err)
+	}
+	for _, k := range kept {
+		if k.First != first {
+			continue
+		}
+		if err := l.fsys.Remove(filepath.Join(l.opts.KeepDir, k.Name)); err != nil {
+			return fmt.Errorf("remove kept segment %s: %w", k.Name, err)
+		}
+		l.bodies.keptRemoved(first)
+		if err := l.fsys.SyncDir(l.opts.KeepDir); err != nil {
+			return l.fail("sync dir", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("remove kept segment %d: no such segment in %s", first, l.opts.KeepDir)
+}
+
 // ReadAt reads len(p) bytes at offset off of the segment that holds record
 // lsn, where Written (or Position) says its body lies, with one positioned
 // read, through at most MaxOpenSegments open files. It is safe for
@@ -743,7 +808,11 @@ func (l *Log) run() {
 				}
 				r.reply <- result{lsn: l.synced, err: err}
 			case opTruncateFront:
-				r.reply <- result{err: l.truncateFront(r.index)}
+				r.reply <- result{err: l.truncateFront(r.index, false)}
+			case opMoveFront:
+				r.reply <- result{err: l.truncateFront(r.index, true)}
+			case opRemoveKept:
+				r.reply <- result{err: l.removeKept(r.index)}
 			case opClose:
 				r.reply <- result{err: l.close()}
 				return
@@ -892,9 +961,14 @@ func (l *Log) syncTail() error {
 	return nil
 }
 
-func (l *Log) truncateFront(index uint64) error {
+func (l *Log) truncateFront(index uint64, move bool) error {
 	if err := l.Err(); err != nil {
 		return err
+	}
+	if move {
+		if err := ensureDir(l.fsys, l.opts.KeepDir, l.opts.DirPerm); err != nil {
+			return fmt.Errorf("move front at %d: nothing changed: %w", index, err)
+		}
 	}
 	segs, _, err := listSegments(l.fsys, l.dir)
 	if err != nil {
@@ -906,6 +980,21 @@ func (l *Log) truncateFront(index uint64) error {
 		if err := l.fsys.Check("truncate-front"); err != nil {
 			rerr = err
 			break
+		}
+		if move {
+			// A second name in the keep directory first, then the log's
+			// name goes: a read finds the file under one name or the
+			// other at every moment, and so does recovery after a crash.
+			k := KeptFile{First: segs[i].First, Last: segs[i+1].First - 1, Name: keptName(segs[i].First, segs[i+1].First-1)}
+			kpath := filepath.Join(l.opts.KeepDir, k.Name)
+			if err := l.fsys.Link(segs[i].Path, kpath); err != nil && !errors.Is(err, fs.ErrExist) {
+				rerr = err
+				break
+			}
+			l.bodies.keptAdded(k)
+			if err := l.fsys.SyncDir(l.opts.KeepDir); err != nil {
+				return l.fail("sync dir", err)
+			}
 		}
 		if err := l.fsys.Remove(segs[i].Path); err != nil {
 			rerr = err

@@ -94,6 +94,7 @@ func runSpace(c *cmdEnv) int {
 		label string
 	}{
 		{layout.Segment, "log segments"},
+		{layout.Kept, "kept segments"},
 		{layout.Format1, format1Label},
 		{layout.Snapshot, "snapshots"},
 		{layout.SnapshotTemp, "snapshot temp files"},

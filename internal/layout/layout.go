@@ -69,7 +69,11 @@ const (
 	LockName    = "LOCK"
 	ReserveName = "RESERVE"
 	LogDirName  = "log"
-	LostFound   = "lost+found"
+	// BodiesDirName holds sealed segments moved out of the log for the
+	// bodies they still hold (wal.Log.MoveFront), named by their range of
+	// records.
+	BodiesDirName = "bodies"
+	LostFound     = "lost+found"
 )
 
 const (
@@ -102,6 +106,8 @@ const (
 	SegmentTemp
 	Format1 // a format-1 segment, .START, .END or their .TEMP copies
 	Broken
+	BodiesDir
+	Kept // a segment kept in the bodies directory
 )
 
 var kindNames = [...]string{
@@ -119,6 +125,8 @@ var kindNames = [...]string{
 	SegmentTemp:  "segment temp",
 	Format1:      "format-1 log file",
 	Broken:       "broken",
+	BodiesDir:    "bodies directory",
+	Kept:         "kept segment",
 }
 
 func (k Kind) String() string {
@@ -132,7 +140,7 @@ func (k Kind) String() string {
 func (k Kind) Own() bool { return k >= Marker }
 
 // IsDir reports whether walq keeps an entry of kind k as a directory.
-func (k Kind) IsDir() bool { return k == LogDir }
+func (k Kind) IsDir() bool { return k == LogDir || k == BodiesDir }
 
 // Classify returns the kind of a name at the top of a queue directory.
 func Classify(name string) Kind {
@@ -149,9 +157,24 @@ func Classify(name string) Kind {
 		return Reserve
 	case name == LogDirName:
 		return LogDir
+	case name == BodiesDirName:
+		return BodiesDir
 	case strings.HasPrefix(name, snapshotPrefix):
 		return classifySnapshot(name)
 	case reservedName(name):
+		return Reserved
+	}
+	return Foreign
+}
+
+// ClassifyBodies returns the kind of a name in a queue's bodies directory.
+func ClassifyBodies(name string) Kind {
+	switch {
+	case ignored(name):
+		return Ignored
+	case wal.IsKeptName(name):
+		return Kept
+	case len(name) >= digits && allDigits(name[:digits]):
 		return Reserved
 	}
 	return Foreign
@@ -290,6 +313,16 @@ func List(fsys DirReader, dir string) (*Listing, error) {
 			}
 			l.HasLog = true
 			l.Entries = append(l.Entries, logEntries...)
+		}
+		if e.Kind == BodiesDir && e.IsDir {
+			kept, err := readDir(fsys, filepath.Join(dir, BodiesDirName), BodiesDirName, ClassifyBodies)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			l.Entries = append(l.Entries, kept...)
 		}
 	}
 	sort.Slice(l.Entries, func(i, j int) bool { return l.Entries[i].Name < l.Entries[j].Name })

@@ -23,7 +23,9 @@ type Bodies struct {
 // NewBodies returns a reader of the bodies stored in the queue directory
 // dir. Close it when done.
 func NewBodies(dir string) *Bodies {
-	return &Bodies{r: wal.NewBodyReader(wal.OSFS(), filepath.Join(dir, layout.LogDirName), 0)}
+	r := wal.NewBodyReader(wal.OSFS(), filepath.Join(dir, layout.LogDirName), 0)
+	r.SetKeepDir(filepath.Join(dir, layout.BodiesDirName))
+	return &Bodies{r: r}
 }
 
 // Body returns the body of it, an item of st.
