@@ -295,7 +295,7 @@ func (r *BodyReader) acquire(lsn uint64, off int64) (*bodyFile, error) {
 	relisted := false // listed during this call: a miss now is final
 	relistedKept := false
 	movedCheck := false // a log segment found gone was looked for among the kept
-	missing := ""     // the segment file found gone during this call
+	missing := ""       // the segment file found gone during this call
 	var missingFirst uint64
 	r.mu.Lock()
 	for {
