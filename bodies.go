@@ -383,6 +383,7 @@ func (q *Queue) closeLog() error {
 		return nil
 	}
 	q.snapLSN.Store(last)
+	q.metrics.writtenBytes.Add(int64(len(body)))
 	if rerr := q.removeSnapshotsBefore(last); rerr != nil {
 		q.opts.Logger.Warn("walq: could not remove older snapshots at close", "err", rerr)
 	}

@@ -145,6 +145,7 @@ func (q *Queue) compact() (err error) {
 		if _, err := wal.WriteSnapshot(q.opts.fs, q.dir, q.dirID, covered, body, q.opts.FileMode); err != nil {
 			return fmt.Errorf("walq: compaction: write snapshot: %w", err)
 		}
+		q.metrics.writtenBytes.Add(int64(len(body)))
 		q.snapLSN.Store(covered)
 	}
 	if err := q.compactBodies(covered, roll); err != nil {

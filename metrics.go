@@ -79,6 +79,11 @@ type metrics struct {
 	bodyReadBytes  atomic.Int64
 	bodyFailures   atomic.Uint64
 	relocatedBytes atomic.Int64
+
+	// Bytes written (log frames, snapshots) and bytes of bodies put, for
+	// write amplification.
+	writtenBytes atomic.Int64
+	putBytes     atomic.Int64
 }
 
 func newMetrics() metrics {
@@ -138,6 +143,11 @@ type Stats struct {
 	CommitBatch Histogram // records per group commit
 	LogBytes    int64     // size of the log segments
 	LogSegments int
+	// WrittenBytes counts the bytes the directory wrote since it was
+	// opened (log frames and snapshots; a segment moved to bodies/ is not
+	// written again), and PutBytes the bytes of bodies put: their ratio
+	// is the write amplification.
+	WrittenBytes, PutBytes int64
 	// KeptBytes and KeptSegments are the sealed segments moved out of the
 	// log (into the directory's bodies/) for the live bodies they hold.
 	KeptBytes    int64
@@ -273,6 +283,8 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 		LogBytes:          logBytes,
 		LogSegments:       len(segs),
 		KeptBytes:         keptBytes,
+		WrittenBytes:      q.metrics.writtenBytes.Load(),
+		PutBytes:          q.metrics.putBytes.Load(),
 		KeptSegments:      keptN,
 		LastLSN:           last,
 		DurableLSN:        q.log.DurableLSN(),

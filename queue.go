@@ -221,6 +221,7 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 			return nil, err
 		}
 		q.addPutBodiesLocked(lsn, first, accepted)
+		q.metrics.putBytes.Add(bytes)
 		next := first
 		ready := 0
 		for i := range items {

@@ -181,9 +181,12 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		DirPerm:     o.DirMode,
 		Logger:      o.Logger,
 		OnSync:      func(d time.Duration) { q.metrics.fsync.observe(d.Seconds()) },
-		OnBatch:     func(records, _ int) { q.metrics.batch.observe(float64(records)) },
-		OnWritten:   d.bodies.onWritten,
-		KeepDir:     filepath.Join(dir, layout.BodiesDirName),
+		OnBatch: func(records, bytes int) {
+			q.metrics.batch.observe(float64(records))
+			q.metrics.writtenBytes.Add(int64(bytes))
+		},
+		OnWritten: d.bodies.onWritten,
+		KeepDir:   filepath.Join(dir, layout.BodiesDirName),
 	}
 	log, info, err := wal.Open(logDir, walOpts, snap+1, func(pos wal.Position, rec wal.Record) error {
 		return rebuild.Apply(st, logDir, pos, rec)

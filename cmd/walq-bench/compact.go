@@ -33,6 +33,13 @@ type CompactResult struct {
 	WorstLive      int64     `json:"worst_live"`
 	WorstOverLimit float64   `json:"worst_over_limit"` // worst disk / its limit
 	SegmentBytes   int64     `json:"segment_bytes"`
+	// WriteAmp is the bytes the queue wrote (log and snapshots) per byte
+	// of body put, over the phase with compaction; Relocated the bytes of
+	// bodies compaction copied forward then, and Kept the bytes in
+	// segments moved out of the log for the bodies they hold, at the end.
+	WriteAmp  float64 `json:"write_amplification"`
+	Relocated int64   `json:"relocated_bytes"`
+	Kept      int64   `json:"kept_bytes"`
 }
 
 func runCompact(cfg *config, qdir string, prof *profiler) (*CompactResult, error) {
@@ -55,6 +62,7 @@ func runCompact(cfg *config, qdir string, prof *profiler) (*CompactResult, error
 	}
 
 	limit := func(live int64) int64 { return 2*live + 2*res.SegmentBytes }
+	before := q.Stats()
 	var (
 		stop     = make(chan struct{})
 		wg       sync.WaitGroup
@@ -99,6 +107,11 @@ func runCompact(cfg *config, qdir string, prof *profiler) (*CompactResult, error
 	res.With, _, err = measure(l, prof)
 	close(stop)
 	wg.Wait()
+	after := q.Stats()
+	if put := after.PutBytes - before.PutBytes; put > 0 {
+		res.WriteAmp = float64(after.WrittenBytes-before.WrittenBytes) / float64(put)
+	}
+	res.Relocated = after.Bodies.RelocatedBytes - before.Bodies.RelocatedBytes
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +128,7 @@ func runCompact(cfg *config, qdir string, prof *profiler) (*CompactResult, error
 		return nil, err
 	}
 	res.LiveAfter = q.Stats().LiveBytes
+	res.Kept = q.Stats().KeptBytes
 	res.LimitAfter = limit(res.LiveAfter)
 	res.Compactions = len(durs)
 	for _, d := range durs {

@@ -63,7 +63,7 @@ func main() {
 
 type usageError struct{ error }
 
-var workloads = []string{"put", "cycle", "delay", "recover", "compact", "mem"}
+var workloads = []string{"put", "cycle", "delay", "recover", "compact", "mem", "coldget"}
 
 // config is the parsed command line.
 type config struct {
@@ -180,6 +180,8 @@ func (c *config) finish(set map[string]bool) error {
 			c.n = 1000
 		case "recover", "mem":
 			c.n = 1_000_000
+		case "coldget":
+			c.n = 500_000
 		default:
 			c.duration = 5 * time.Second
 		}
@@ -302,6 +304,8 @@ func runWith(args []string, stdout, stderr io.Writer) (err error) {
 		res.Compact, err = runCompact(cfg, qdir, prof)
 	case "mem":
 		res.Mem, err = runMem(cfg, qdir)
+	case "coldget":
+		res.ColdGet, err = runColdGet(cfg, qdir)
 	}
 	if err != nil {
 		return err

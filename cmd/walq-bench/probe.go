@@ -191,7 +191,7 @@ func measureDisk(dir string) (diskUsage, error) {
 			d.ReserveBytes += info.Size()
 		case strings.HasPrefix(name, "snapshot-"):
 			d.SnapshotBytes += info.Size()
-		case filepath.Base(filepath.Dir(path)) == "log":
+		case filepath.Base(filepath.Dir(path)) == "log", filepath.Base(filepath.Dir(path)) == "bodies":
 			d.LogBytes += info.Size()
 			d.Segments++
 		}

@@ -25,6 +25,7 @@ type Result struct {
 	Recover     *RecoverResult `json:"recover,omitempty"`
 	Compact     *CompactResult `json:"compact,omitempty"`
 	Mem         *MemResult     `json:"mem,omitempty"`
+	ColdGet     *ColdGetResult `json:"coldget,omitempty"`
 	Notes       []string       `json:"notes,omitempty"`
 }
 
@@ -235,6 +236,15 @@ func (r *Result) writeText(w io.Writer) error {
 			float64(cp.DiskAfter.total())/float64(cp.LimitAfter))
 		p.line("worst after a compaction under load: disk %s, live %s (%.2f of the limit)",
 			bytesText(float64(cp.WorstDisk)), bytesText(float64(cp.WorstLive)), cp.WorstOverLimit)
+		p.line("write amplification with compaction: %.2f bytes written per byte of body put; %s of bodies copied forward; %s kept out of the log",
+			cp.WriteAmp, bytesText(float64(cp.Relocated)), bytesText(float64(cp.Kept)))
+	}
+	if cg := r.ColdGet; cg != nil {
+		p.line("")
+		p.line("coldget: %s items of %d B (%s on disk), page cache dropped, no body cache; %d Gets timed across the backlog (%d bodies read from disk)",
+			count(float64(cg.Items)), cg.BodyBytes, bytesText(float64(cg.DiskBytes)), cg.Gets, cg.Misses)
+		p.line("  Get p50 %s, p99 %s; the disk's 4 KiB random read p50 %s, p99 %s; Get p99 / read p99 = %.2f",
+			us(cg.GetP50Us), us(cg.GetP99Us), us(cg.ReadP50Us), us(cg.ReadP99Us), cg.Ratio)
 	}
 	if mm := r.Mem; mm != nil {
 		p.line("")
