@@ -360,7 +360,8 @@ func (q *Queue) relocateInline() (int, error) {
 // index and replays nothing. What it costs Close is encoding and writing
 // the index (about 50 bytes an item, written and fsynced in chunks), and
 // it is skipped when fewer than closeSnapshotMin records, or fewer than an
-// eighth of the items, came after the last snapshot.
+// eighth of the items, came after the last snapshot, and the log holds
+// less than closeSnapshotLog bytes.
 func (q *Queue) closeLog() error {
 	err := q.log.Close()
 	if err != nil {
@@ -370,7 +371,8 @@ func (q *Queue) closeLog() error {
 	defer q.mu.Unlock()
 	q.bodies.drainLocked(q.st) // the log is closed: every frame was written and placed
 	last, snap := q.st.LastLSN(), q.snapLSN.Load()
-	if q.failure() != nil || q.opts.noCloseSnapshot || last <= snap || last-snap < max(closeSnapshotMin, uint64(q.st.TotalLen())/8) {
+	replayCost := last-snap >= max(closeSnapshotMin, uint64(q.st.TotalLen())/8) || q.logBytes >= closeSnapshotLog
+	if q.failure() != nil || q.opts.noCloseSnapshot || last <= snap || !replayCost {
 		return nil
 	}
 	body, merr := q.st.MarshalSnapshot()
@@ -390,6 +392,9 @@ func (q *Queue) closeLog() error {
 	return nil
 }
 
-// closeSnapshotMin is the fewest records after the last snapshot for which
-// Close writes a new one.
-const closeSnapshotMin = 1000
+// closeSnapshotMin is the fewest records after the last snapshot, and
+// closeSnapshotLog the log size, for which Close writes a new one.
+const (
+	closeSnapshotMin = 1000
+	closeSnapshotLog = 64 << 20
+)

@@ -14,19 +14,24 @@ import (
 // the disk. The files must be clean: the queue is closed, so they are
 // fsynced. Needs no privilege, unlike /proc/sys/vm/drop_caches.
 func dropCache(dir string) error {
-	const fadvDontNeed = 4
 	return filepath.WalkDir(dir, func(path string, e os.DirEntry, err error) error {
 		if err != nil || e.IsDir() {
 			return err
 		}
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if _, _, errno := syscall.Syscall6(syscall.SYS_FADVISE64, f.Fd(), 0, 0, fadvDontNeed, 0, 0); errno != 0 {
-			return fmt.Errorf("fadvise %s: %w", path, errno)
-		}
-		return nil
+		return dropCacheFile(path)
 	})
+}
+
+// dropCacheFile is dropCache of one file.
+func dropCacheFile(path string) error {
+	const fadvDontNeed = 4
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, _, errno := syscall.Syscall6(syscall.SYS_FADVISE64, f.Fd(), 0, 0, fadvDontNeed, 0, 0); errno != 0 {
+		return fmt.Errorf("fadvise %s: %w", path, errno)
+	}
+	return nil
 }

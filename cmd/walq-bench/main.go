@@ -63,7 +63,7 @@ func main() {
 
 type usageError struct{ error }
 
-var workloads = []string{"put", "cycle", "delay", "recover", "compact", "mem", "coldget"}
+var workloads = []string{"put", "cycle", "delay", "recover", "compact", "mem", "coldget", "scale"}
 
 // config is the parsed command line.
 type config struct {
@@ -182,6 +182,8 @@ func (c *config) finish(set map[string]bool) error {
 			c.n = 1_000_000
 		case "coldget":
 			c.n = 500_000
+		case "scale":
+			c.n = 10_000_000
 		default:
 			c.duration = 5 * time.Second
 		}
@@ -306,6 +308,8 @@ func runWith(args []string, stdout, stderr io.Writer) (err error) {
 		res.Mem, err = runMem(cfg, qdir)
 	case "coldget":
 		res.ColdGet, err = runColdGet(cfg, qdir)
+	case "scale":
+		res.Scale, err = runScale(cfg, qdir)
 	}
 	if err != nil {
 		return err

@@ -26,6 +26,7 @@ type Result struct {
 	Compact     *CompactResult `json:"compact,omitempty"`
 	Mem         *MemResult     `json:"mem,omitempty"`
 	ColdGet     *ColdGetResult `json:"coldget,omitempty"`
+	Scale       *ScaleResult   `json:"scale,omitempty"`
 	Notes       []string       `json:"notes,omitempty"`
 }
 
@@ -238,6 +239,18 @@ func (r *Result) writeText(w io.Writer) error {
 			bytesText(float64(cp.WorstDisk)), bytesText(float64(cp.WorstLive)), cp.WorstOverLimit)
 		p.line("write amplification with compaction: %.2f bytes written per byte of body put; %s of bodies copied forward; %s kept out of the log",
 			cp.WriteAmp, bytesText(float64(cp.Relocated)), bytesText(float64(cp.Kept)))
+	}
+	if sc := r.Scale; sc != nil {
+		p.line("")
+		p.line("scale: %s items of %d B", count(float64(sc.Items)), sc.BodyBytes)
+		p.line("  fill %s; on disk %s (log %s, snapshot %s); Close %s", secs(sc.FillSeconds), bytesText(float64(sc.DiskFilled.total())),
+			bytesText(float64(sc.DiskFilled.LogBytes)), bytesText(float64(sc.DiskFilled.SnapshotBytes)), secs(sc.CloseSeconds))
+		p.line("  recovery (Open) %s", secs(sc.OpenSeconds))
+		p.line("  half drained in %s with %d compactions back to back; then on disk %s for %s live",
+			secs(sc.HalfSeconds), sc.Compactions, bytesText(float64(sc.DiskHalf.total())), bytesText(float64(sc.LiveHalf)))
+		p.line("  drained in %s; then on disk %s", secs(sc.DrainSeconds), bytesText(float64(sc.DiskDrained.total())))
+		p.line("  %s of bodies copied forward; %.2f bytes written per byte of body put; max RSS %s",
+			bytesText(float64(sc.Relocated)), sc.WriteAmp, bytesText(float64(sc.MaxRSS)))
 	}
 	if cg := r.ColdGet; cg != nil {
 		p.line("")
