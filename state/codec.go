@@ -263,22 +263,6 @@ func (d *decoder) bin() []byte {
 	return append(make([]byte, 0, len(p)), p...)
 }
 
-// binInto reads bytes into the chunk *buf, starting a new chunk of at least
-// 64 KiB when it is full, and returns them capped to their length. Empty is
-// nil.
-func (d *decoder) binInto(buf *[]byte) []byte {
-	p := d.bin0()
-	if len(p) == 0 {
-		return nil
-	}
-	if cap(*buf)-len(*buf) < len(p) {
-		*buf = make([]byte, 0, max(64<<10, len(p)))
-	}
-	n := len(*buf)
-	*buf = append(*buf, p...)
-	return (*buf)[n : n+len(p) : n+len(p)]
-}
-
 // bin0 reads bytes without copying them: the result aliases the input.
 func (d *decoder) bin0() []byte {
 	c := d.byte1()
