@@ -499,6 +499,13 @@ func (h *harness) check(where string) (int, error) {
 // compareStats holds what the recovered queue id reported in st against
 // the replay at the LSN st reports.
 func (h *harness) compareStats(where, what string, id uint64, st walq.Stats, ds *dirState) {
+	if ds.snapshotLSN > st.LastLSN {
+		// A snapshot covers past it (Close writes one when replaying the
+		// log would cost more): the state at that LSN can no longer be
+		// rebuilt, and the check of the state as recovered (ledger.check)
+		// is what remains.
+		return
+	}
 	f, ok := ds.at[st.LastLSN][id]
 	g, c := f.gauges, f.counters
 	live := [...]uint64{uint64(st.Ready + st.Delayed), uint64(st.Leased), uint64(st.Dead), uint64(st.Items), uint64(st.Bytes),
