@@ -43,6 +43,13 @@ import (
 //	             random bytes in between
 //	c3.17s<hash> the same, but the body starts with a frame copy and the
 //	             token comes last
+//	c3.17b65536f1234
+//	             large: exactly 65536 bytes in all (up to maxLargeBody),
+//	             regenerated: runs of random bytes, of zeros (what a lost
+//	             page reads as), of letters, and lookalike records with LSNs
+//	             from 1234 on, spread over many pages
+//	c3.17e       empty: a body of 0 bytes, which cannot hold its token, so
+//	             the item's key is the token (itemToken)
 //
 // Frame copies cannot be regenerated from the token: for m and s the token
 // carries the first 8 bytes of the SHA-256 of the filler, and the check
@@ -60,7 +67,38 @@ const (
 	bodyFramed  = "f"
 	bodyMirror  = "m" // copies of real frames after the token
 	bodyStart   = "s" // copies of real frames before the token, one at the very start
+	bodyLarge   = "b" // b<size>f<lsn>: size bytes in all
+	bodyEmpty   = "e" // no bytes; the token is the item's key
 )
+
+// maxLargeBody is the largest body the workload puts (walq's MaxBodySize
+// is 1 MiB by default; a PutBatch of four of them is far below its 64 MiB).
+const maxLargeBody = 256 << 10
+
+// largeToken returns the token of a large body of size bytes (at least
+// minLargeBody); lsn is the log's next LSN, for its lookalike records.
+func largeToken(base string, size int, lsn uint64) string {
+	return base + bodyLarge + strconv.Itoa(size) + bodyFramed + strconv.FormatUint(lsn, 10)
+}
+
+// minLargeBody is the smallest size largeToken is given: the token and
+// its prefix always fit.
+const minLargeBody = 1 << 10
+
+// largeSize draws the size of a large body: a quarter maxLargeBody
+// itself, a quarter within 64 bytes of a multiple of the 4 KiB page,
+// the rest spread evenly over the powers of two from 1 KiB up.
+func largeSize(rng *rand.Rand) int {
+	switch rng.IntN(4) {
+	case 0:
+		return maxLargeBody
+	case 1:
+		n := 4096*(1+rng.IntN(maxLargeBody/4096)) + rng.IntN(129) - 64
+		return min(max(n, minLargeBody), maxLargeBody)
+	}
+	shift := 10 + rng.IntN(8) // 1 KiB to 128 KiB, then up to twice that
+	return min(1<<shift+rng.IntN(1<<shift), maxLargeBody)
+}
 
 // hostileToken returns the token of an item whose body is of a kind
 // bodyOf regenerates; lsn is the log's next LSN, for framed bodies.
@@ -81,11 +119,17 @@ func bodyOf(token string) []byte {
 	h.Write([]byte(token))
 	seed := h.Sum64()
 	rng := rand.New(rand.NewPCG(seed, seed>>7))
-	b := make([]byte, 0, len(bodyPrefix)+len(token)+1+600)
+	spec := parseToken(token)
+	if spec.kind == bodyEmpty {
+		return []byte{}
+	}
+	b := make([]byte, 0, max(len(bodyPrefix)+len(token)+1+600, spec.size))
 	b = append(b, bodyPrefix...)
 	b = append(b, token...)
 	b = append(b, ' ')
-	switch kind, lsn := tokenKind(token); kind {
+	switch kind, lsn := spec.kind, spec.lsn; kind {
+	case bodyLarge:
+		b = appendLarge(b, rng, spec.size, lsn, token)
 	case bodyRandom:
 		for n := 1 + rng.IntN(400); n > 0; n-- {
 			b = append(b, byte(rng.Uint32()))
@@ -132,25 +176,73 @@ func fillerHash(filler []byte) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// tokenKind returns the body kind of a token, and for a framed body the
-// LSN its records start at.
+// tokenKind returns the body kind of a token, and for a framed or large
+// body the LSN its records start at.
 func tokenKind(token string) (string, uint64) {
+	spec := parseToken(token)
+	return spec.kind, spec.lsn
+}
+
+// tokenSpec is what a token's suffix says of its body.
+type tokenSpec struct {
+	kind string
+	lsn  uint64 // framed and large: the LSN the lookalike records start at
+	size int    // large: the body's length
+}
+
+func parseToken(token string) tokenSpec {
 	_, seq, ok := strings.Cut(token, ".")
 	if !ok {
-		return bodyLetters, 0
+		return tokenSpec{kind: bodyLetters}
 	}
 	i := strings.IndexFunc(seq, func(r rune) bool { return r < '0' || r > '9' })
 	if i < 0 {
-		return bodyLetters, 0
+		return tokenSpec{kind: bodyLetters}
 	}
-	switch k := seq[i : i+1]; k {
+	switch k, rest := seq[i:i+1], seq[i+1:]; k {
 	case bodyRandom, bodyMirror, bodyStart:
-		return k, 0
+		return tokenSpec{kind: k}
+	case bodyEmpty:
+		if rest == "" {
+			return tokenSpec{kind: bodyEmpty}
+		}
 	case bodyFramed:
-		lsn, _ := strconv.ParseUint(seq[i+1:], 10, 64)
-		return bodyFramed, lsn
+		lsn, _ := strconv.ParseUint(rest, 10, 64)
+		return tokenSpec{kind: bodyFramed, lsn: lsn}
+	case bodyLarge:
+		size, lsn, ok := strings.Cut(rest, bodyFramed)
+		n, err := strconv.Atoi(size)
+		if !ok || err != nil || n < minLargeBody || n > maxLargeBody {
+			break
+		}
+		l, _ := strconv.ParseUint(lsn, 10, 64)
+		return tokenSpec{kind: bodyLarge, lsn: l, size: n}
 	}
-	return bodyLetters, 0
+	return tokenSpec{kind: bodyLetters}
+}
+
+// appendLarge appends the filler of a large body until b holds size
+// bytes: runs of random bytes, of zeros, of letters, and lookalike
+// records (LSNs from lsn on), the last run cut where the body ends.
+func appendLarge(b []byte, rng *rand.Rand, size int, lsn uint64, token string) []byte {
+	for len(b) < size {
+		switch rng.IntN(6) {
+		case 0, 1:
+			for n := 1 + rng.IntN(2048); n > 0; n-- {
+				b = binary.LittleEndian.AppendUint64(b, rng.Uint64())
+			}
+		case 2:
+			b = append(b, make([]byte, 1+rng.IntN(16<<10))...)
+		case 3:
+			for n := 1 + rng.IntN(4<<10); n > 0; n-- {
+				b = append(b, byte('a'+rng.IntN(26)))
+			}
+		default:
+			b = appendFramedRecords(b, rng, lsn, token)
+			lsn += 4
+		}
+	}
+	return b[:max(size, len(bodyPrefix)+len(token)+1)]
 }
 
 // appendFramedRecords appends one to four lookalike records with
@@ -274,6 +366,18 @@ func mirrorBody(base, kind string, frames [][]byte, rng *rand.Rand) (string, []b
 		return tok, append(filler, " "+bodyPrefix+tok...)
 	}
 	return tok, append([]byte(bodyPrefix+tok+" "), filler...)
+}
+
+// itemToken returns the token of an item by its body and key: the key for
+// an empty body, else tokenOf(body). "": not an item of the workload.
+func itemToken(body []byte, key string) string {
+	if len(body) == 0 {
+		if _, _, ok := strings.Cut(key, "."); ok && parseToken(key).kind == bodyEmpty {
+			return key
+		}
+		return ""
+	}
+	return tokenOf(body)
 }
 
 // tokenOf returns the token of a body, or "" when it is not a harness body.

@@ -191,7 +191,9 @@ func (c *child) produce(rng *rand.Rand) {
 			it.Deadline = now.Add(span)
 		}
 		key := "-"
-		if pct(rng, c.mix.Key) {
+		if k, _ := tokenKind(tok); k == bodyEmpty {
+			it.Key, key = tok, tok // the body cannot name the item: its key does
+		} else if pct(rng, c.mix.Key) {
 			it.Key = "k" + strconv.Itoa(rng.IntN(40))
 			key = it.Key
 		}
@@ -244,11 +246,19 @@ func (c *child) produce(rng *rand.Rand) {
 	c.done(call, strings.Join(results, ",")+" "+c.putWindow(steps, start))
 }
 
-// body makes the next item's token and body: Mix.Hostile% of them random
-// bytes, lookalike records, or copies of real frames read from the
-// queue's own segments just now (bodies.go).
+// body makes the next item's token and body: Mix.Empty% of them empty,
+// Mix.Large% large (1 KiB to 256 KiB), Mix.Hostile% random bytes,
+// lookalike records, or copies of real frames read from the queue's own
+// segments just now (bodies.go).
 func (c *child) body(rng *rand.Rand) (string, []byte) {
 	base := fmt.Sprintf("c%d.%d", c.cfg.Cycle, c.toks.Add(1))
+	switch r := rng.IntN(100); {
+	case r < c.mix.Empty:
+		return base + bodyEmpty, []byte{}
+	case r < c.mix.Empty+c.mix.Large:
+		tok := largeToken(base, largeSize(rng), c.q.Stats().LastLSN+1)
+		return tok, bodyOf(tok)
+	}
 	if !pct(rng, c.mix.Hostile) {
 		return base, bodyOf(base)
 	}
@@ -326,7 +336,7 @@ func (c *child) consume(rng *rand.Rand) {
 // delivered reports a delivery and checks its body byte for byte, and
 // that it came from the queue of the handle.
 func (c *child) delivered(call uint64, s *slot, m walq.Message) string {
-	tok := tokenOf(m.Body)
+	tok := itemToken(m.Body, m.Key)
 	c.done(call, fmt.Sprintf("%s %s %d %d", tok, m.Receipt, m.Attempt, m.Deliveries))
 	if tok == "" || !checkBody(tok, m.Body) {
 		c.fatal("get", fmt.Errorf("item %d has a body the workload never put: %q", m.ID, truncate(m.Body, 80)))
@@ -372,7 +382,7 @@ func (c *child) sweepDead(rng *rand.Rand) {
 	ids := make([]uint64, len(dead))
 	toks := make([]string, len(dead))
 	for i, d := range dead {
-		ids[i], toks[i] = d.ID, tokenOf(d.Body)
+		ids[i], toks[i] = d.ID, itemToken(d.Body, d.Key)
 	}
 	op, fn := "redrive", h.Redrive
 	if pct(rng, c.mix.Purge) {

@@ -58,6 +58,8 @@ type Mix struct {
 	Workers   int // workers of a q.Work call with a heartbeat (0: none)
 	Slow      int // % of Work handlers that run longer than the visibility
 	Hostile   int // % of items with a hostile body: random bytes or framed log records
+	Large     int // % of items with a large body, 1 KiB to 256 KiB (bodies.go)
+	Empty     int // % of items with an empty body (0 B), named by their key
 
 	Batch    int // % of puts that are a PutBatch of 2-4 items
 	Delay    int // % of items with a delay (up to 200ms)
@@ -75,7 +77,7 @@ type Mix struct {
 
 // DefaultMix is the workload the tests and soak.sh run.
 var DefaultMix = Mix{
-	Producers: 2, Consumers: 2, Workers: 3, Slow: 10, Hostile: 10,
+	Producers: 2, Consumers: 2, Workers: 3, Slow: 10, Hostile: 10, Large: 2, Empty: 1,
 	Batch: 20, Delay: 30, Deadline: 10, Key: 30,
 	Extend: 20, Ack: 70, Nack: 12, DeadLetter: 5,
 	Compact: 15 * time.Millisecond, Redrive: 40 * time.Millisecond, Purge: 25,
@@ -112,7 +114,7 @@ func ParseMix(base Mix, s string) (Mix, error) {
 		}
 		fields := map[string]*int{
 			"producers": &m.Producers, "consumers": &m.Consumers, "workers": &m.Workers, "slow": &m.Slow,
-			"hostile": &m.Hostile, "batch": &m.Batch, "delay": &m.Delay,
+			"hostile": &m.Hostile, "large": &m.Large, "empty": &m.Empty, "batch": &m.Batch, "delay": &m.Delay,
 			"deadline": &m.Deadline, "key": &m.Key, "extend": &m.Extend, "ack": &m.Ack, "nack": &m.Nack,
 			"deadletter": &m.DeadLetter, "purge": &m.Purge,
 		}
@@ -124,6 +126,9 @@ func ParseMix(base Mix, s string) (Mix, error) {
 	}
 	if m.Ack+m.Nack+m.DeadLetter > 100 {
 		return m, fmt.Errorf("mix: ack+nack+deadletter = %d%%, more than 100", m.Ack+m.Nack+m.DeadLetter)
+	}
+	if m.Large+m.Empty > 100 {
+		return m, fmt.Errorf("mix: large+empty = %d%%, more than 100", m.Large+m.Empty)
 	}
 	if m.Producers < 1 || m.Consumers < 1 {
 		return m, fmt.Errorf("mix: need at least one producer and one consumer")

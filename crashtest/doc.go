@@ -40,7 +40,9 @@
 // bodies are random bytes, some lookalike format-1 and format-2 records, and
 // some copies of real frames the child reads from the queue's own segment
 // files while it runs (whole or torn, at the start of the body or after
-// the token); all are checked byte for byte (bodies.go).
+// the token); some are large (1 KiB to 256 KiB, over many pages, with runs
+// of zeros and lookalike records) and some empty (named by their key);
+// all are checked byte for byte (bodies.go).
 //
 // Some cycles skip the parent's check, so that the next child's own
 // recovery, with leases to expire and a tail to cut, can be killed too.

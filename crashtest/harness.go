@@ -48,6 +48,9 @@ type Summary struct {
 	Checks           int // recoveries checked against the ledger
 	Ops              int // completed calls whose outcome was checked
 	ItemChecks       int // item-by-item comparisons of ledger and state
+	LargeBodies      int // stored bodies over 4 KiB read back from disk at checks, byte for byte
+	EmptyBodies      int // stored empty bodies checked
+	BodyMiB          int // MiB of stored bodies read back and checked
 	Drained          int // items the final drain delivered and acked
 	ClockSteps       int // wall-clock steps the children made (start offsets apart)
 	ClockBehind      int // children started with their wall clock behind the previous child's
@@ -94,9 +97,10 @@ func (s Summary) String() string {
 	}
 	return fmt.Sprintf("walq crashtest: seed=%d sync=%s powerloss=%s stepclock=%v cycles=%d kills=%d in-compaction=%d in-recovery=%d "+
 		"tails-cut=%d segments-dropped=%d pages-lost=%d unsynced-kib=%d holes=%d frames-past-holes=%d checks=%d ops-checked=%d item-checks=%d "+
-		"deadlines-checked=%d clock-steps=%d clock-behind=%d work-runs=%d starved=%d%s drained=%d refused=%d lost=%d resurrected=%d violations=%d elapsed=%s cycles-per-sec=%.2f",
+		"large-bodies=%d empty-bodies=%d body-mib=%d deadlines-checked=%d clock-steps=%d clock-behind=%d work-runs=%d starved=%d%s drained=%d refused=%d lost=%d resurrected=%d violations=%d elapsed=%s cycles-per-sec=%.2f",
 		s.Seed, s.syncString(), loss, s.StepClock, s.Cycles, s.Kills, s.KillsInCompaction, s.KillsInRecovery, s.TailsCut,
 		s.SegmentsDropped, s.PagesLost, s.UnsyncedBytes>>10, s.Holes, s.FramesPastHoles, s.Checks, s.Ops, s.ItemChecks,
+		s.LargeBodies, s.EmptyBodies, s.BodyMiB,
 		s.DeadlinesChecked, s.ClockSteps, s.ClockBehind, s.WorkRuns, s.Starved, queues, s.Drained, s.Refused, s.Lost, s.Resurrected,
 		len(s.Violations), s.Elapsed.Round(time.Second), s.rate())
 }
@@ -240,6 +244,7 @@ func (h *harness) startOffset() time.Duration {
 func (h *harness) finish(start time.Time) Summary {
 	h.sum.Ops = h.led.opsChecked
 	h.sum.ItemChecks = h.led.itemsChecked
+	h.sum.LargeBodies, h.sum.EmptyBodies, h.sum.BodyMiB = h.led.largeChecked, h.led.emptyChecked, int(h.led.bodyBytesChecked>>20)
 	h.sum.DeadlinesChecked = h.led.deadlinesChecked
 	h.sum.WorkRuns = h.led.workRuns
 	h.sum.KillsInCompaction = h.led.compactionsCut
@@ -473,7 +478,7 @@ func (h *harness) check(where string) (int, error) {
 			h.led.violate("%s: DeadLetters of %s lists %d, the state has %d", where, what, n, qs.Gauges().Dead)
 		}
 		for _, d := range dead[info.ID] {
-			if e := h.led.entries[tokenOf(d.Body)]; e == nil || e.queue != info.ID || !checkBody(e.tok, d.Body) {
+			if e := h.led.entries[itemToken(d.Body, d.Key)]; e == nil || e.queue != info.ID || !checkBody(e.tok, d.Body) {
 				h.led.violate("%s: DeadLetters of %s lists item %d (%q), which was not put into it", where, what, d.ID, truncate(d.Body, 40))
 			}
 		}
@@ -573,7 +578,7 @@ func (h *harness) drain() error {
 				ids := make([]uint64, len(dead))
 				for i, d := range dead {
 					ids[i] = d.ID
-					e := h.led.lookup(tokenOf(d.Body), "redrive")
+					e := h.led.lookup(itemToken(d.Body, d.Key), "redrive")
 					e.redrives++
 					e.expectDead = false
 				}
@@ -592,7 +597,7 @@ func (h *harness) drain() error {
 				continue
 			}
 			got = true
-			h.led.drained(tokenOf(m.Body), dq.id, m.Attempt, m.Deliveries)
+			h.led.drained(itemToken(m.Body, m.Key), dq.id, m.Attempt, m.Deliveries)
 			h.sum.Drained++
 			if err := dq.h.Ack(m.Receipt); err != nil {
 				h.led.violate("drain: ack %d: %v", m.ID, err)

@@ -101,6 +101,12 @@ type ledger struct {
 	compactionsCut int // cycles killed with a Compact call in flight
 	lost           int // promised items missing at a check
 	resurrected    int // items back, or delivered, after they were gone for good
+
+	// Stored bodies read back and checked byte for byte: large ones (more
+	// than 4 KiB), empty ones, and the bytes of all.
+	largeChecked, emptyChecked int
+	bodyBytesChecked           int64
+
 	// starved are the Work events the child saw while it was starved for
 	// longer than the heartbeat can cover: the README's one exception.
 	starved []string
@@ -391,7 +397,7 @@ func (l *ledger) check(st *state.State, body func(*state.Item) ([]byte, error), 
 			return
 		}
 		l.bodies[it.ID] = b
-		tok := tokenOf(b)
+		tok := itemToken(b, it.Key)
 		if tok == "" || l.entries[tok] == nil {
 			l.violate("%s: unknown item %d stored in queue %d: body %q", where, it.ID, it.Queue, truncate(b, 60))
 			return
@@ -413,7 +419,7 @@ func (l *ledger) check(st *state.State, body func(*state.Item) ([]byte, error), 
 			if e.idSure {
 				if other := st.Item(e.id); other != nil {
 					l.violate("%s: item %s is not stored, but its ID %d, which its put returned, holds item %q of queue %d",
-						where, tok, e.id, tokenOf(l.bodies[other.ID]), other.Queue)
+						where, tok, e.id, itemToken(l.bodies[other.ID], other.Key), other.Queue)
 				}
 			}
 			if e.gone {
@@ -426,8 +432,9 @@ func (l *ledger) check(st *state.State, body func(*state.Item) ([]byte, error), 
 				continue
 			}
 			// An item of a PutBatch that never returned may have been refused
-			// for its key while the others were stored.
-			maybeDup := e.put == putMaybe && e.key != ""
+			// for its key while the others were stored (not for a key that
+			// is its own token: an empty body's, held by nothing else).
+			maybeDup := e.put == putMaybe && e.key != "" && e.key != e.tok
 			if e.put != putRefused && (e.seen || e.put == putDone || (materialized[e.batch] && !maybeDup)) {
 				switch {
 				case e.ackDone || e.ackMaybe:
@@ -558,8 +565,16 @@ func (l *ledger) checkPresent(e *entry, it *state.Item, where string) {
 		l.resurrected++
 		bad("purged and reported done, but it came back (%s)", it.Status)
 	}
-	if !checkBody(e.tok, l.bodies[it.ID]) {
+	if b := l.bodies[it.ID]; !checkBody(e.tok, b) {
 		bad("body differs from what was put")
+	} else {
+		l.bodyBytesChecked += int64(len(b))
+		switch {
+		case len(b) == 0:
+			l.emptyChecked++
+		case len(b) > 4<<10:
+			l.largeChecked++
+		}
 	}
 	if it.Queue != e.queue {
 		bad("stored in queue %d, put into queue %d", it.Queue, e.queue)

@@ -71,6 +71,12 @@ func TestLedger(t *testing.T) {
 		{"discarded when its deadline had come", span1 + done1, []stored{{tok: "c1.1", removed: true, deadline: 500e6}}, ""},
 		{"gone long before its deadline", "R 0 0 1000\n" + span1 + done1, nil, "c1.1 lost"},
 		{"queue time behind the wall clock at open", "R 0 0 5000\n" + put1 + done1, []stored{{tok: "c1.1"}}, "queue time went back"},
+		{"empty body stored", "I 1 put c1.1e/0/0/c1.1e\n" + done1, []stored{{tok: "c1.1e"}}, ""},
+		{"empty body stored without its key", "I 1 put c1.1e/0/0/c1.1e\n" + done1, []stored{{tok: "c1.1e", key: "-"}}, "unknown item"},
+		{"empty body lost", "I 1 put c1.1e/0/0/c1.1e\n" + done1, nil, "c1.1e lost"},
+		// Its key is its own: a batch in flight cannot have been refused for it.
+		{"batch in flight, empty body refused", "I 1 putb c1.1/0/0/-,c1.2e/0/0/c1.2e\n", []stored{{tok: "c1.1"}}, "c1.2e lost"},
+		{"largest body stored", "I 1 put c1.1b262144f7/0/0/-\n" + done1, []stored{{tok: "c1.1b262144f7"}}, ""},
 		{"a violation the child saw", "V item c1.1 ran twice\n", nil, "child saw: item c1.1 ran twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,6 +119,13 @@ func stateWith(t *testing.T, items []stored, l *ledger) *state.State {
 		if e != nil {
 			n.Priority, n.Key = e.priority, e.key
 		}
+		switch s.key {
+		case "":
+		case "-":
+			n.Key = ""
+		default:
+			n.Key = s.key
+		}
 		if s.deadline > 0 {
 			n.Deadline = putTime + s.deadline
 		}
@@ -145,8 +158,9 @@ type stored struct {
 	tok                  string
 	attempts, deliveries int32
 	dead                 bool
-	removed              bool  // put and then acked (or discarded, with a deadline): counted, not stored
-	deadline             int64 // stored deadline after the put's time (0, -1: none)
+	removed              bool   // put and then acked (or discarded, with a deadline): counted, not stored
+	deadline             int64  // stored deadline after the put's time (0, -1: none)
+	key                  string // stored key, if not the put's ("-": none)
 }
 
 func TestParseReportTornLine(t *testing.T) {
@@ -202,6 +216,70 @@ func TestBodyToken(t *testing.T) {
 	}
 	if tok, _ := mirrorBody("c1.1", bodyMirror, nil, rng); tok != "" {
 		t.Fatal("a frame-copy body made of no frames")
+	}
+}
+
+// Large and empty bodies: the size (and LSN) a large token carries come
+// back out of it, its body is exactly that long and regenerates from the
+// token alone; an empty body is named by its key.
+func TestLargeAndEmptyBodyToken(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	sawMax, sawPage := false, false
+	for i := range 300 {
+		size := largeSize(rng)
+		if size < minLargeBody || size > maxLargeBody {
+			t.Fatalf("largeSize = %d, outside [%d, %d]", size, minLargeBody, maxLargeBody)
+		}
+		sawMax = sawMax || size == maxLargeBody
+		sawPage = sawPage || (size%4096 != 0 && (size%4096 < 64 || size%4096 > 4096-64))
+		if i%10 == 0 {
+			size = []int{minLargeBody, minLargeBody + 1, 4095, 4096, 4097, maxLargeBody - 1, maxLargeBody}[i/10%7]
+		}
+		lsn := uint64(1 + rng.IntN(1e6))
+		tok := largeToken(fmt.Sprintf("c%d.%d", i%7, i), size, lsn)
+		if spec := parseToken(tok); spec.kind != bodyLarge || spec.size != size || spec.lsn != lsn {
+			t.Fatalf("parseToken(%q) = %+v, want size %d lsn %d", tok, spec, size, lsn)
+		}
+		body := bodyOf(tok)
+		if len(body) != size {
+			t.Fatalf("bodyOf(%q) has %d bytes, want %d", tok, len(body), size)
+		}
+		if got := tokenOf(body); got != tok || itemToken(body, "k1") != tok || !checkBody(tok, body) {
+			t.Fatalf("large body %q: tokenOf = %q, checks %v", tok, got, checkBody(tok, body))
+		}
+		if i%25 == 0 && !bytes.Equal(bodyOf(tok), body) {
+			t.Fatalf("bodyOf(%q) is not reproducible", tok)
+		}
+		bad := bytes.Clone(body)
+		bad[len(bad)-1-rng.IntN(len(bad)-100)] ^= 0x80
+		if checkBody(tok, bad) || checkBody(tok, body[:len(body)-1]) || checkBody(tok, append(bytes.Clone(body), 0)) {
+			t.Fatalf("large body %q checks with a flipped bit, one byte short or one byte more", tok)
+		}
+	}
+	if !sawMax || !sawPage {
+		t.Errorf("largeSize never drew %d (%v) or a size next to a page boundary (%v)", maxLargeBody, sawMax, sawPage)
+	}
+	// Sizes out of range are not large tokens.
+	for _, tok := range []string{"c1.1b1023f5", fmt.Sprintf("c1.1b%df5", maxLargeBody+1), "c1.1b4096", "c1.1bf5"} {
+		if k, _ := tokenKind(tok); k == bodyLarge {
+			t.Errorf("tokenKind(%q) = large", tok)
+		}
+	}
+
+	tok := "c3.17" + bodyEmpty
+	if k, _ := tokenKind(tok); k != bodyEmpty || len(bodyOf(tok)) != 0 {
+		t.Fatalf("empty token %q: kind %q, body %q", tok, k, bodyOf(tok))
+	}
+	if !checkBody(tok, nil) || !checkBody(tok, []byte{}) || checkBody(tok, []byte("x")) {
+		t.Fatal("an empty body's check")
+	}
+	for key, want := range map[string]string{tok: tok, "k3": "", "": "", "c3.17": "", "c3.17ex": ""} {
+		if got := itemToken(nil, key); got != want {
+			t.Errorf("itemToken(empty body, key %q) = %q, want %q", key, got, want)
+		}
+	}
+	if got := itemToken(bodyOf("c1.2"), tok); got != "c1.2" {
+		t.Errorf("itemToken of a body that holds its token = %q, the key's", got)
 	}
 }
 

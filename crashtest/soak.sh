@@ -19,7 +19,11 @@
 # previous one), runs Work with a heartbeat and handlers longer than the
 # visibility, and puts hostile bodies (random bytes, lookalike format-1 and
 # format-2 records, copies of real frames read from the queue's own
-# segments) among the others (crashtest.DefaultMix).
+# segments) among the others, and bodies of every size from 0 B to 256 KiB:
+# 2% of items large (1 KiB to 256 KiB, a quarter of them 256 KiB, a quarter
+# next to a 4 KiB page boundary) and 1% empty (crashtest.DefaultMix). The
+# summary counts the large and empty bodies read back from disk and
+# checked byte for byte at the checks, and the MiB of all.
 #
 # Every mode also runs the workload over QUEUES named queues (default 3)
 # besides the default queue, with settings of their own: each child opens
