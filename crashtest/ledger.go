@@ -397,7 +397,7 @@ func (l *ledger) check(st *state.State, body func(*state.Item) ([]byte, error), 
 			return
 		}
 		l.bodies[it.ID] = b
-		tok := itemToken(b, it.Key)
+		tok := itemToken(b, it.Key())
 		if tok == "" || l.entries[tok] == nil {
 			l.violate("%s: unknown item %d stored in queue %d: body %q", where, it.ID, it.Queue, truncate(b, 60))
 			return
@@ -419,7 +419,7 @@ func (l *ledger) check(st *state.State, body func(*state.Item) ([]byte, error), 
 			if e.idSure {
 				if other := st.Item(e.id); other != nil {
 					l.violate("%s: item %s is not stored, but its ID %d, which its put returned, holds item %q of queue %d",
-						where, tok, e.id, itemToken(l.bodies[other.ID], other.Key), other.Queue)
+						where, tok, e.id, itemToken(l.bodies[other.ID], other.Key()), other.Queue)
 				}
 			}
 			if e.gone {
