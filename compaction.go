@@ -471,6 +471,20 @@ func (q *Queue) releaseFiles(files []*bodyFile, fileOf func(uint64) *bodyFile, f
 	}); err != nil {
 		return err
 	}
+	// The pass saw the state as applied, which may hold an ack or a purge
+	// not yet durable (under SyncNever, or an instant before an fsync):
+	// a crash could bring such an item back, with its body in a file
+	// removed here. So what the pass saw is made durable (and, by the
+	// seal, seen to be) before anything is removed.
+	remove := false
+	for _, f := range files {
+		remove = remove || (f.size > 0 && f.live == 0)
+	}
+	if remove {
+		if _, err := q.log.SyncRoll(); err != nil {
+			return fmt.Errorf("walq: compaction: sync before removing: %w", err)
+		}
+	}
 	for _, f := range files {
 		if f.kept {
 			if f.live == 0 && f.size > 0 {
