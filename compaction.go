@@ -515,8 +515,9 @@ func (q *Queue) releaseFiles(files []*bodyFile, fileOf func(uint64) *bodyFile, f
 	return nil
 }
 
-// keptBytes is the size of the kept segments (0 when they cannot be
-// listed: the next compaction lists them again).
+// keptBytes lists the kept segments and returns their size (0 when they
+// cannot be listed: the next compaction lists them again), and keeps it
+// and their number for Stats, which does not list them.
 func (q *Queue) keptBytes() int64 {
 	kept, err := q.log.Kept()
 	if err != nil {
@@ -528,5 +529,7 @@ func (q *Queue) keptBytes() int64 {
 			n += info.Size()
 		}
 	}
+	q.metrics.keptBytes.Store(n)
+	q.metrics.keptFiles.Store(int64(len(kept)))
 	return n
 }

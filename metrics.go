@@ -84,6 +84,9 @@ type metrics struct {
 	// write amplification.
 	writtenBytes atomic.Int64
 	putBytes     atomic.Int64
+	// The kept segments as the last compaction (or Open) left them.
+	keptBytes atomic.Int64
+	keptFiles atomic.Int64
 }
 
 func newMetrics() metrics {
@@ -149,7 +152,8 @@ type Stats struct {
 	// is the write amplification.
 	WrittenBytes, PutBytes int64
 	// KeptBytes and KeptSegments are the sealed segments moved out of the
-	// log (into the directory's bodies/) for the live bodies they hold.
+	// log (into the directory's bodies/) for the live bodies they hold, as
+	// the last compaction left them.
 	KeptBytes    int64
 	KeptSegments int
 	LastLSN      uint64 // last record appended
@@ -217,9 +221,7 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 	for _, s := range segs {
 		logBytes += s.Size
 	}
-	keptBytes := q.keptBytes()
-	kept, _ := q.log.Kept()
-	keptN := len(kept)
+	keptBytes, keptN := q.metrics.keptBytes.Load(), int(q.metrics.keptFiles.Load())
 	q.mu.Lock()
 	now := q.qt.now()
 	var g state.Gauges
