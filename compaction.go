@@ -149,6 +149,14 @@ func (q *Queue) compact() (err error) {
 		q.snapLSN.Store(covered)
 	}
 	if err := q.compactBodies(covered, roll); err != nil {
+		if errors.Is(err, errCompactionStopped) || errors.Is(err, ErrClosed) {
+			// Stopped by Close between files: the new snapshot stands, and
+			// the older ones go as they would have (the next compaction
+			// deals with the files left).
+			if rerr := q.removeSnapshotsBefore(covered); rerr != nil {
+				return rerr
+			}
+		}
 		return err
 	}
 	if err := q.removeSnapshotsBefore(covered); err != nil {
@@ -341,6 +349,10 @@ func (q *Queue) compactBodies(covered uint64, erase bool) error {
 func (q *Queue) eachBody(fn func(*state.Item)) error {
 	for next := uint64(1); ; {
 		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return errCompactionStopped
+		}
 		if err := q.usableLocked(); err != nil {
 			q.mu.Unlock()
 			return err
