@@ -347,7 +347,9 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 		it.heapPos, x.deadlinePos = -1, -1
 		// Only an item that has one of these takes the memory for them.
 		if x.key != "" || x.deadline != 0 || x.lastError != "" || x.endedAt != 0 || x.deadSeq != 0 || x.history != nil {
-			it.x = &x
+			px := new(itemExtra) // a copy: x itself stays on the stack
+			*px = x
+			it.x = px
 		}
 	}
 	n = d.arrayLen(-1)
