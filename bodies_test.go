@@ -1,12 +1,18 @@
 package walq
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/walq/walq/wal"
 )
 
 // TestBodyCache: bodies put recently are delivered from memory, never read;
@@ -240,5 +246,54 @@ func TestCompactionKeepsDenseSegments(t *testing.T) {
 	must(t, q.Compact())
 	if kept, err := q.log.Kept(); err != nil || len(kept) != 0 {
 		t.Fatalf("kept segments %v (%v) after the backlog drained and a compaction", kept, err)
+	}
+}
+
+// TestOpenVerifiesKeptHeaders: the headers of a kept segment that holds
+// live bodies are verified at Open (damage there refuses the open as
+// corruption, and changes nothing), while its bodies are not read until
+// delivered.
+func TestOpenVerifiesKeptHeaders(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{SegmentSize: 16 << 10, BodyCacheBytes: -1, DisableAutoCompact: true}
+	q, err := Open(dir, opts)
+	must(t, err)
+	hq, err := q.OpenQueue("held", QueueOptions{})
+	must(t, err)
+	must(t, hq.Pause(time.Time{}))
+	for i := range 100 {
+		mustPut(t, hq, fmt.Sprintf("held %03d %s", i, string(make([]byte, 500))))
+	}
+	for i := range 100 {
+		mustPut(t, q, fmt.Sprintf("churn %d", i))
+	}
+	must(t, q.Compact())
+	kept, err := q.log.Kept()
+	must(t, err)
+	must(t, q.Close())
+	if len(kept) == 0 {
+		t.Fatal("no kept segment")
+	}
+	path := filepath.Join(dir, "bodies", kept[0].Name)
+	good, err := os.ReadFile(path)
+	must(t, err)
+	bad := append([]byte(nil), good...)
+	bad[wal.SegmentHeaderSize+9] ^= 1 // the first frame's header
+	must(t, os.WriteFile(path, bad, 0o600))
+	if q, err := Open(dir, opts); !errors.Is(err, ErrCorrupt) {
+		if err == nil {
+			q.Close()
+		}
+		t.Fatalf("Open with a damaged frame header in a kept segment: %v, want ErrCorrupt", err)
+	}
+	if now, _ := os.ReadFile(path); !bytes.Equal(now, bad) {
+		t.Fatal("the refused open changed the kept segment")
+	}
+	must(t, os.WriteFile(path, good, 0o600))
+	q, err = Open(dir, opts)
+	must(t, err)
+	defer q.Close()
+	if got := len(storedBodies(t, q)); got != 200 {
+		t.Fatalf("%d items with bodies after the repair, want the 200 put", got)
 	}
 }

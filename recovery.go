@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -218,6 +219,14 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		BrokenFile:     info.BrokenFile,
 		ForeignEntries: foreign,
 		Migration:      migration,
+	}
+	// Files that recovery did not replay but that hold live bodies (log
+	// segments the snapshot covers, kept segments) have their headers
+	// verified: damage there is corruption, as in the replayed log; each
+	// body is still checked by its own CRC when it is read.
+	if err := q.verifyBodyFiles(st, snap); err != nil {
+		log.Close()
+		return nil, err
 	}
 	// Segments the snapshot covers wholly were neither read nor verified.
 	// Those below the lowest body the state names are garbage that a crash
@@ -444,4 +453,49 @@ func writeReserve(fsys wal.FS, dir string, perm os.FileMode) error {
 		return err
 	}
 	return werr
+}
+
+// verifyBodyFiles verifies the headers of the files that hold live bodies
+// and were not replayed: log segments wholly covered by the snapshot at
+// snap, and kept segments (wal.VerifyHeaders). Its cost is that of their
+// headers, not of their bodies.
+func (q *Queue) verifyBodyFiles(st *state.State, snap uint64) error {
+	type file struct {
+		first, last uint64
+		path        string
+		live        bool
+	}
+	var files []*file
+	kept, err := q.log.Kept()
+	if err != nil {
+		return fmt.Errorf("walq: list kept segments: %w", err)
+	}
+	for _, k := range kept {
+		files = append(files, &file{first: k.First, last: k.Last, path: filepath.Join(q.dir, layout.BodiesDirName, k.Name)})
+	}
+	segs := q.log.Segments()
+	for i := 0; i+1 < len(segs) && segs[i+1].First <= snap+1; i++ {
+		files = append(files, &file{first: segs[i].First, last: segs[i+1].First - 1, path: segs[i].Path})
+	}
+	if len(files) == 0 {
+		return nil
+	}
+	st.Each(func(it *state.Item) {
+		if it.Body.Len == 0 || it.Body.LSN == 0 {
+			return
+		}
+		i := sort.Search(len(files), func(i int) bool { return files[i].last >= it.Body.LSN })
+		if i < len(files) && files[i].first <= it.Body.LSN {
+			files[i].live = true
+		}
+	})
+	for _, f := range files {
+		if !f.live {
+			continue // garbage the next compaction removes; nothing reads it
+		}
+		if err := wal.VerifyHeaders(q.opts.fs, f.path, q.dirID, f.first, f.last); err != nil {
+			return fmt.Errorf("walq: a file that holds live bodies does not verify: %w", err)
+		}
+	}
+	return nil
 }
