@@ -45,7 +45,15 @@ import (
 // A lost lease or a second run is a violation (V) unless stalls cover at
 // least starveLimit of the visibility before it was seen (their union:
 // the child could run freely for less than the heartbeat needs); then it is
-// an S line with what was seen, counted apart (Summary.Starved). A queue
+// an S line with what was seen, counted apart (Summary.Starved). A stall is
+// known only once a watcher's round ends after it, and a child the kernel
+// did not run for a while (its threads runnable, not running: the runtime's
+// histogram does not see that) wakes its heartbeats and its watchers at
+// once: the heartbeat may find its lease lost before any watcher has
+// recorded the stall that just ended. So the judgement waits until every
+// watcher has ended a round after the lease was found lost (settle), and
+// counts a watcher still inside its round as stalled since it was due. A
+// queue
 // that held its lock across I/O could be taken for a starved one here; the
 // library's own tests hold a stalled fsync against the heartbeat
 // (TestWorkHeartbeatOutlastsAStalledFsync), and every run prints its
@@ -65,16 +73,47 @@ type stallWatch struct {
 	probe  func() // takes the queue's lock, as a heartbeat does
 	mu     sync.Mutex
 	stalls []stall // the last few thousand, in the order seen
+	// ended is when each watcher last ended a round (its start, before
+	// the first); the watcher's next round is due watchEvery after it.
+	ended []time.Time
+	quit  chan struct{} // closed to stop the watchers and the sampler (tests; nil: never)
 }
 
 type stall struct{ from, to time.Time }
 
 // start runs the watchers and the sampler.
 func (w *stallWatch) start() {
-	for range 2 * runtime.GOMAXPROCS(0) {
-		go w.watch()
+	n := 2 * runtime.GOMAXPROCS(0)
+	now := time.Now()
+	w.mu.Lock()
+	w.ended = make([]time.Time, n)
+	for i := range w.ended {
+		w.ended[i] = now
+	}
+	w.mu.Unlock()
+	for i := range n {
+		go w.watch(i)
 	}
 	go w.sample()
+}
+
+// settleTimeout bounds how long settle waits for the watchers.
+const settleTimeout = time.Second
+
+// settle waits until every watcher has ended a round after t (or
+// settleTimeout has passed), so that a stall that ended by t is recorded.
+func (w *stallWatch) settle(t time.Time) {
+	for deadline := time.Now().Add(settleTimeout); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		w.mu.Lock()
+		done := true
+		for _, e := range w.ended {
+			done = done && e.After(t)
+		}
+		w.mu.Unlock()
+		if done {
+			return
+		}
+	}
 }
 
 func (w *stallWatch) add(from, to time.Time) {
@@ -90,21 +129,25 @@ func (w *stallWatch) add(from, to time.Time) {
 // Reset after each wake, received in a select), takes the queue's lock,
 // and records each round that ended starveWatch or more after the timer
 // was due.
-func (w *stallWatch) watch() {
+func (w *stallWatch) watch(i int) {
 	t := time.NewTimer(watchEvery)
-	stop := make(chan struct{}) // never closed: the select is the heartbeat's shape
 	for {
 		due := time.Now().Add(watchEvery)
-		select {
+		select { // the heartbeat's shape: a timer and a stop channel
 		case <-t.C:
-		case <-stop:
+		case <-w.quit:
+			return
 		}
 		if w.probe != nil {
 			w.probe()
 		}
-		if now := time.Now(); now.Sub(due) >= starveWatch {
+		now := time.Now()
+		if now.Sub(due) >= starveWatch {
 			w.add(due, now)
 		}
+		w.mu.Lock()
+		w.ended[i] = now
+		w.mu.Unlock()
 		t.Reset(watchEvery)
 	}
 }
@@ -115,7 +158,11 @@ func (w *stallWatch) sample() {
 	m := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
 	var prev []uint64
 	for {
-		time.Sleep(watchEvery)
+		select {
+		case <-time.After(watchEvery):
+		case <-w.quit:
+			return
+		}
 		metrics.Read(m)
 		if m[0].Value.Kind() != metrics.KindFloat64Histogram {
 			return
@@ -136,10 +183,18 @@ func (w *stallWatch) sample() {
 }
 
 // covered returns how much of [from, to] the stalls cover, and the longest.
+// A watcher whose round due before to - starveWatch has not ended is in a
+// stall from that due time on.
 func (w *stallWatch) covered(from, to time.Time) (union, longest time.Duration) {
 	w.mu.Lock()
+	stalls := w.stalls
+	for _, e := range w.ended {
+		if due := e.Add(watchEvery); !e.After(to) && to.Sub(due) >= starveWatch {
+			stalls = append(stalls[:len(stalls):len(stalls)], stall{due, to})
+		}
+	}
 	var in []stall
-	for _, s := range w.stalls {
+	for _, s := range stalls {
 		if s.to.After(from) && s.from.Before(to) {
 			in = append(in, stall{maxTime(s.from, from), minTime(s.to, to)})
 			longest = max(longest, s.to.Sub(s.from))
@@ -180,6 +235,7 @@ func minTime(a, b time.Time) time.Time {
 func (c *child) workViolation(start time.Time, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	now := time.Now()
+	c.stalls.settle(now)
 	union, longest := c.stalls.covered(minTime(start, now.Add(-visibility)), now)
 	seen := fmt.Sprintf("stalls covered %v of the last %v, the longest %v", union.Round(time.Millisecond),
 		now.Sub(minTime(start, now.Add(-visibility))).Round(time.Millisecond), longest.Round(time.Millisecond))

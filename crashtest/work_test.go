@@ -139,3 +139,28 @@ func TestWorkHeartbeatAcrossClockStepBack(t *testing.T) {
 		t.Fatalf("expired %d, acked %d: want 0 and 3", st.Expired, st.Acked)
 	}
 }
+
+// A stall that ends just before a lease is judged lost must count: the
+// judgement waits for the watchers to record it (settle), and a watcher
+// that has not ended its round counts as stalled since it was due.
+func TestStallWatchSeesStallJustEnded(t *testing.T) {
+	var lock sync.Mutex // the queue's lock, as the probe takes it
+	w := &stallWatch{probe: func() { lock.Lock(); lock.Unlock() }, quit: make(chan struct{})}
+	defer close(w.quit)
+	w.start()
+	time.Sleep(3 * watchEvery)
+	start := time.Now()
+	lock.Lock()
+	time.Sleep(150 * time.Millisecond)
+	// The watchers are blocked in their probes: their rounds have not ended.
+	if union, _ := w.covered(start, time.Now()); union < 120*time.Millisecond {
+		t.Errorf("rounds not ended: stalls cover %v of the last 150ms", union)
+	}
+	lock.Unlock()
+	now := time.Now()
+	w.settle(now)
+	union, longest := w.covered(start, now)
+	if union < 140*time.Millisecond || longest < 140*time.Millisecond {
+		t.Errorf("after settle: stalls cover %v of the last %v, the longest %v", union, now.Sub(start), longest)
+	}
+}
