@@ -145,7 +145,12 @@ func TestWorkHeartbeatAcrossClockStepBack(t *testing.T) {
 // that has not ended its round counts as stalled since it was due.
 func TestStallWatchSeesStallJustEnded(t *testing.T) {
 	var lock sync.Mutex // the queue's lock, as the probe takes it
-	w := &stallWatch{probe: func() { lock.Lock(); lock.Unlock() }, quit: make(chan struct{})}
+	held := 0
+	w := &stallWatch{probe: func() {
+		lock.Lock()
+		held++ // something to do under it, as the real probe has
+		lock.Unlock()
+	}, quit: make(chan struct{})}
 	defer close(w.quit)
 	w.start()
 	time.Sleep(3 * watchEvery)
