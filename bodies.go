@@ -311,47 +311,50 @@ func (q *Queue) addPutBodiesLocked(lsn, first uint64, items []state.NewItem) {
 	q.bodies.addLocked(lsn, ids, offs, bodies)
 }
 
+// appendRelocateLocked appends rec and holds its bodies until their frame
+// is placed (addLocked), as a put's are. It returns the bytes of bodies it
+// carries; the caller syncs.
+func (q *Queue) appendRelocateLocked(rec *state.Relocate) (int64, error) {
+	lsn, _, err := q.appendToLocked(state.DefaultQueue, rec)
+	if err != nil {
+		return 0, err
+	}
+	ids := make([]uint64, len(rec.Items))
+	offs := make([]int, len(rec.Items))
+	bodies := make([][]byte, len(rec.Items))
+	var n int64
+	for i, r := range rec.Items {
+		ids[i], offs[i], bodies[i] = r.ID, r.BodyOffset, r.Body
+		n += int64(len(r.Body))
+	}
+	q.bodies.addLocked(lsn, ids, offs, bodies)
+	return n, nil
+}
+
 // relocateInline copies into the log the bodies that the state holds
 // itself (those of a snapshot of an earlier version), in Relocate records
 // of up to relocateChunk bytes, and syncs them. Open calls it before the
 // queue takes calls; the compaction that follows writes a snapshot of the
 // current version and lets the old one go.
-func (q *Queue) relocateInline() (int, error) {
+func (q *Queue) relocateInline() error {
 	q.mu.Lock()
 	ids := q.st.InlineIDs()
-	var last *wal.Commit
 	for len(ids) > 0 {
 		rec := &state.Relocate{Time: q.qt.now()}
-		var bodies [][]byte
-		var n int
-		for len(ids) > 0 && (n == 0 || n < relocateChunk) {
+		for n := 0; len(ids) > 0 && n < relocateChunk; ids = ids[1:] {
 			b, _ := q.st.Inline(ids[0])
 			rec.Items = append(rec.Items, state.Relocated{ID: ids[0], Body: b})
-			bodies = append(bodies, b)
 			n += len(b)
-			ids = ids[1:]
 		}
-		lsn, c, err := q.appendToLocked(state.DefaultQueue, rec)
-		if err != nil {
+		if _, err := q.appendRelocateLocked(rec); err != nil {
 			q.mu.Unlock()
-			return 0, err
+			return err
 		}
-		offs := make([]int, len(rec.Items))
-		rids := make([]uint64, len(rec.Items))
-		for j := range rec.Items {
-			offs[j], rids[j] = rec.Items[j].BodyOffset, rec.Items[j].ID
-		}
-		q.bodies.addLocked(lsn, rids, offs, bodies)
-		last = c
 	}
 	q.mu.Unlock()
-	if last == nil {
-		return 0, nil
-	}
-	if _, err := q.log.SyncRoll(); err != nil { // fsynced, and seen to be (see relocateBelow)
-		return 0, err
-	}
-	return 1, nil
+	// Fsynced, and seen to be on disk (see compactBodies).
+	_, err := q.log.SyncRoll()
+	return err
 }
 
 // closeLog closes the log and, when replaying what it holds after the last

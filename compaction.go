@@ -247,15 +247,50 @@ const (
 	scanPiece = 64 << 10
 )
 
-// bodyFile is a file that holds bodies: a sealed log segment the snapshot
-// covers, or a kept segment.
+// bodyFile is a file that holds bodies and is not replayed: a sealed log
+// segment the snapshot covers, or a kept segment.
 type bodyFile struct {
 	first, last uint64 // its records
 	size        int64
 	kept        bool
-	name        string
+	name, path  string
 	live        int64 // bytes of live bodies in it
 	copy        bool  // its live bodies are copied forward, then it is removed
+}
+
+// bodyFiles lists the kept segments and the sealed log segments that the
+// snapshot at covered covers wholly, by their records, ascending (kept
+// ones all come before the log's).
+func (q *Queue) bodyFiles(covered uint64) ([]*bodyFile, error) {
+	kept, err := q.log.Kept()
+	if err != nil {
+		return nil, fmt.Errorf("list kept segments: %w", err)
+	}
+	var files []*bodyFile
+	for _, k := range kept {
+		path := filepath.Join(q.dir, layout.BodiesDirName, k.Name)
+		info, err := q.opts.fs.Stat(path)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, &bodyFile{first: k.First, last: k.Last, size: info.Size(), kept: true, name: k.Name, path: path})
+	}
+	segs := q.log.Segments()
+	for i := 0; i+1 < len(segs) && segs[i+1].First <= covered+1; i++ {
+		s := segs[i]
+		files = append(files, &bodyFile{first: s.First, last: segs[i+1].First - 1, size: s.Size, name: s.Name, path: s.Path})
+	}
+	return files, nil
+}
+
+// fileHolding returns the file of files (as bodyFiles lists them) that
+// holds record lsn, or nil.
+func fileHolding(files []*bodyFile, lsn uint64) *bodyFile {
+	i := sort.Search(len(files), func(i int) bool { return files[i].last >= lsn })
+	if i < len(files) && files[i].first <= lsn {
+		return files[i]
+	}
+	return nil
 }
 
 // compactBodies deals with the files that hold bodies once the snapshot at
@@ -274,36 +309,15 @@ type bodyFile struct {
 // copied forward rather than kept, so that the deleted queue's bodies leave
 // the disk with this compaction.
 func (q *Queue) compactBodies(covered uint64, erase bool) error {
-	segs := q.log.Segments()
-	kept, err := q.log.Kept()
+	files, err := q.bodyFiles(covered)
 	if err != nil {
-		return fmt.Errorf("walq: compaction: list kept segments: %w", err)
-	}
-	var files []*bodyFile
-	for _, k := range kept {
-		info, err := q.opts.fs.Stat(filepath.Join(q.dir, layout.BodiesDirName, k.Name))
-		if err != nil {
-			return fmt.Errorf("walq: compaction: %w", err)
-		}
-		files = append(files, &bodyFile{first: k.First, last: k.Last, size: info.Size(), kept: true, name: k.Name})
-	}
-	front := 0 // log segments the snapshot covers wholly
-	for front+1 < len(segs) && segs[front+1].First <= covered+1 {
-		s := segs[front]
-		files = append(files, &bodyFile{first: s.First, last: segs[front+1].First - 1, size: s.Size, name: s.Name})
-		front++
+		return fmt.Errorf("walq: compaction: %w", err)
 	}
 	if len(files) == 0 {
 		return nil
 	}
 	// Live bytes per file, in pieces under the lock.
-	fileOf := func(lsn uint64) *bodyFile {
-		i := sort.Search(len(files), func(i int) bool { return files[i].last >= lsn })
-		if i < len(files) && files[i].first <= lsn {
-			return files[i]
-		}
-		return nil
-	}
+	fileOf := func(lsn uint64) *bodyFile { return fileHolding(files, lsn) }
 	if err := q.eachBody(func(it *state.Item) {
 		if f := fileOf(it.Body.LSN); f != nil {
 			f.live += int64(it.Body.Len)
@@ -436,31 +450,20 @@ func (q *Queue) relocate(srcs []bodySource) (int64, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	rec := &state.Relocate{Time: q.qt.now()}
-	var ids []uint64
-	var bodies [][]byte
 	for _, c := range got {
 		// The same record still holds it (its place in the record's
 		// segment may have become known meanwhile).
 		if it := q.st.Item(c.src.id); it != nil && it.Body.LSN == c.src.ref.LSN && it.Body.Len > 0 {
 			rec.Items = append(rec.Items, state.Relocated{ID: c.src.id, Body: c.body})
-			ids = append(ids, c.src.id)
-			bodies = append(bodies, c.body)
 		}
 	}
 	if len(rec.Items) == 0 {
 		return 0, nil
 	}
-	lsn, _, err := q.appendToLocked(state.DefaultQueue, rec)
+	n, err := q.appendRelocateLocked(rec)
 	if err != nil {
 		return 0, err
 	}
-	offs := make([]int, len(rec.Items))
-	var n int64
-	for j := range rec.Items {
-		offs[j] = rec.Items[j].BodyOffset
-		n += int64(len(rec.Items[j].Body))
-	}
-	q.bodies.addLocked(lsn, ids, offs, bodies)
 	q.metrics.relocatedBytes.Add(n)
 	return n, nil
 }

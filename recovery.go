@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -282,7 +281,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	// and a compaction writes the index without them: from here on every
 	// body is on disk and none in memory.
 	if n := len(st.InlineIDs()); n > 0 {
-		if _, err := q.relocateInline(); err != nil {
+		if err := q.relocateInline(); err != nil {
 			log.Close()
 			return nil, fmt.Errorf("walq: copy the bodies of a snapshot of an earlier version into the log: %w", err)
 		}
@@ -460,37 +459,22 @@ func writeReserve(fsys wal.FS, dir string, perm os.FileMode) error {
 // snap, and kept segments (wal.VerifyHeaders). Its cost is that of their
 // headers, not of their bodies.
 func (q *Queue) verifyBodyFiles(st *state.State, snap uint64) error {
-	type file struct {
-		first, last uint64
-		path        string
-		live        bool
-	}
-	var files []*file
-	kept, err := q.log.Kept()
+	files, err := q.bodyFiles(snap)
 	if err != nil {
-		return fmt.Errorf("walq: list kept segments: %w", err)
-	}
-	for _, k := range kept {
-		files = append(files, &file{first: k.First, last: k.Last, path: filepath.Join(q.dir, layout.BodiesDirName, k.Name)})
-	}
-	segs := q.log.Segments()
-	for i := 0; i+1 < len(segs) && segs[i+1].First <= snap+1; i++ {
-		files = append(files, &file{first: segs[i].First, last: segs[i+1].First - 1, path: segs[i].Path})
+		return fmt.Errorf("walq: %w", err)
 	}
 	if len(files) == 0 {
 		return nil
 	}
 	st.Each(func(it *state.Item) {
-		if it.Body.Len == 0 || it.Body.LSN == 0 {
-			return
-		}
-		i := sort.Search(len(files), func(i int) bool { return files[i].last >= it.Body.LSN })
-		if i < len(files) && files[i].first <= it.Body.LSN {
-			files[i].live = true
+		if it.Body.Len > 0 && it.Body.LSN != 0 {
+			if f := fileHolding(files, it.Body.LSN); f != nil {
+				f.live += int64(it.Body.Len)
+			}
 		}
 	})
 	for _, f := range files {
-		if !f.live {
+		if f.live == 0 {
 			continue // garbage the next compaction removes; nothing reads it
 		}
 		if err := wal.VerifyHeaders(q.opts.fs, f.path, q.dirID, f.first, f.last); err != nil {

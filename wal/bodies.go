@@ -356,85 +356,45 @@ func (r *BodyReader) acquire(lsn uint64, off int64) (*bodyFile, error) {
 				lsn, off, r.dir, start, ErrBodyGone)
 		}
 		first := r.firsts[i]
-		if bf := r.files[first]; bf != nil {
-			if bf.f == nil { // another read is opening it
-				r.changed.Wait()
-				continue
-			}
-			bf.refs++
-			r.tick++
-			bf.used = r.tick
-			r.mu.Unlock()
+		name := SegmentName(first)
+		bf, retry, err := r.takeLocked(first, name, filepath.Join(r.dir, name), false, lsn, off)
+		switch {
+		case retry:
+			continue
+		case err == nil:
 			return bf, nil
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, err
 		}
-		if r.open >= r.maxOpen {
-			victim := r.leastRecent()
-			if victim == nil { // every open file is being read
-				r.changed.Wait()
-				continue
-			}
-			delete(r.files, victim.first)
-			victim.cached = false
-			r.mu.Unlock()
-			victim.f.Close() // a read-only file: nothing to lose
-			r.mu.Lock()
-			r.open--
-			r.changed.Broadcast()
-			continue
-		}
-		// Take the slot and open outside the lock; reads of this segment
-		// meanwhile wait for the open, those of others go on.
-		r.tick++
-		bf := &bodyFile{first: first, name: SegmentName(first), refs: 1, used: r.tick, cached: true}
-		bf.path = filepath.Join(r.dir, bf.name)
-		r.files[first] = bf
-		r.open++
-		r.mu.Unlock()
-		f, err := r.fsys.OpenFile(bf.path, os.O_RDONLY, 0)
+		// The segment file is gone (takeLocked released mu).
 		r.mu.Lock()
-		if err != nil {
-			if r.files[first] == bf {
-				delete(r.files, first)
-			}
-			r.open--
-			r.changed.Broadcast()
-			if !errors.Is(err, fs.ErrNotExist) {
-				r.mu.Unlock()
-				return nil, fmt.Errorf("read body of record %d: open segment %s (offset %d): %w", lsn, bf.name, off, err)
-			}
-			if r.owned && r.keepDir != "" && !movedCheck {
-				// Moved to the keep directory since it was looked up: the
-				// kept list has it now (the move tells before it unlinks).
-				movedCheck = true
-				continue
-			}
-			if r.owned || relisted {
-				r.mu.Unlock()
-				return nil, fmt.Errorf("read body of record %d: segment %s offset %d: %w", lsn, bf.name, off, ErrBodyGone)
-			}
-			missing, missingFirst = bf.name, first
-			r.mu.Unlock()
-			if err := r.relist(lsn); err != nil {
-				return nil, fmt.Errorf("read body of record %d at offset %d: %w", lsn, off, err)
-			}
-			relisted = true
-			r.mu.Lock()
+		if r.owned && r.keepDir != "" && !movedCheck {
+			// Moved to the keep directory since it was looked up: the
+			// kept list has it now (the move tells before it unlinks).
+			movedCheck = true
 			continue
 		}
-		// The file was there when it was opened, so the read goes ahead
-		// even if the segment was removed (or the reader closed) meanwhile:
-		// bf is then out of files, and release closes it.
-		bf.f = f
-		r.changed.Broadcast()
+		if r.owned || relisted {
+			r.mu.Unlock()
+			return nil, fmt.Errorf("read body of record %d: segment %s offset %d: %w", lsn, name, off, ErrBodyGone)
+		}
+		missing, missingFirst = name, first
 		r.mu.Unlock()
-		return bf, nil
+		if err := r.relist(lsn); err != nil {
+			return nil, fmt.Errorf("read body of record %d at offset %d: %w", lsn, off, err)
+		}
+		relisted = true
+		r.mu.Lock()
 	}
 }
 
-// takeLocked takes a reference on the file of the segment first, opening
-// it at path when it is not open: a simpler acquire for kept segments,
-// whose list says where each lies. It is called with mu held and returns
-// with it released, unless retry is set (mu held again: look again).
+// takeLocked takes a reference on the file of the segment first (a log
+// segment, or a kept one when kept is set), opening it at path when it is
+// not open, in the slot of the least recently used file no read holds when
+// maxOpen are open. It is called with mu held and returns with it
+// released, unless retry is set (mu held again: look again). An error
+// opening the file wraps the open's, so that a file gone shows as
+// fs.ErrNotExist.
 func (r *BodyReader) takeLocked(first uint64, name, path string, kept bool, lsn uint64, off int64) (*bodyFile, bool, error) {
 	if bf := r.files[first]; bf != nil && bf.kept == kept {
 		if bf.f == nil {
@@ -447,7 +407,7 @@ func (r *BodyReader) takeLocked(first uint64, name, path string, kept bool, lsn 
 		r.mu.Unlock()
 		return bf, false, nil
 	} else if bf != nil {
-		// The log segment's file, moved since: drop it.
+		// The same segment under its other name (it moved): drop that one.
 		drop := r.dropLocked(bf)
 		r.mu.Unlock()
 		r.closeDropped(drop)
@@ -456,19 +416,21 @@ func (r *BodyReader) takeLocked(first uint64, name, path string, kept bool, lsn 
 	}
 	if r.open >= r.maxOpen {
 		victim := r.leastRecent()
-		if victim == nil {
+		if victim == nil { // every open file is being read
 			r.changed.Wait()
 			return nil, true, nil
 		}
 		delete(r.files, victim.first)
 		victim.cached = false
 		r.mu.Unlock()
-		victim.f.Close()
+		victim.f.Close() // a read-only file: nothing to lose
 		r.mu.Lock()
 		r.open--
 		r.changed.Broadcast()
 		return nil, true, nil
 	}
+	// Take the slot and open outside the lock; reads of this segment
+	// meanwhile wait for the open, those of others go on.
 	r.tick++
 	bf := &bodyFile{first: first, name: name, path: path, kept: kept, refs: 1, used: r.tick, cached: true}
 	r.files[first] = bf
@@ -485,6 +447,9 @@ func (r *BodyReader) takeLocked(first uint64, name, path string, kept bool, lsn 
 		r.mu.Unlock()
 		return nil, false, fmt.Errorf("read body of record %d: open %s (offset %d): %w", lsn, path, off, err)
 	}
+	// The file was there when it was opened, so the read goes ahead even
+	// if the segment was removed (or the reader closed) meanwhile: bf is
+	// then out of files, and release closes it.
 	bf.f = f
 	r.changed.Broadcast()
 	r.mu.Unlock()
