@@ -123,15 +123,20 @@ func (b *bodies) drainLocked(st *state.State) {
 	}
 }
 
-// cacheEntryCost is what the cache counts for an entry beside its body:
-// its map slot and its place in the order, so that the bound holds for
-// small bodies too.
-const cacheEntryCost = 64
+// cacheEntryCost is what the cache counts for an entry beside its body's
+// capacity: its map slot (with the map's room to grow), its slice header
+// and its place in the order, so that the bound holds for small bodies
+// too. Measured: a cache of 175,000 bodies of 32 bytes took 151 bytes of
+// heap per body, 119 beside the body.
+const cacheEntryCost = 120
+
+// cacheCost is what the cache counts for body.
+func cacheCost(body []byte) int64 { return int64(cap(body)) + cacheEntryCost }
 
 // cacheLocked keeps body in the cache, dropping the oldest bodies while
 // it holds more than its bound.
 func (b *bodies) cacheLocked(id uint64, body []byte) {
-	cost := int64(len(body)) + cacheEntryCost
+	cost := cacheCost(body)
 	if b.cacheMax <= 0 || cost > b.cacheMax {
 		return
 	}
@@ -146,7 +151,7 @@ func (b *bodies) cacheLocked(id uint64, body []byte) {
 		b.order = b.order[1:]
 		if v, ok := b.cache[old]; ok {
 			delete(b.cache, old)
-			b.cacheBytes -= int64(len(v)) + cacheEntryCost
+			b.cacheBytes -= cacheCost(v)
 		}
 	}
 	// The order keeps the IDs of bodies delivered since; copy it down
@@ -170,7 +175,7 @@ func (b *bodies) takeLocked(id uint64) ([]byte, bool) {
 	}
 	if v, ok := b.cache[id]; ok {
 		delete(b.cache, id)
-		b.cacheBytes -= int64(len(v)) + cacheEntryCost
+		b.cacheBytes -= cacheCost(v)
 		return v, true
 	}
 	return nil, false
@@ -197,20 +202,20 @@ type bodySource struct {
 
 // sourceLocked returns where item it's body comes from; take says the
 // caller delivers it.
-func (q *Queue) sourceLocked(it *state.Item, take bool) bodySource {
-	src := bodySource{id: it.ID, ref: it.Body}
-	if it.Body.Len == 0 {
+func (q *Queue) sourceLocked(id uint64, ref state.BodyRef, take bool) bodySource {
+	src := bodySource{id: id, ref: ref}
+	if ref.Len == 0 {
 		src.hit = true
 		return src
 	}
-	if it.Body.LSN == 0 {
-		src.mem, src.hit = q.st.Inline(it.ID)
+	if ref.LSN == 0 {
+		src.mem, src.hit = q.st.Inline(id)
 		return src
 	}
 	if take {
-		src.mem, src.hit = q.bodies.takeLocked(it.ID)
+		src.mem, src.hit = q.bodies.takeLocked(id)
 	} else {
-		src.mem, src.hit = q.bodies.peekLocked(it.ID)
+		src.mem, src.hit = q.bodies.peekLocked(id)
 	}
 	return src
 }
@@ -255,7 +260,7 @@ func (q *Queue) loadBody(src bodySource) ([]byte, error) {
 		it := q.st.Item(src.id)
 		var next bodySource
 		if it != nil {
-			next = q.sourceLocked(it, false)
+			next = q.sourceLocked(it.ID, it.Body, false)
 		}
 		q.mu.Unlock()
 		if it == nil {

@@ -318,9 +318,9 @@ func (q *Queue) compactBodies(covered uint64, erase bool) error {
 	}
 	// Live bytes per file, in pieces under the lock.
 	fileOf := func(lsn uint64) *bodyFile { return fileHolding(files, lsn) }
-	if err := q.eachBody(func(it *state.Item) {
-		if f := fileOf(it.Body.LSN); f != nil {
-			f.live += int64(it.Body.Len)
+	if err := q.eachBody(func(_ uint64, b state.BodyRef) {
+		if f := fileOf(b.LSN); f != nil {
+			f.live += int64(b.Len)
 		}
 	}); err != nil {
 		return err
@@ -360,7 +360,7 @@ func (q *Queue) compactBodies(covered uint64, erase bool) error {
 
 // eachBody calls fn for every stored item whose body is in the log, in
 // pieces of scanPiece items under the lock.
-func (q *Queue) eachBody(fn func(*state.Item)) error {
+func (q *Queue) eachBody(fn func(id uint64, body state.BodyRef)) error {
 	for next := uint64(1); ; {
 		q.mu.Lock()
 		if q.closed {
@@ -373,13 +373,13 @@ func (q *Queue) eachBody(fn func(*state.Item)) error {
 		}
 		q.bodies.drainLocked(q.st)
 		seen, done := 0, true
-		q.st.EachFrom(next, func(it *state.Item) bool {
+		q.st.EachBody(next, func(id uint64, b state.BodyRef) bool {
 			if seen++; seen > scanPiece {
-				done, next = false, it.ID
+				done, next = false, id
 				return false
 			}
-			if it.Body.Len > 0 && it.Body.LSN != 0 {
-				fn(it)
+			if b.InLog() {
+				fn(id, b)
 			}
 			return true
 		})
@@ -395,13 +395,13 @@ func (q *Queue) eachBody(fn func(*state.Item)) error {
 func (q *Queue) relocateFrom(fileOf func(uint64) *bodyFile, max int64) (int64, error) {
 	var srcs []bodySource
 	var total int64
-	if err := q.eachBody(func(it *state.Item) {
+	if err := q.eachBody(func(id uint64, b state.BodyRef) {
 		if total >= max {
 			return
 		}
-		if f := fileOf(it.Body.LSN); f != nil && f.copy {
-			srcs = append(srcs, q.sourceLocked(it, false))
-			total += int64(it.Body.Len)
+		if f := fileOf(b.LSN); f != nil && f.copy {
+			srcs = append(srcs, q.sourceLocked(id, b, false))
+			total += int64(b.Len)
 		}
 	}); err != nil {
 		return 0, err
@@ -479,9 +479,9 @@ func (q *Queue) releaseFiles(files []*bodyFile, fileOf func(uint64) *bodyFile, f
 	for _, f := range files {
 		f.live = 0
 	}
-	if err := q.eachBody(func(it *state.Item) {
-		if f := fileOf(it.Body.LSN); f != nil {
-			f.live += int64(it.Body.Len)
+	if err := q.eachBody(func(_ uint64, b state.BodyRef) {
+		if f := fileOf(b.LSN); f != nil {
+			f.live += int64(b.Len)
 		}
 	}); err != nil {
 		return err

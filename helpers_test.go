@@ -78,7 +78,7 @@ func storedBodies(t testing.TB, q *Queue) map[uint64][]byte {
 	var srcs []bodySource
 	q.mu.Lock()
 	q.bodies.drainLocked(q.st)
-	q.st.Each(func(it *state.Item) { srcs = append(srcs, q.sourceLocked(it, false)) })
+	q.st.Each(func(it *state.Item) { srcs = append(srcs, q.sourceLocked(it.ID, it.Body, false)) })
 	q.mu.Unlock()
 	out := make(map[uint64][]byte, len(srcs))
 	for _, src := range srcs {

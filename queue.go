@@ -375,7 +375,8 @@ func (q *Queue) leaseLocked() (Message, bodySource, *wal.Commit, error) {
 		return Message{}, bodySource{}, nil, err
 	}
 	q.bodies.drainLocked(q.st)
-	src := q.sourceLocked(it, true)
+	it = q.st.Item(it.ID) // as leased, with its body placed if it was not
+	src := q.sourceLocked(it.ID, it.Body, true)
 	off := q.qt.offset()
 	return Message{
 		ID:         it.ID,
@@ -632,7 +633,7 @@ func (q *Queue) DeadLetters(limit int) []DeadLetter {
 		items = qs.DeadLetters(limit)
 		srcs = make([]bodySource, len(items))
 		for i := range items {
-			srcs[i] = q.sourceLocked(&items[i], false)
+			srcs[i] = q.sourceLocked(items[i].ID, items[i].Body, false)
 		}
 	}
 	q.mu.Unlock()

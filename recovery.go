@@ -466,12 +466,11 @@ func (q *Queue) verifyBodyFiles(st *state.State, snap uint64) error {
 	if len(files) == 0 {
 		return nil
 	}
-	st.Each(func(it *state.Item) {
-		if it.Body.Len > 0 && it.Body.LSN != 0 {
-			if f := fileHolding(files, it.Body.LSN); f != nil {
-				f.live += int64(it.Body.Len)
-			}
+	st.EachBody(0, func(_ uint64, b state.BodyRef) bool {
+		if f := fileHolding(files, b.LSN); f != nil && b.InLog() {
+			f.live += int64(b.Len)
 		}
+		return true
 	})
 	for _, f := range files {
 		if f.live == 0 {

@@ -283,7 +283,7 @@ func consistent(st *state.State, conserved bool) error {
 			tl.waiting++
 		case state.Leased:
 			tl.leased++
-			if st.Leased(it.Receipt) != it {
+			if l := st.Leased(it.Receipt); l == nil || l.ID != it.ID {
 				err = errors.Join(err, errorf("leased item %d is not found by its receipt %d", it.ID, it.Receipt))
 			}
 		case state.Dead:

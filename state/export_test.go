@@ -6,8 +6,8 @@ package state
 // from a new one.
 func (s *State) AdoptBodies(from *State) {
 	for id := range s.inline {
-		if it, o := s.items.get(id), from.items.get(id); it != nil && o != nil {
-			it.Body = o.Body
+		if e, o := s.items.get(id), from.items.get(id); e != nil && o != nil {
+			e.body = o.body
 		}
 	}
 	s.inline = nil

@@ -1,83 +1,79 @@
 package state
 
-// itemHeap is a binary min-heap of items that keeps each item's position in
-// the field chosen by pos, so an item can be removed from the middle (a lease
-// taken from a delayed item, a redrive, an ack) in O(log n).
-type itemHeap struct {
-	items []*Item
-	less  func(a, b *Item) bool
-	pos   func(it *Item) *int32
+// heap is a binary min-heap that keeps each element's position where pos
+// and setPos say, so an element can be removed from the middle (a lease
+// taken from a delayed item, a redrive, an ack) in O(log n). The item
+// heaps hold IDs, whose entries give the order and keep the positions;
+// the lease heap holds leases.
+type heap[T any] struct {
+	items  []T
+	less   func(a, b T) bool
+	pos    func(v T) int32
+	setPos func(v T, i int32)
 }
 
-func (h *itemHeap) Len() int { return len(h.items) }
+func (h *heap[T]) Len() int { return len(h.items) }
 
 // init makes a heap of whatever h.items holds, in O(n).
-func (h *itemHeap) init() {
-	for i, it := range h.items {
-		*h.pos(it) = int32(i)
+func (h *heap[T]) init() {
+	for i, v := range h.items {
+		h.setPos(v, int32(i))
 	}
 	for i := len(h.items)/2 - 1; i >= 0; i-- {
 		h.down(i)
 	}
 }
 
-func (h *itemHeap) Min() *Item {
+// Min returns the least element; ok is false when the heap is empty.
+func (h *heap[T]) Min() (v T, ok bool) {
 	if len(h.items) == 0 {
-		return nil
+		return v, false
 	}
-	return h.items[0]
+	return h.items[0], true
 }
 
-func (h *itemHeap) Push(it *Item) {
-	*h.pos(it) = int32(len(h.items))
-	h.items = append(h.items, it)
+func (h *heap[T]) Push(v T) {
+	h.setPos(v, int32(len(h.items)))
+	h.items = append(h.items, v)
 	h.up(len(h.items) - 1)
 }
 
-func (h *itemHeap) Pop() *Item {
-	if len(h.items) == 0 {
-		return nil
-	}
-	it := h.items[0]
-	h.Remove(it)
-	return it
-}
-
-// Remove takes it out of the heap; it must be in this heap.
-func (h *itemHeap) Remove(it *Item) {
-	i := int(*h.pos(it))
+// Remove takes v out of the heap; it must be in this heap.
+func (h *heap[T]) Remove(v T) {
+	i := int(h.pos(v))
 	last := len(h.items) - 1
 	if i != last {
 		h.swap(i, last)
 	}
-	h.items[last] = nil
+	var zero T
+	h.items[last] = zero
 	h.items = h.items[:last]
-	*h.pos(it) = -1
+	h.setPos(v, -1)
 	if i != last {
 		if !h.down(i) {
 			h.up(i)
 		}
 	}
 	if cap(h.items) > 1024 && len(h.items) < cap(h.items)/4 {
-		h.items = append([]*Item(nil), h.items...)
+		h.items = append([]T(nil), h.items...)
 	}
 }
 
-// Fix restores the order after it's key changed.
-func (h *itemHeap) Fix(it *Item) {
-	i := int(*h.pos(it))
+// Fix restores the order after v's key changed.
+func (h *heap[T]) Fix(v T) {
+	i := int(h.pos(v))
 	if !h.down(i) {
 		h.up(i)
 	}
 }
 
-func (h *itemHeap) swap(i, j int) {
+func (h *heap[T]) swap(i, j int) {
 	h.items[i], h.items[j] = h.items[j], h.items[i]
-	*h.pos(h.items[i]) = int32(i)
-	*h.pos(h.items[j]) = int32(j)
+	h.setPos(h.items[i], int32(i))
+	h.setPos(h.items[j], int32(j))
 }
 
-func (h *itemHeap) up(j int) {
+func (h *heap[T]) up(j int) {
 	for j > 0 {
 		parent := (j - 1) / 2
 		if !h.less(h.items[j], h.items[parent]) {
@@ -88,7 +84,7 @@ func (h *itemHeap) up(j int) {
 	}
 }
 
-func (h *itemHeap) down(i0 int) bool {
+func (h *heap[T]) down(i0 int) bool {
 	i := i0
 	n := len(h.items)
 	for {

@@ -7,18 +7,40 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestItemHeap checks itemHeap against a sorted slice under pushes, pops,
+// hItem is what TestHeap keeps in its heap: a key with a tie-breaker, and
+// the position the heap records.
+type hItem struct {
+	id, seq uint64
+	due     int64
+	pos     int32
+}
+
+func hLess(a, b *hItem) bool {
+	if a.due != b.due {
+		return a.due < b.due
+	}
+	if a.seq != b.seq {
+		return a.seq < b.seq
+	}
+	return a.id < b.id
+}
+
+// TestHeap checks heap against a sorted slice under pushes, pops,
 // removals from anywhere and key changes. The state's own tests keep heaps
 // small; this one grows them to hundreds of items, where a removal from the
 // middle must sift the moved item up as well as down.
-func TestItemHeap(t *testing.T) {
+func TestHeap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		h := itemHeap{less: dueLess, pos: heapPos}
-		var in []*Item // what the heap holds, in no order
+		h := heap[*hItem]{
+			less:   hLess,
+			pos:    func(v *hItem) int32 { return v.pos },
+			setPos: func(v *hItem, i int32) { v.pos = i },
+		}
+		var in []*hItem // what the heap holds, in no order
 		nextID := uint64(1)
 		dues := rapid.Int64Range(0, 50) // few values, so that ties are common
 		push := func(t *rapid.T) {
-			it := &Item{ID: nextID, Due: dues.Draw(t, "due"), Seq: uint64(rapid.IntRange(0, 3).Draw(t, "seq")), heapPos: -1}
+			it := &hItem{id: nextID, due: dues.Draw(t, "due"), seq: uint64(rapid.IntRange(0, 3).Draw(t, "seq")), pos: -1}
 			nextID++
 			h.Push(it)
 			in = append(in, it)
@@ -36,28 +58,30 @@ func TestItemHeap(t *testing.T) {
 					push(t)
 				}
 			},
-			"pop": func(t *rapid.T) {
+			"remove min": func(t *rapid.T) {
 				pick(t)
-				want := slices.MinFunc(in, cmpItems)
-				if got := h.Pop(); got != want {
-					t.Fatalf("Pop() = item %d, want %d", got.ID, want.ID)
+				want := slices.MinFunc(in, cmpHItems)
+				got, _ := h.Min()
+				if got != want {
+					t.Fatalf("Min() = item %d, want %d", got.id, want.id)
 				}
-				in = slices.DeleteFunc(in, func(it *Item) bool { return it == want })
-				if want.heapPos != -1 {
-					t.Fatalf("popped item keeps position %d", want.heapPos)
+				h.Remove(got)
+				in = slices.DeleteFunc(in, func(it *hItem) bool { return it == want })
+				if want.pos != -1 {
+					t.Fatalf("removed item keeps position %d", want.pos)
 				}
 			},
 			"remove": func(t *rapid.T) {
 				i := pick(t)
 				h.Remove(in[i])
-				if in[i].heapPos != -1 {
-					t.Fatalf("removed item keeps position %d", in[i].heapPos)
+				if in[i].pos != -1 {
+					t.Fatalf("removed item keeps position %d", in[i].pos)
 				}
 				in = slices.Delete(in, i, i+1)
 			},
 			"fix": func(t *rapid.T) {
 				it := in[pick(t)]
-				it.Due = dues.Draw(t, "new due")
+				it.due = dues.Draw(t, "new due")
 				h.Fix(it)
 			},
 			"": func(t *rapid.T) {
@@ -65,34 +89,35 @@ func TestItemHeap(t *testing.T) {
 					t.Fatalf("Len() = %d, want %d", h.Len(), len(in))
 				}
 				for i, it := range h.items {
-					if int(it.heapPos) != i {
-						t.Fatalf("item %d at %d records position %d", it.ID, i, it.heapPos)
+					if int(it.pos) != i {
+						t.Fatalf("item %d at %d records position %d", it.id, i, it.pos)
 					}
-					if i > 0 && dueLess(it, h.items[(i-1)/2]) {
-						t.Fatalf("item %d at %d is less than its parent", it.ID, i)
+					if i > 0 && hLess(it, h.items[(i-1)/2]) {
+						t.Fatalf("item %d at %d is less than its parent", it.id, i)
 					}
 				}
+				got, ok := h.Min()
 				if len(in) == 0 {
-					if h.Min() != nil {
-						t.Fatalf("Min() of an empty heap is not nil")
+					if ok {
+						t.Fatalf("Min() of an empty heap gave item %d", got.id)
 					}
 					return
 				}
-				if got, want := h.Min(), slices.MinFunc(in, cmpItems); got != want {
-					t.Fatalf("Min() = item %d, want %d", got.ID, want.ID)
+				if want := slices.MinFunc(in, cmpHItems); got != want {
+					t.Fatalf("Min() = item %d, want %d", got.id, want.id)
 				}
 			},
 		})
 	})
 }
 
-// cmpItems is dueLess as a three-way comparison; it is a total order, so the
-// minimum is one item.
-func cmpItems(a, b *Item) int {
+// cmpHItems is hLess as a three-way comparison; it is a total order, so
+// the minimum is one item.
+func cmpHItems(a, b *hItem) int {
 	switch {
-	case dueLess(a, b):
+	case hLess(a, b):
 		return -1
-	case dueLess(b, a):
+	case hLess(b, a):
 		return 1
 	}
 	return 0

@@ -3,14 +3,25 @@ package state
 import (
 	"maps"
 	"slices"
+	"sort"
 )
 
-// idIndex finds stored items by ID. IDs are handed out consecutively, so
-// instead of a hash map it keeps fixed-size chunks of pointers in ID order:
-// a lookup is two array indexes, iteration comes in ID order for free, and
-// an item costs 8 bytes of index instead of a map entry's 30 or so. A chunk
-// is freed when its last item leaves, so a backlog drained in order gives
-// its memory back; an old straggler keeps only its own chunk.
+// idIndex stores the entries of every stored item by ID. IDs are handed
+// out consecutively, so instead of a hash map of pointers it keeps the
+// entries themselves, by value, in chunks of consecutive IDs: a lookup is
+// two array indexes, iteration comes in ID order for free, the ID costs
+// nothing (it is the place), and a chunk holds no pointer, so the
+// collector never scans it.
+//
+// A chunk is dense (an array of chunkIDs entries) while many of its IDs
+// are stored, and sparse (the stored ones only, sorted) once few are left:
+// a dead letter or an old straggler among drained items keeps 82 bytes,
+// not its chunk's 320 KiB. A chunk is freed when its last item leaves, so
+// a backlog drained in order gives its memory back.
+//
+// Entry pointers (get, set) stay valid until the next set, del or
+// maintain: del only marks an entry free, and maintain, which the state
+// calls once a record is applied, is what converts and compacts chunks.
 //
 // The chunk slice spans at most maxDense chunks. Chunks further below its
 // start (a straggler among far newer items, or a snapshot whose IDs lie
@@ -22,24 +33,52 @@ type idIndex struct {
 	chunks []*idChunk          // chunks[i] holds IDs [(base+i)*chunkIDs, (base+i+1)*chunkIDs); nil when empty
 	far    map[uint64]*idChunk // chunks below base, by chunk number; every key < base
 	n      int                 // items indexed
+	// pending lists the chunks that lost items since the last maintain:
+	// those that may have become sparse, or hold many free places.
+	pending []uint64
 }
 
 const (
 	chunkIDs = 4096
 	maxDense = 1 << 16 // chunks the slice may span: 512 KiB of pointers, 268 M IDs
+
+	// A dense chunk becomes sparse when fewer than toSparse of its IDs
+	// are stored, and a sparse one dense again above toDense (apart, so
+	// that a chunk on the edge does not flip on every put and ack).
+	toSparse = chunkIDs / 16
+	toDense  = chunkIDs / 4
 )
 
 type idChunk struct {
-	items [chunkIDs]*Item
-	live  int
+	dense *[chunkIDs]entry // nil when sparse
+	// Sparse: low IDs ascending and their entries; a removed one stays,
+	// free (status 0), until maintain compacts the chunk.
+	ids  []uint16
+	vals []entry
+	live int
 }
 
-func (x *idIndex) get(id uint64) *Item {
+// get returns the entry at low ID i, nil when none is stored there.
+func (ch *idChunk) get(i uint16) *entry {
+	if ch.dense != nil {
+		if e := &ch.dense[i]; e.status != 0 {
+			return e
+		}
+		return nil
+	}
+	k, ok := slices.BinarySearch(ch.ids, i)
+	if !ok || ch.vals[k].status == 0 {
+		return nil
+	}
+	return &ch.vals[k]
+}
+
+func (x *idIndex) get(id uint64) *entry {
 	ch := x.chunk(id / chunkIDs)
 	if ch == nil {
 		return nil
 	}
-	return ch.items[id%chunkIDs]
+	return ch.get(uint16(id % chunkIDs))
 }
 
 // chunk returns chunk number c, nil when it holds no item.
@@ -53,9 +92,10 @@ func (x *idIndex) chunk(c uint64) *idChunk {
 	return x.chunks[c-x.base]
 }
 
-// set indexes it under its ID; the ID must not be indexed already.
-func (x *idIndex) set(it *Item) {
-	c := it.ID / chunkIDs
+// set stores e under id, which must not be stored already, and returns
+// where it went.
+func (x *idIndex) set(id uint64, e entry) *entry {
+	c := id / chunkIDs
 	if len(x.chunks) == 0 && len(x.far) == 0 {
 		x.base = c
 	}
@@ -95,9 +135,61 @@ func (x *idIndex) set(it *Item) {
 			x.chunks[c-x.base] = ch
 		}
 	}
-	ch.items[it.ID%chunkIDs] = it
-	ch.live++
 	x.n++
+	return ch.put(uint16(id%chunkIDs), e)
+}
+
+// put stores e at low ID i, which holds no item.
+func (ch *idChunk) put(i uint16, e entry) *entry {
+	ch.live++
+	if ch.dense == nil && (len(ch.ids) == 0 && ch.live == 1 || ch.live > toDense) {
+		// A new chunk starts dense: it is where puts go.
+		ch.densify()
+	}
+	if ch.dense != nil {
+		ch.dense[i] = e
+		return &ch.dense[i]
+	}
+	k, ok := slices.BinarySearch(ch.ids, i)
+	if !ok {
+		ch.ids = slices.Insert(ch.ids, k, i)
+		ch.vals = slices.Insert(ch.vals, k, e)
+	} else {
+		ch.vals[k] = e // a free place left by a removal
+	}
+	return &ch.vals[k]
+}
+
+// densify makes a sparse chunk dense.
+func (ch *idChunk) densify() {
+	d := new([chunkIDs]entry)
+	for k, i := range ch.ids {
+		d[i] = ch.vals[k]
+	}
+	ch.dense, ch.ids, ch.vals = d, nil, nil
+}
+
+// sparsify makes a dense chunk sparse, or compacts a sparse one, keeping
+// only its stored entries.
+func (ch *idChunk) sparsify() {
+	ids := make([]uint16, 0, ch.live)
+	vals := make([]entry, 0, ch.live)
+	if ch.dense != nil {
+		for i := range ch.dense {
+			if ch.dense[i].status != 0 {
+				ids = append(ids, uint16(i))
+				vals = append(vals, ch.dense[i])
+			}
+		}
+	} else {
+		for k, i := range ch.ids {
+			if ch.vals[k].status != 0 {
+				ids = append(ids, i)
+				vals = append(vals, ch.vals[k])
+			}
+		}
+	}
+	ch.dense, ch.ids, ch.vals = nil, ids, vals
 }
 
 // slide moves the slice's start up to chunk number base (> x.base), moving
@@ -116,33 +208,33 @@ func (x *idIndex) slide(base uint64) {
 	x.base = base
 }
 
+// del removes the item id. Its entry only becomes free: the chunk is
+// converted or compacted by the next maintain, or freed now when it was
+// the chunk's last item.
 func (x *idIndex) del(id uint64) {
 	c := id / chunkIDs
-	if c < x.base {
-		if ch := x.far[c]; ch != nil && ch.items[id%chunkIDs] != nil {
-			ch.items[id%chunkIDs] = nil
-			ch.live--
-			x.n--
-			if ch.live == 0 {
-				delete(x.far, c)
-			}
-		}
+	ch := x.chunk(c)
+	if ch == nil {
 		return
 	}
-	if c-x.base >= uint64(len(x.chunks)) {
+	e := ch.get(uint16(id % chunkIDs))
+	if e == nil {
 		return
 	}
-	i := c - x.base
-	ch := x.chunks[i]
-	if ch == nil || ch.items[id%chunkIDs] == nil {
-		return
-	}
-	ch.items[id%chunkIDs] = nil
+	*e = entry{}
 	ch.live--
 	x.n--
 	if ch.live > 0 {
+		if ch.dense != nil && ch.live < toSparse || ch.dense == nil && ch.live < len(ch.ids)/2 {
+			x.pending = append(x.pending, c)
+		}
 		return
 	}
+	if c < x.base {
+		delete(x.far, c)
+		return
+	}
+	i := c - x.base
 	x.chunks[i] = nil
 	// Drop empty chunks at the front, so the slice spans only live IDs.
 	drop := 0
@@ -155,21 +247,72 @@ func (x *idIndex) del(id uint64) {
 	}
 }
 
+// maintain makes the chunks that lost many items since the last call
+// sparse, or compacts them: after it, entry pointers taken before are not
+// valid.
+func (x *idIndex) maintain() {
+	for _, c := range x.pending {
+		ch := x.chunk(c)
+		if ch == nil {
+			continue
+		}
+		if ch.dense != nil && ch.live < toSparse || ch.dense == nil && ch.live < len(ch.ids)/2 {
+			ch.sparsify()
+		}
+	}
+	x.pending = x.pending[:0]
+	if cap(x.pending) > 1024 {
+		x.pending = nil
+	}
+}
+
+// settle makes every chunk that holds few items sparse: for a state
+// loaded from a snapshot, whose items can lie far apart.
+func (x *idIndex) settle() {
+	for _, ch := range x.far {
+		if ch.dense != nil && ch.live < toSparse {
+			ch.sparsify()
+		}
+	}
+	for _, ch := range x.chunks {
+		if ch != nil && ch.dense != nil && ch.live < toSparse {
+			ch.sparsify()
+		}
+	}
+}
+
 func (x *idIndex) len() int { return x.n }
 
 // eachFrom calls fn for every item with an ID at or above start in ID
 // order, until fn returns false.
-func (x *idIndex) eachFrom(start uint64, fn func(*Item) bool) {
-	visit := func(ch *idChunk) bool {
-		for _, it := range ch.items {
-			if it != nil && it.ID >= start && !fn(it) {
+func (x *idIndex) eachFrom(start uint64, fn func(id uint64, e *entry) bool) {
+	visit := func(c uint64, ch *idChunk) bool {
+		base := c * chunkIDs
+		if ch.dense != nil {
+			from := 0
+			if start > base {
+				from = int(start - base)
+			}
+			for i := from; i < chunkIDs; i++ {
+				if e := &ch.dense[i]; e.status != 0 && !fn(base+uint64(i), e) {
+					return false
+				}
+			}
+			return true
+		}
+		k := 0
+		if start > base {
+			k = sort.Search(len(ch.ids), func(k int) bool { return base+uint64(ch.ids[k]) >= start })
+		}
+		for ; k < len(ch.ids); k++ {
+			if e := &ch.vals[k]; e.status != 0 && !fn(base+uint64(ch.ids[k]), e) {
 				return false
 			}
 		}
 		return true
 	}
 	for _, c := range slices.Sorted(maps.Keys(x.far)) {
-		if (c+1)*chunkIDs > start && !visit(x.far[c]) {
+		if (c+1)*chunkIDs > start && !visit(c, x.far[c]) {
 			return
 		}
 	}
@@ -177,30 +320,17 @@ func (x *idIndex) eachFrom(start uint64, fn func(*Item) bool) {
 	if c := start / chunkIDs; c > x.base {
 		first = int(min(c-x.base, uint64(len(x.chunks))))
 	}
-	for _, ch := range x.chunks[first:] {
-		if ch != nil && !visit(ch) {
+	for i, ch := range x.chunks[first:] {
+		if ch != nil && !visit(x.base+uint64(first+i), ch) {
 			return
 		}
 	}
 }
 
 // each calls fn for every item in ID order.
-func (x *idIndex) each(fn func(*Item)) {
-	for _, c := range slices.Sorted(maps.Keys(x.far)) {
-		for _, it := range x.far[c].items {
-			if it != nil {
-				fn(it)
-			}
-		}
-	}
-	for _, ch := range x.chunks {
-		if ch == nil {
-			continue
-		}
-		for _, it := range ch.items {
-			if it != nil {
-				fn(it)
-			}
-		}
-	}
+func (x *idIndex) each(fn func(id uint64, e *entry)) {
+	x.eachFrom(0, func(id uint64, e *entry) bool {
+		fn(id, e)
+		return true
+	})
 }

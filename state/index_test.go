@@ -2,9 +2,69 @@ package state
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
+	"unsafe"
 )
+
+// TestEntrySize: what the state keeps of an item without key, deadline or
+// failed attempt is 80 bytes with no pointer in it (so that chunks of them
+// are never scanned by the collector); with the 8 bytes of its place in a
+// heap that is 88 per item, under the 96 of the design.
+func TestEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n > 80 {
+		t.Fatalf("entry is %d bytes, over 80", n)
+	}
+	typ := reflect.TypeFor[entry]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		for ft := f.Type; ; ft = ft.Elem() {
+			switch ft.Kind() {
+			case reflect.Pointer, reflect.Slice, reflect.Map, reflect.String, reflect.Interface, reflect.Func, reflect.Chan, reflect.UnsafePointer:
+				t.Fatalf("entry field %s is a %s: chunks of entries would be scanned", f.Name, ft.Kind())
+			}
+			if ft.Kind() != reflect.Array {
+				break
+			}
+		}
+		if f.Type.Kind() == reflect.Struct {
+			for j := range f.Type.NumField() {
+				if k := f.Type.Field(j).Type.Kind(); k == reflect.Pointer || k == reflect.Slice || k == reflect.String {
+					t.Fatalf("entry field %s.%s holds a pointer", f.Name, f.Type.Field(j).Name)
+				}
+			}
+		}
+	}
+}
+
+// checkIndex compares x with live (entries by ID, told apart by seq): each
+// in ID order, len and get.
+func checkIndex(t *testing.T, x *idIndex, live map[uint64]uint64, where string) {
+	t.Helper()
+	want := slices.Sorted(func(yield func(uint64) bool) {
+		for id := range live {
+			if !yield(id) {
+				return
+			}
+		}
+	})
+	var got []uint64
+	x.each(func(id uint64, e *entry) {
+		if e.seq != live[id] {
+			t.Fatalf("%s: each gave item %d with seq %d, want %d", where, id, e.seq, live[id])
+		}
+		got = append(got, id)
+	})
+	if !slices.Equal(got, want) || x.len() != len(want) {
+		t.Fatalf("%s: each gave %d items, want %d in ID order", where, len(got), len(want))
+	}
+	for id, seq := range live {
+		if e := x.get(id); e == nil || e.seq != seq {
+			t.Fatalf("%s: get(%d) does not find its entry", where, id)
+		}
+	}
+}
 
 // TestIDIndexSparse: IDs far apart (a straggler among far newer items, a
 // snapshot listing IDs in any order and spread over the whole range) are
@@ -15,7 +75,7 @@ func TestIDIndexSparse(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for round := range 200 {
 		var x idIndex
-		live := map[uint64]*Item{}
+		live := map[uint64]uint64{}
 		for step := range 300 {
 			var id uint64
 			switch r.IntN(4) {
@@ -26,17 +86,14 @@ func TestIDIndexSparse(t *testing.T) {
 			default:
 				id = 1<<40 + uint64(r.IntN(3*maxDense*chunkIDs)) // around the slice's reach
 			}
-			if it := live[id]; it != nil {
-				if x.get(id) != it {
-					t.Fatalf("round %d step %d: get(%d) lost its item", round, step, id)
-				}
+			if _, ok := live[id]; ok {
 				x.del(id)
 				delete(live, id)
+				x.maintain()
 				continue
 			}
-			it := &Item{ID: id}
-			x.set(it)
-			live[id] = it
+			x.set(id, entry{seq: uint64(step + 1), status: Waiting})
+			live[id] = uint64(step + 1)
 			if len(x.chunks) > maxDense {
 				t.Fatalf("round %d step %d: the slice spans %d chunks", round, step, len(x.chunks))
 			}
@@ -46,22 +103,81 @@ func TestIDIndexSparse(t *testing.T) {
 				}
 			}
 		}
-		want := slices.Sorted(func(yield func(uint64) bool) {
-			for id := range live {
-				if !yield(id) {
-					return
-				}
-			}
-		})
-		var got []uint64
-		x.each(func(it *Item) { got = append(got, it.ID) })
-		if !slices.Equal(got, want) || x.len() != len(want) {
-			t.Fatalf("round %d: each gave %d items, want %d in ID order", round, len(got), len(want))
-		}
-		for id, it := range live {
-			if x.get(id) != it {
-				t.Fatalf("round %d: get(%d) does not find its item", round, id)
-			}
+		checkIndex(t, &x, live, "round")
+	}
+}
+
+// TestIDIndexChunks: a chunk goes sparse when most of its items leave and
+// dense again when it fills, keeping every entry; a drained chunk is
+// freed; a sparse chunk costs its items, not its span; and entries found
+// before a removal stay valid until maintain.
+func TestIDIndexChunks(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var x idIndex
+	live := map[uint64]uint64{}
+	seq := uint64(0)
+	put := func(id uint64) {
+		seq++
+		x.set(id, entry{seq: seq, status: Waiting})
+		live[id] = seq
+	}
+	for id := uint64(1); id <= 3*chunkIDs; id++ {
+		put(id)
+	}
+	// Keep one in 64 of the middle chunk: it goes sparse.
+	mid := x.chunk(1)
+	keep := uint64(chunkIDs + 128)
+	kept := x.get(keep) // found before the removals
+	for id := uint64(chunkIDs); id < 2*chunkIDs; id++ {
+		if id%64 != 0 {
+			x.del(id)
+			delete(live, id)
 		}
 	}
+	if mid.dense == nil {
+		t.Fatalf("the chunk went sparse before maintain")
+	}
+	if kept.status != Waiting || kept.seq != live[keep] {
+		t.Fatalf("the entry of item %d, found before the removals, changed under them", keep)
+	}
+	x.maintain()
+	if mid.dense != nil || len(mid.ids) != chunkIDs/64 {
+		t.Fatalf("chunk with %d of %d items: dense %v, %d sparse entries", mid.live, chunkIDs, mid.dense != nil, len(mid.ids))
+	}
+	checkIndex(t, &x, live, "after going sparse")
+	// Fill it again in a random order: it goes dense.
+	for _, id := range r.Perm(chunkIDs) {
+		if id := uint64(chunkIDs + id); live[id] == 0 {
+			put(id)
+		}
+	}
+	if mid.dense == nil {
+		t.Fatalf("a full chunk stayed sparse")
+	}
+	checkIndex(t, &x, live, "after filling again")
+	// Drain the first chunk in order: it is freed and the slice starts later.
+	for id := uint64(1); id < chunkIDs; id++ {
+		x.del(id)
+		delete(live, id)
+	}
+	x.maintain()
+	if x.base != 1 {
+		t.Fatalf("after draining chunk 0 the slice starts at chunk %d", x.base)
+	}
+	checkIndex(t, &x, live, "after draining")
+	// Random removals and puts with maintain between, as records do.
+	for step := range 20000 {
+		id := uint64(chunkIDs + r.IntN(2*chunkIDs))
+		if live[id] != 0 {
+			x.del(id)
+			delete(live, id)
+		} else {
+			put(id)
+		}
+		if step%7 == 0 {
+			x.maintain()
+		}
+	}
+	x.maintain()
+	checkIndex(t, &x, live, "after random steps")
 }

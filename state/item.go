@@ -28,14 +28,13 @@ func (s Status) String() string {
 	return "unknown"
 }
 
-// Item is one stored item. Callers outside the package get copies (see
-// Clone); the state owns the originals.
-//
-// What every item needs is in it; what only some items have (a key, a
-// deadline, a failed attempt, a place in the dead letters) is behind x,
-// nil for an item put without key or deadline that has not failed: such
-// an item takes 112 bytes, against 176 when every field lived here, and
-// its body is not in memory at all (BodyRef).
+// Item is a copy of one stored item, as the state's accessors return it.
+// The state itself keeps a smaller, pointer-free entry per item (see
+// entry): the fields here that only some items have (a key, a deadline, a
+// failed attempt) or that only leased items have (receipt, lease end) are
+// kept apart from it, so that an item put without key or deadline costs
+// 80 bytes of entry and 8 of heap, and its body is not in memory at all
+// (BodyRef).
 type Item struct {
 	ID         uint64
 	Queue      uint64  // the ID of the queue it is stored in
@@ -52,13 +51,27 @@ type Item struct {
 
 	Attempts   int32 // leases since the put or the last redrive
 	Deliveries int32 // leases ever
+	Status     Status
+}
 
-	// heapPos is the position in whichever of the waiting, ready or lease
-	// heaps holds the item (an item is in exactly one of them, or in none
-	// when dead). -1 when absent.
+// entry is what the state keeps of every item: 80 bytes with no pointer,
+// stored by value in chunks of the ID index, so that the garbage collector
+// never scans them. Its ID is where it is stored; its extra fields, when
+// it has any, are s.extras[xi]; its lease, while leased, is in s.leases.
+type entry struct {
+	queue    uint64
+	body     BodyRef
+	priority int64
+	enqueued int64
+	due      int64
+	seq      uint64
+	xi       uint32 // index of its itemExtra in State.extras; 0: none
+	attempts int32
+	// heapPos is the position in whichever of the delayed or ready heaps
+	// holds the item, -1 when in neither (leased or dead).
 	heapPos int32
-	Status  Status
-	ready   bool // waiting and in a ready heap (not in delayed)
+	status  Status // 0: no item (a free place in a chunk)
+	ready   bool   // waiting and in a ready heap (not in delayed)
 }
 
 // itemExtra holds what only some items have.
@@ -68,20 +81,21 @@ type itemExtra struct {
 	lastError string
 	endedAt   int64  // time of the last lease ending (Dead: when it died)
 	deadSeq   uint64 // position in the dead-letter order while Dead
-	// history holds the item's last attempts that did not end in an ack,
-	// oldest first, at most HistoryLen of them; nil when there was none.
-	history []Attempt
+	// before is how many leases the item had before its last redrive:
+	// its deliveries are attempts + before.
+	before int32
 	// deadlinePos is the position in the deadline heap (waiting items
 	// with a deadline only), -1 when absent.
 	deadlinePos int32
+	// history holds the item's last attempts that did not end in an ack,
+	// oldest first, at most HistoryLen of them; nil when there was none.
+	history []Attempt
 }
 
-// ext returns the item's extra fields, made when it had none.
-func (it *Item) ext() *itemExtra {
-	if it.x == nil {
-		it.x = &itemExtra{deadlinePos: -1}
-	}
-	return it.x
+// empty reports whether x holds nothing, so that its item can do without.
+func (x *itemExtra) empty() bool {
+	return x.key == "" && x.deadline == 0 && x.lastError == "" && x.endedAt == 0 &&
+		x.deadSeq == 0 && x.before == 0 && x.history == nil && x.deadlinePos < 0
 }
 
 // Key is the item's idempotency key ("" for none).
@@ -124,12 +138,6 @@ func (it *Item) deadSeq() uint64 {
 	return it.x.deadSeq
 }
 
-func (it *Item) setDeadSeq(v uint64) {
-	if v != 0 || it.x != nil {
-		it.ext().deadSeq = v
-	}
-}
-
 // BodyRef says where an item's body is stored: Len bytes at byte Off of
 // the segment file that holds the log record LSN (a put or a relocate),
 // whose CRC-32C is Sum. A body is read with one positioned read and
@@ -147,6 +155,10 @@ type BodyRef struct {
 	Sum uint32
 }
 
+// InLog reports whether the body is in a record of the log: not empty,
+// and not one the state holds itself (see BodyRef).
+func (r BodyRef) InLog() bool { return r.Len > 0 && r.LSN != 0 }
+
 // Placed reports whether the body's place on disk is known.
 func (r BodyRef) Placed() bool { return r.Len == 0 || (r.LSN != 0 && r.Off != 0) }
 
@@ -160,14 +172,11 @@ func (it *Item) History() []Attempt {
 	return it.x.history
 }
 
-// Clone returns a copy that shares the (immutable) body and has its own
-// history.
+// Clone returns a copy with its own history.
 func (it *Item) Clone() Item {
 	c := *it
-	c.heapPos = -1
 	if it.x != nil {
 		x := *it.x
-		x.deadlinePos = -1
 		x.history = slices.Clone(it.x.history)
 		c.x = &x
 	}
@@ -197,8 +206,7 @@ type Attempt struct {
 }
 
 // addAttempt records an attempt that ended.
-func (it *Item) addAttempt(a Attempt) {
-	x := it.ext()
+func (x *itemExtra) addAttempt(a Attempt) {
 	if x.history == nil {
 		x.history = make([]Attempt, 0, 1)
 	}

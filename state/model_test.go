@@ -522,12 +522,16 @@ func (mc *machine) mustReject(t *rapid.T, lsn, queue uint64, rec state.Record, w
 	before := marshal(t, mc.s)
 	type view struct {
 		g    state.Gauges
-		next *state.Item
+		next uint64 // ID of the next ready item, 0 for none
 	}
 	views := func() []view {
 		var out []view
 		for _, q := range mc.s.Queues() {
-			out = append(out, view{q.Gauges(), q.NextReady()})
+			v := view{g: q.Gauges()}
+			if it := q.NextReady(); it != nil {
+				v.next = it.ID
+			}
+			out = append(out, v)
 		}
 		return out
 	}
@@ -1830,7 +1834,7 @@ func (mc *machine) Check(t *rapid.T) {
 		switch {
 		case mi.status == mLeased:
 			g.Leased++
-			if s.Leased(mi.receipt) != it {
+			if l := s.Leased(mi.receipt); l == nil || l.ID != it.ID {
 				t.Fatalf("Leased(%d) is not item %d", mi.receipt, mi.id)
 			}
 		case mi.status == mDead:

@@ -70,12 +70,13 @@ type QueueState struct {
 	// the ready heap of their priority (ordered by due time, then Seq).
 	// An item moves from delayed to ready only in Promote, so a due item may
 	// still sit in delayed until a consumer asks: that lag is a metric.
-	delayed itemHeap
+	st      *State
+	delayed heap[uint64]
 	// maxDelayedDue bounds the due times in delayed from above (pushes
 	// raise it, removals leave it): when now reaches it, every delayed item
 	// is due and Promote moves them all at once.
 	maxDelayedDue int64
-	ready         map[int64]*itemHeap
+	ready         map[int64]*heap[uint64]
 	levels        []int64 // priorities whose ready heap is non-empty, ascending
 	nready        int
 	leased        int
@@ -90,12 +91,13 @@ type QueueState struct {
 	counters Counters
 }
 
-func newQueueState(id uint64, name string, created int64, set Settings) *QueueState {
+func (s *State) newQueueState(id uint64, name string, created int64, set Settings) *QueueState {
 	return &QueueState{
 		id: id, name: name, created: created, settings: set,
-		delayed:       itemHeap{less: dueLess, pos: heapPos},
+		st:            s,
+		delayed:       s.dueHeap(),
 		maxDelayedDue: math.MinInt64,
-		ready:         make(map[int64]*itemHeap),
+		ready:         make(map[int64]*heap[uint64]),
 		keys:          make(map[string]*keyEntry),
 	}
 }
@@ -144,12 +146,14 @@ func (q *QueueState) Gauges() Gauges {
 		Keys:    len(q.keys),
 	}
 	for _, p := range q.levels {
-		if it := q.ready[p].Min(); it != nil && (g.OldestReadyDue == 0 || it.Due < g.OldestReadyDue) {
-			g.OldestReadyDue = it.Due
+		if id, ok := q.ready[p].Min(); ok {
+			if due := q.st.items.get(id).due; g.OldestReadyDue == 0 || due < g.OldestReadyDue {
+				g.OldestReadyDue = due
+			}
 		}
 	}
-	if it := q.delayed.Min(); it != nil {
-		g.DelayedHeadDue = it.Due
+	if id, ok := q.delayed.Min(); ok {
+		g.DelayedHeadDue = q.st.items.get(id).due
 	}
 	return g
 }
@@ -162,12 +166,16 @@ func (q *QueueState) Promote(now int64) {
 		return
 	}
 	for {
-		it := q.delayed.Min()
-		if it == nil || it.Due > now {
+		id, ok := q.delayed.Min()
+		if !ok {
 			return
 		}
-		q.delayed.Remove(it)
-		q.pushReady(it)
+		e := q.st.items.get(id)
+		if e.due > now {
+			return
+		}
+		q.delayed.Remove(id)
+		q.pushReady(id, e)
 	}
 }
 
@@ -178,18 +186,20 @@ const bulkPromote = 256
 
 func (q *QueueState) promoteAll() {
 	touched := make(map[int64]bool)
-	for _, it := range q.delayed.items {
-		h := q.ready[it.Priority]
+	for _, id := range q.delayed.items {
+		e := q.st.items.get(id)
+		h := q.ready[e.priority]
 		if h == nil {
-			h = &itemHeap{less: dueLess, pos: heapPos}
-			q.ready[it.Priority] = h
+			h = new(heap[uint64])
+			*h = q.st.dueHeap()
+			q.ready[e.priority] = h
 		}
-		if h.Len() == 0 && !touched[it.Priority] {
-			q.levels = append(q.levels, it.Priority)
+		if h.Len() == 0 && !touched[e.priority] {
+			q.levels = append(q.levels, e.priority)
 		}
-		touched[it.Priority] = true
-		h.items = append(h.items, it)
-		it.ready = true
+		touched[e.priority] = true
+		h.items = append(h.items, id)
+		e.ready = true
 		q.nready++
 	}
 	for p := range touched {
@@ -208,13 +218,14 @@ func (q *QueueState) NextReady() *Item {
 	if len(q.levels) == 0 {
 		return nil
 	}
-	return q.ready[q.levels[0]].Min()
+	id, _ := q.ready[q.levels[0]].Min()
+	return q.st.viewOf(id)
 }
 
 // NextDue is the due time of the earliest delayed item (ok false if none).
 func (q *QueueState) NextDue() (int64, bool) {
-	if it := q.delayed.Min(); it != nil {
-		return it.Due, true
+	if id, ok := q.delayed.Min(); ok {
+		return q.st.items.get(id).due, true
 	}
 	return 0, false
 }
@@ -237,65 +248,70 @@ func (q *QueueState) KeyHolder(key string, now, window int64) (uint64, bool) {
 // (limit <= 0: all).
 func (q *QueueState) DeadLetters(limit int) []Item {
 	var out []Item
-	for _, e := range q.deadOrder {
+	for _, d := range q.deadOrder {
 		if limit > 0 && len(out) >= limit {
 			break
 		}
-		if e.it.Status == Dead && e.it.deadSeq() == e.seq {
-			out = append(out, e.it.Clone())
+		if q.st.isDead(d) {
+			out = append(out, q.st.Item(d.id).Clone())
 		}
 	}
 	return out
 }
 
-func (q *QueueState) pushReady(it *Item) {
-	h := q.ready[it.Priority]
+func (q *QueueState) pushReady(id uint64, e *entry) {
+	p := e.priority
+	h := q.ready[p]
 	if h == nil {
-		h = &itemHeap{less: dueLess, pos: heapPos}
-		q.ready[it.Priority] = h
+		h = new(heap[uint64])
+		*h = q.st.dueHeap()
+		q.ready[p] = h
 	}
 	if h.Len() == 0 {
-		i := sort.Search(len(q.levels), func(i int) bool { return q.levels[i] >= it.Priority })
+		i := sort.Search(len(q.levels), func(i int) bool { return q.levels[i] >= p })
 		q.levels = append(q.levels, 0)
 		copy(q.levels[i+1:], q.levels[i:])
-		q.levels[i] = it.Priority
+		q.levels[i] = p
 	}
-	h.Push(it)
-	it.Status = Waiting
+	e.status = Waiting
+	e.ready = true
+	h.Push(id)
 	q.nready++
-	it.ready = true
 }
 
 // removeWaiting takes a waiting item out of its heaps.
-func (q *QueueState) removeWaiting(s *State, it *Item) {
-	if it.ready {
-		h := q.ready[it.Priority]
-		h.Remove(it)
+func (q *QueueState) removeWaiting(id uint64, e *entry) {
+	if e.ready {
+		p := e.priority
+		h := q.ready[p]
+		h.Remove(id)
 		q.nready--
 		if h.Len() == 0 {
-			i := sort.Search(len(q.levels), func(i int) bool { return q.levels[i] >= it.Priority })
+			i := sort.Search(len(q.levels), func(i int) bool { return q.levels[i] >= p })
 			q.levels = append(q.levels[:i], q.levels[i+1:]...)
-			delete(q.ready, it.Priority)
+			delete(q.ready, p)
 		}
-		it.ready = false
+		e.ready = false
 	} else {
-		q.delayed.Remove(it)
+		q.delayed.Remove(id)
 	}
-	if it.x != nil && it.x.deadlinePos >= 0 {
-		s.deadlines.Remove(it)
+	if x := q.st.xOf(e); x != nil && x.deadlinePos >= 0 {
+		q.st.deadlines.Remove(id)
 	}
 }
 
-func (q *QueueState) leaveDead(it *Item) {
-	it.setDeadSeq(0)
+func (q *QueueState) leaveDead(id uint64, e *entry) {
+	if x := q.st.xOf(e); x != nil {
+		x.deadSeq = 0
+	}
 	q.ndead--
 	// Drop stale entries once they are the majority, so the order does not
 	// grow without bound under redrive and purge.
 	if len(q.deadOrder) > 64 && q.ndead < len(q.deadOrder)/2 {
 		live := q.deadOrder[:0:0]
-		for _, e := range q.deadOrder {
-			if e.it.Status == Dead && e.it.deadSeq() == e.seq && e.it != it {
-				live = append(live, e)
+		for _, d := range q.deadOrder {
+			if d.id != id && q.st.isDead(d) {
+				live = append(live, d)
 			}
 		}
 		q.deadOrder = live
@@ -324,7 +340,7 @@ func (s *State) applyCreate(lsn uint64, r *CreateQueue) error {
 	if err := checkSettings(r.Settings); err != nil {
 		return invalid("create of queue %q: %v", r.Name, err)
 	}
-	q := newQueueState(lsn, r.Name, r.Time, r.Settings)
+	q := s.newQueueState(lsn, r.Name, r.Time, r.Settings)
 	s.queues[lsn] = q
 	s.names[r.Name] = q
 	return nil
@@ -353,22 +369,23 @@ func (s *State) applyDelete(q *QueueState, r *DeleteQueue) error {
 	case q.leased > 0 && !r.Force:
 		return invalid("delete of queue %d with %d leases open, not forced", q.id, q.leased)
 	}
-	var gone []*Item
-	s.items.each(func(it *Item) {
-		if it.Queue == q.id {
-			gone = append(gone, it)
+	var gone []uint64
+	s.items.each(func(id uint64, e *entry) {
+		if e.queue == q.id {
+			gone = append(gone, id)
 		}
 	})
-	for _, it := range gone {
-		switch it.Status {
+	for _, id := range gone {
+		e := s.items.get(id)
+		switch e.status {
 		case Waiting:
-			q.removeWaiting(s, it)
+			q.removeWaiting(id, e)
 		case Leased:
-			s.endLease(q, it)
+			s.endLease(q, s.leaseOf[id])
 		}
-		s.items.del(it.ID)
-		delete(s.inline, it.ID)
-		it.Status = 0
+		delete(s.inline, id)
+		s.dropExt(e)
+		s.items.del(id)
 	}
 	live := s.released[:0]
 	for _, k := range s.released {
@@ -395,27 +412,27 @@ func (s *State) applyMove(lsn uint64, q *QueueState, r *Move) error {
 		return err
 	}
 	for _, id := range r.IDs {
-		if it := s.items.get(id); it.Key() != "" {
-			if k := to.keys[it.Key()]; k != nil && k.Released == 0 {
-				return invalid("redrive of item %d into queue %d: key %q held by stored item %d", id, to.id, it.Key(), k.ID)
+		if key := s.key(s.items.get(id)); key != "" {
+			if k := to.keys[key]; k != nil && k.Released == 0 {
+				return invalid("redrive of item %d into queue %d: key %q held by stored item %d", id, to.id, key, k.ID)
 			}
 		}
 	}
 	for _, id := range r.IDs {
-		it := s.items.get(id)
-		q.leaveDead(it)
+		e := s.items.get(id)
+		q.leaveDead(id, e)
 		q.n--
-		q.bytes -= int64(it.Body.Len)
-		if it.Key() != "" {
-			if k := q.keys[it.Key()]; k != nil && k.ID == it.ID {
-				delete(q.keys, it.Key())
+		q.bytes -= int64(e.body.Len)
+		if key := s.key(e); key != "" {
+			if k := q.keys[key]; k != nil && k.ID == id {
+				delete(q.keys, key)
 			}
-			to.keys[it.Key()] = &keyEntry{Key: it.Key(), ID: it.ID, q: to}
+			to.keys[key] = &keyEntry{Key: key, ID: id, q: to}
 		}
-		it.Queue = to.id
+		e.queue = to.id
 		to.n++
-		to.bytes += int64(it.Body.Len)
-		s.requeue(to, it, r.Time, lsn)
+		to.bytes += int64(e.body.Len)
+		s.requeue(to, id, e, r.Time, lsn)
 		q.counters.Redriven++
 		q.counters.MovedOut++
 		to.counters.MovedIn++

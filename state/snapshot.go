@@ -8,9 +8,6 @@ import (
 	"strings"
 )
 
-// itemChunk is how many items a snapshot load allocates at once.
-const itemChunk = 1024
-
 // Snapshot body versions. Frozen: a new layout gets a new number, and old
 // bodies keep decoding. Version 1 holds one queue (the only queue a
 // directory had); version 2, written since named queues, holds every queue
@@ -44,8 +41,6 @@ type snapshotBody struct {
 	LastTime int64
 	NextID   uint64
 	Queues   []snapQueue
-	Items    []*Item // decoded straight into items, placed by UnmarshalSnapshot
-	Keys     []snapKey
 	Inline   map[uint64][]byte // the bodies of a version 1 or 2 body (only non-empty ones)
 }
 
@@ -93,10 +88,11 @@ func (s *State) MarshalSnapshot() ([]byte, error) {
 // where its bodies lie. Open then copies the bodies into the log.
 func (s *State) MarshalSnapshotInline() ([]byte, error) {
 	var bad uint64
-	s.items.each(func(it *Item) {
-		if it.Body.Len > 0 && it.Body.LSN != 0 && bad == 0 {
-			bad = it.ID
+	s.EachBody(0, func(id uint64, b BodyRef) bool {
+		if b.InLog() {
+			bad = id
 		}
+		return bad == 0
 	})
 	if bad != 0 {
 		return nil, fmt.Errorf("snapshot: the body of item %d is in the log, not in the state", bad)
@@ -120,17 +116,18 @@ const fingerprint = -1
 
 func (s *State) marshal(version int) ([]byte, error) {
 	queues := s.Queues()
-	items := make([]*Item, 0, s.items.len())
 	size := 64
 	var unplaced uint64
-	s.items.each(func(it *Item) { // in ID order
-		items = append(items, it)
-		if version == snapshotVersion3 && !it.Body.Placed() && unplaced == 0 {
-			unplaced = it.ID
+	s.items.each(func(id uint64, e *entry) { // in ID order
+		if version == snapshotVersion3 && !e.body.Placed() && unplaced == 0 {
+			unplaced = id
 		}
-		size += len(it.Key()) + len(it.LastError()) + 80 + 24*len(it.History())
-		for _, a := range it.History() {
-			size += len(a.Error)
+		size += 80
+		if x := s.xOf(e); x != nil {
+			size += len(x.key) + len(x.lastError) + 24*len(x.history)
+			for _, a := range x.history {
+				size += len(a.Error)
+			}
 		}
 	})
 	if unplaced != 0 {
@@ -171,8 +168,9 @@ func (s *State) marshal(version int) ([]byte, error) {
 			b = appendUint(b, v)
 		}
 	}
-	b = appendArrayLen(b, len(items))
-	for _, it := range items {
+	b = appendArrayLen(b, s.items.len())
+	s.items.each(func(id uint64, e *entry) {
+		it := s.view(id, e)
 		b = appendArrayLen(b, 18)
 		b = appendUint(b, it.ID)
 		b = appendUint(b, it.Queue)
@@ -212,7 +210,7 @@ func (s *State) marshal(version int) ([]byte, error) {
 			b = appendUint(b, uint64(a.How))
 			b = appendStr(b, a.Error)
 		}
-	}
+	})
 	b = appendArrayLen(b, len(keys))
 	for _, k := range keys {
 		b = appendArrayLen(b, 4)
@@ -224,11 +222,10 @@ func (s *State) marshal(version int) ([]byte, error) {
 	return b, nil
 }
 
-// decodeSnapshot parses either version's layout (version 1: [1, lastLSN,
-// lastTime, nextID, [9 counters], [items of 16 fields], [keys of 3]], all of
-// the default queue).
-func decodeSnapshot(data []byte) (*snapshotBody, error) {
-	d := &decoder{b: data}
+// decodeHeader parses what comes before the items, in either version's
+// layout (version 1: [1, lastLSN, lastTime, nextID, [9 counters], [items
+// of 16 fields], [keys of 3]], all of the default queue).
+func decodeHeader(d *decoder) (*snapshotBody, error) {
 	d.arrayLen(7)
 	body := &snapshotBody{Version: int(d.uint())}
 	v := body.Version
@@ -258,165 +255,141 @@ func decodeSnapshot(data []byte) (*snapshotBody, error) {
 			body.Queues = append(body.Queues, q)
 		}
 	}
-	n := d.arrayLen(-1)
-	if n > 0 {
-		body.Items = make([]*Item, n)
+	return body, d.err
+}
+
+// decodeItem parses one item into it and x (both reset first); the body
+// of a version 1 or 2 item goes to body.Inline.
+func decodeItem(d *decoder, body *snapshotBody, it *Item, x *itemExtra) {
+	*it, *x = Item{}, itemExtra{}
+	v := body.Version
+	if v == snapshotVersion1 {
+		d.arrayLen(16)
+		it.ID = d.uint()
+	} else {
+		d.arrayLen(18)
+		it.ID, it.Queue = d.uint(), d.uint()
 	}
-	// Items and bodies are allocated in chunks rather than one by one: a
-	// million-item snapshot loads with a few thousand allocations. A chunk
-	// lives as long as any item in it.
-	var slab []Item
-	for i := 0; i < n && d.err == nil; i++ {
-		if len(slab) == 0 {
-			slab = make([]Item, min(itemChunk, n-i))
+	if v == snapshotVersion3 {
+		d.arrayLen(4)
+		it.Body.LSN, it.Body.Off = d.uint(), d.int()
+		n, sum := d.uint(), d.uint()
+		if n > math.MaxUint32 || sum > math.MaxUint32 {
+			d.fail("item %d: body length %d or crc %d out of range", it.ID, n, sum)
 		}
-		it := &slab[0]
-		slab = slab[1:]
-		body.Items[i] = it
-		if v == snapshotVersion1 {
-			d.arrayLen(16)
-			it.ID = d.uint()
-		} else {
-			d.arrayLen(18)
-			it.ID, it.Queue = d.uint(), d.uint()
-		}
-		if v == snapshotVersion3 {
-			d.arrayLen(4)
-			it.Body.LSN, it.Body.Off = d.uint(), d.int()
-			n, sum := d.uint(), d.uint()
-			if n > math.MaxUint32 || sum > math.MaxUint32 {
-				d.fail("item %d: body length %d or crc %d out of range", it.ID, n, sum)
+		it.Body.Len, it.Body.Sum = uint32(n), uint32(sum)
+		switch {
+		case d.err != nil:
+		case it.Body.Len == 0:
+			if it.Body != (BodyRef{}) {
+				d.fail("item %d: an empty body with a place %+v", it.ID, it.Body)
 			}
-			it.Body.Len, it.Body.Sum = uint32(n), uint32(sum)
+		case it.Body.LSN == 0 || it.Body.LSN > body.LastLSN:
+			d.fail("item %d: body in record %d, outside 1..%d", it.ID, it.Body.LSN, body.LastLSN)
+		case it.Body.Off <= 0:
+			d.fail("item %d: body at offset %d", it.ID, it.Body.Off)
+		}
+	} else {
+		// The body itself: kept by the state until it is relocated
+		// into the log.
+		if b := d.bin(); len(b) > 0 {
+			it.Body = BodyRef{Len: uint32(len(b)), Sum: BodySum(b)}
+			if body.Inline == nil {
+				body.Inline = make(map[uint64][]byte)
+			}
+			body.Inline[it.ID] = b
+		}
+	}
+	x.key, it.Priority = d.str(), d.int()
+	it.EnqueuedAt, it.Due, x.deadline, it.Seq = d.int(), d.int(), d.int(), d.uint()
+	it.Attempts, it.Deliveries = d.int32(), d.int32()
+	status := d.uint()
+	if status > 255 {
+		d.fail("status %d", status)
+	}
+	it.Status = Status(status)
+	it.Receipt, it.LeaseEnd, x.lastError, x.endedAt, x.deadSeq = d.uint(), d.int(), d.str(), d.int(), d.uint()
+	if v >= snapshotVersion2 {
+		h := d.arrayLen(-1)
+		if h > HistoryLen {
+			d.fail("item %d has %d attempts in its history, at most %d", it.ID, h, HistoryLen)
+		}
+		for j := 0; j < h && d.err == nil; j++ {
+			var a Attempt
+			d.arrayLen(4)
+			a.Start, a.End = d.int(), d.int()
+			how := d.uint()
+			a.Error = d.str()
 			switch {
-			case d.err != nil:
-			case it.Body.Len == 0:
-				if it.Body != (BodyRef{}) {
-					d.fail("item %d: an empty body with a place %+v", it.ID, it.Body)
-				}
-			case it.Body.LSN == 0 || it.Body.LSN > body.LastLSN:
-				d.fail("item %d: body in record %d, outside 1..%d", it.ID, it.Body.LSN, body.LastLSN)
-			case it.Body.Off <= 0:
-				d.fail("item %d: body at offset %d", it.ID, it.Body.Off)
+			case how != uint64(TypeNack) && how != uint64(TypeExpire) && how != uint64(TypeDeadLetter):
+				d.fail("item %d: attempt ended by record type %d", it.ID, how)
+			case len(a.Error) > MaxAttemptError:
+				d.fail("item %d: attempt error of %d bytes, at most %d", it.ID, len(a.Error), MaxAttemptError)
 			}
-		} else {
-			// The body itself: kept by the state until it is relocated
-			// into the log.
-			if b := d.bin(); len(b) > 0 {
-				it.Body = BodyRef{Len: uint32(len(b)), Sum: BodySum(b)}
-				if body.Inline == nil {
-					body.Inline = make(map[uint64][]byte)
-				}
-				body.Inline[it.ID] = b
+			a.How = byte(how)
+			if x.history == nil {
+				x.history = make([]Attempt, 0, h)
 			}
-		}
-		var x itemExtra
-		x.key, it.Priority = d.str(), d.int()
-		it.EnqueuedAt, it.Due, x.deadline, it.Seq = d.int(), d.int(), d.int(), d.uint()
-		it.Attempts, it.Deliveries = d.int32(), d.int32()
-		status := d.uint()
-		if status > 255 {
-			d.fail("status %d", status)
-		}
-		it.Status = Status(status)
-		it.Receipt, it.LeaseEnd, x.lastError, x.endedAt, x.deadSeq = d.uint(), d.int(), d.str(), d.int(), d.uint()
-		if v >= snapshotVersion2 {
-			h := d.arrayLen(-1)
-			if h > HistoryLen {
-				d.fail("item %d has %d attempts in its history, at most %d", it.ID, h, HistoryLen)
-			}
-			for j := 0; j < h && d.err == nil; j++ {
-				var a Attempt
-				d.arrayLen(4)
-				a.Start, a.End = d.int(), d.int()
-				how := d.uint()
-				a.Error = d.str()
-				switch {
-				case how != uint64(TypeNack) && how != uint64(TypeExpire) && how != uint64(TypeDeadLetter):
-					d.fail("item %d: attempt ended by record type %d", it.ID, how)
-				case len(a.Error) > MaxAttemptError:
-					d.fail("item %d: attempt error of %d bytes, at most %d", it.ID, len(a.Error), MaxAttemptError)
-				}
-				a.How = byte(how)
-				if x.history == nil {
-					x.history = make([]Attempt, 0, h)
-				}
-				x.history = append(x.history, a)
-			}
-		}
-		it.heapPos, x.deadlinePos = -1, -1
-		// Only an item that has one of these takes the memory for them.
-		if x.key != "" || x.deadline != 0 || x.lastError != "" || x.endedAt != 0 || x.deadSeq != 0 || x.history != nil {
-			px := new(itemExtra) // a copy: x itself stays on the stack
-			*px = x
-			it.x = px
+			x.history = append(x.history, a)
 		}
 	}
-	n = d.arrayLen(-1)
-	if n > 0 {
-		body.Keys = make([]snapKey, n)
-	}
-	for i := 0; i < n && d.err == nil; i++ {
-		k := &body.Keys[i]
-		if v == snapshotVersion1 {
-			d.arrayLen(3)
-		} else {
-			d.arrayLen(4)
-			k.Queue = d.uint()
-		}
-		k.Key, k.ID, k.Released = d.str(), d.uint(), d.int()
-	}
-	if err := d.end(); err != nil {
-		return nil, err
-	}
-	return body, nil
+	x.deadlinePos = -1
 }
 
 // UnmarshalSnapshot rebuilds a state from the bytes of MarshalSnapshot, of
-// this version or the one before. It checks that the body is
+// this version or an earlier one. It checks that the body is
 // self-consistent (unique queues with valid names, unique IDs and receipts,
 // known statuses, items and keys of queues that exist, keys that name
-// stored items) and never panics on bad input.
+// stored items) and never panics on bad input. Items go into the state as
+// they are decoded: the load holds no second copy of them.
 func UnmarshalSnapshot(data []byte) (*State, error) {
-	body, err := decodeSnapshot(data)
+	s, err := unmarshalSnapshot(data)
 	if err != nil {
 		return nil, fmt.Errorf("decode snapshot: %w", err)
+	}
+	return s, nil
+}
+
+func unmarshalSnapshot(data []byte) (*State, error) {
+	d := &decoder{b: data}
+	body, err := decodeHeader(d)
+	if err != nil {
+		return nil, err
 	}
 	if body.NextID == 0 {
 		// IDs start at 1: from 0, the next put would make an item whose
 		// snapshot no longer decodes.
-		return nil, fmt.Errorf("decode snapshot: next id 0")
+		return nil, fmt.Errorf("next id 0")
 	}
 	s := New()
-	s.inline = body.Inline
 	s.lastLSN = body.LastLSN
 	s.lastTime = body.LastTime
 	s.nextID = body.NextID
 	for i, sq := range body.Queues {
 		switch {
 		case i == 0 && sq.ID != DefaultQueue:
-			return nil, fmt.Errorf("decode snapshot: first queue is %d, not the default queue", sq.ID)
+			return nil, fmt.Errorf("first queue is %d, not the default queue", sq.ID)
 		case i == 0 && (sq.Name != "" || sq.Created != 0):
-			return nil, fmt.Errorf("decode snapshot: the default queue has a name %q or a creation time", sq.Name)
+			return nil, fmt.Errorf("the default queue has a name %q or a creation time", sq.Name)
 		case i > 0 && sq.ID <= body.Queues[i-1].ID:
-			return nil, fmt.Errorf("decode snapshot: queue %d after queue %d", sq.ID, body.Queues[i-1].ID)
+			return nil, fmt.Errorf("queue %d after queue %d", sq.ID, body.Queues[i-1].ID)
 		case sq.ID > s.lastLSN:
-			return nil, fmt.Errorf("decode snapshot: queue %d made after the snapshot's LSN %d", sq.ID, s.lastLSN)
+			return nil, fmt.Errorf("queue %d made after the snapshot's LSN %d", sq.ID, s.lastLSN)
 		case sq.PausedUntil < 0:
-			return nil, fmt.Errorf("decode snapshot: queue %d paused until %d", sq.ID, sq.PausedUntil)
+			return nil, fmt.Errorf("queue %d paused until %d", sq.ID, sq.PausedUntil)
 		}
 		q := s.Default()
 		if i > 0 {
 			if err := CheckQueueName(sq.Name); err != nil {
-				return nil, fmt.Errorf("decode snapshot: queue %d: %v", sq.ID, err)
+				return nil, fmt.Errorf("queue %d: %v", sq.ID, err)
 			}
 			if s.names[sq.Name] != nil {
-				return nil, fmt.Errorf("decode snapshot: queue name %q twice", sq.Name)
+				return nil, fmt.Errorf("queue name %q twice", sq.Name)
 			}
 			if err := checkSettings(sq.Settings); err != nil {
-				return nil, fmt.Errorf("decode snapshot: queue %d: %v", sq.ID, err)
+				return nil, fmt.Errorf("queue %d: %v", sq.ID, err)
 			}
-			q = newQueueState(sq.ID, sq.Name, sq.Created, sq.Settings)
+			q = s.newQueueState(sq.ID, sq.Name, sq.Created, sq.Settings)
 			s.queues[q.id] = q
 			s.names[q.name] = q
 		} else {
@@ -426,75 +399,126 @@ func UnmarshalSnapshot(data []byte) (*State, error) {
 		q.counters = sq.Counters
 	}
 	if len(body.Queues) == 0 {
-		return nil, fmt.Errorf("decode snapshot: no default queue")
+		return nil, fmt.Errorf("no default queue")
 	}
-	for _, it := range body.Items {
-		q := s.queues[it.Queue]
-		switch {
-		case it.ID == 0 || it.ID >= s.nextID:
-			return nil, fmt.Errorf("decode snapshot: item id %d outside 1..%d", it.ID, s.nextID-1)
-		case s.items.get(it.ID) != nil:
-			return nil, fmt.Errorf("decode snapshot: item %d twice", it.ID)
-		case q == nil:
-			return nil, fmt.Errorf("decode snapshot: item %d of queue %d, which is not in the snapshot", it.ID, it.Queue)
+	n := d.arrayLen(-1)
+	var it Item
+	var x itemExtra
+	var keyed []uint64 // items that hold a key, checked against the keys
+	for i := 0; i < n && d.err == nil; i++ {
+		decodeItem(d, body, &it, &x)
+		if d.err != nil {
+			break
 		}
-		switch it.Status {
-		case Waiting:
-			it.Receipt, it.LeaseEnd = 0, 0
-			it.setDeadSeq(0)
-			q.delayed.items = append(q.delayed.items, it)
-			q.maxDelayedDue = max(q.maxDelayedDue, it.Due)
-			if it.Deadline() != 0 {
-				s.deadlines.items = append(s.deadlines.items, it)
-			}
-		case Leased:
-			if it.Receipt == 0 || it.Receipt > s.lastLSN || s.leases[it.Receipt] != nil {
-				return nil, fmt.Errorf("decode snapshot: item %d has bad receipt %d", it.ID, it.Receipt)
-			}
-			it.setDeadSeq(0)
-			s.leases[it.Receipt] = it
-			s.leaseHeap.items = append(s.leaseHeap.items, it)
-			q.leased++
-		case Dead:
-			it.Receipt, it.LeaseEnd = 0, 0
-			q.deadOrder = append(q.deadOrder, deadEntry{it, it.deadSeq()})
-			q.ndead++
-		default:
-			return nil, fmt.Errorf("decode snapshot: item %d has unknown status %d", it.ID, it.Status)
+		if err := s.load(&it, &x); err != nil {
+			return nil, err
 		}
-		s.store(q, it)
+		if x.key != "" {
+			keyed = append(keyed, it.ID)
+		}
 	}
-	s.deadlines.init()
-	s.leaseHeap.init()
-	for _, q := range s.queues {
-		q.delayed.init()
-		slices.SortFunc(q.deadOrder, func(a, b deadEntry) int { return cmp.Compare(a.seq, b.seq) })
-	}
-	for _, sk := range body.Keys {
+	s.inline = body.Inline
+	n = d.arrayLen(-1)
+	for i := 0; i < n && d.err == nil; i++ {
+		var sk snapKey
+		if body.Version == snapshotVersion1 {
+			d.arrayLen(3)
+		} else {
+			d.arrayLen(4)
+			sk.Queue = d.uint()
+		}
+		sk.Key, sk.ID, sk.Released = d.str(), d.uint(), d.int()
+		if d.err != nil {
+			break
+		}
 		q := s.queues[sk.Queue]
 		if q == nil {
-			return nil, fmt.Errorf("decode snapshot: key %q of queue %d, which is not in the snapshot", sk.Key, sk.Queue)
+			return nil, fmt.Errorf("key %q of queue %d, which is not in the snapshot", sk.Key, sk.Queue)
 		}
 		if sk.Key == "" || q.keys[sk.Key] != nil {
-			return nil, fmt.Errorf("decode snapshot: key %q empty or twice in queue %d", sk.Key, sk.Queue)
+			return nil, fmt.Errorf("key %q empty or twice in queue %d", sk.Key, sk.Queue)
 		}
 		k := &keyEntry{Key: sk.Key, ID: sk.ID, Released: sk.Released, q: q}
 		if k.Released == 0 {
-			if it := s.items.get(k.ID); it == nil || it.Key() != k.Key || it.Queue != q.id {
-				return nil, fmt.Errorf("decode snapshot: key %q held by item %d that is not stored in queue %d", k.Key, k.ID, q.id)
+			if e := s.items.get(k.ID); e == nil || s.key(e) != k.Key || e.queue != q.id {
+				return nil, fmt.Errorf("key %q held by item %d that is not stored in queue %d", k.Key, k.ID, q.id)
 			}
 		} else {
 			s.released = append(s.released, k)
 		}
 		q.keys[k.Key] = k
 	}
-	for _, it := range body.Items {
-		if it.Key() != "" {
-			if k := s.queues[it.Queue].keys[it.Key()]; k == nil || k.ID != it.ID || k.Released != 0 {
-				return nil, fmt.Errorf("decode snapshot: item %d key %q not held", it.ID, it.Key())
-			}
+	if err := d.end(); err != nil {
+		return nil, err
+	}
+	for _, id := range keyed {
+		e := s.items.get(id)
+		if k := s.queues[e.queue].keys[s.key(e)]; k == nil || k.ID != id || k.Released != 0 {
+			return nil, fmt.Errorf("item %d key %q not held", id, s.key(e))
 		}
+	}
+	s.items.settle()
+	s.deadlines.init()
+	s.leaseHeap.init()
+	for _, q := range s.queues {
+		q.delayed.init()
+		slices.SortFunc(q.deadOrder, func(a, b deadEntry) int { return cmp.Compare(a.seq, b.seq) })
 	}
 	slices.SortStableFunc(s.released, func(a, b *keyEntry) int { return cmp.Compare(a.Released, b.Released) })
 	return s, nil
+}
+
+// load stores one item decoded from a snapshot, with its extra fields x
+// (copied when it has any), in the heaps to be made by init.
+func (s *State) load(it *Item, x *itemExtra) error {
+	q := s.queues[it.Queue]
+	switch {
+	case it.ID == 0 || it.ID >= s.nextID:
+		return fmt.Errorf("item id %d outside 1..%d", it.ID, s.nextID-1)
+	case s.items.get(it.ID) != nil:
+		return fmt.Errorf("item %d twice", it.ID)
+	case q == nil:
+		return fmt.Errorf("item %d of queue %d, which is not in the snapshot", it.ID, it.Queue)
+	case it.Attempts < 0 || it.Deliveries < it.Attempts:
+		return fmt.Errorf("item %d: %d attempts of %d deliveries", it.ID, it.Attempts, it.Deliveries)
+	}
+	switch it.Status {
+	case Waiting:
+		x.deadSeq = 0
+	case Leased:
+		if it.Receipt == 0 || it.Receipt > s.lastLSN || s.leases[it.Receipt] != nil {
+			return fmt.Errorf("item %d has bad receipt %d", it.ID, it.Receipt)
+		}
+		x.deadSeq = 0
+	case Dead:
+	default:
+		return fmt.Errorf("item %d has unknown status %d", it.ID, it.Status)
+	}
+	x.before = it.Deliveries - it.Attempts
+	e := s.store(q, it.ID, entry{
+		queue: it.Queue, body: it.Body, priority: it.Priority, enqueued: it.EnqueuedAt,
+		due: it.Due, seq: it.Seq, attempts: it.Attempts, heapPos: -1, status: it.Status,
+	})
+	if !x.empty() {
+		// Only an item that has one of these takes the memory for them.
+		*s.ext(e) = *x
+	}
+	switch it.Status {
+	case Waiting:
+		q.delayed.items = append(q.delayed.items, it.ID)
+		q.maxDelayedDue = max(q.maxDelayedDue, it.Due)
+		if x.deadline != 0 {
+			s.deadlines.items = append(s.deadlines.items, it.ID)
+		}
+	case Leased:
+		l := &lease{id: it.ID, receipt: it.Receipt, end: it.LeaseEnd}
+		s.leases[l.receipt] = l
+		s.leaseOf[l.id] = l
+		s.leaseHeap.items = append(s.leaseHeap.items, l)
+		q.leased++
+	case Dead:
+		q.deadOrder = append(q.deadOrder, deadEntry{it.ID, x.deadSeq})
+		q.ndead++
+	}
+	return nil
 }

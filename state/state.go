@@ -61,11 +61,15 @@ type State struct {
 	queues map[uint64]*QueueState // by ID; the default queue 0 is always there
 	names  map[string]*QueueState // named queues by name (not the default queue)
 
-	items  idIndex          // every stored item (waiting, leased, dead), of every queue
-	leases map[uint64]*Item // open leases by receipt
+	items  idIndex           // every stored item (waiting, leased, dead), of every queue
+	extras []*itemExtra      // by entry.xi; extras[0] is never used
+	freeX  []uint32          // free places in extras
+	leases map[uint64]*lease // open leases by receipt
+	// leaseOf holds the same leases by item ID.
+	leaseOf map[uint64]*lease
 
-	leaseHeap itemHeap // leased items by lease end
-	deadlines itemHeap // waiting items that have a deadline, by deadline
+	leaseHeap heap[*lease] // open leases by lease end
+	deadlines heap[uint64] // IDs of waiting items that have a deadline, by deadline
 
 	released []*keyEntry // keys released, in release order (times only grow); pruned from the front
 
@@ -82,8 +86,17 @@ type State struct {
 	lastTime int64  // newest time seen in any record
 }
 
+// lease is an open lease: the item it holds, its receipt (the LSN of the
+// lease record) and when it ends. Leases are few (at most the items in
+// flight), so they live apart from the entries.
+type lease struct {
+	id, receipt uint64
+	end         int64
+	pos         int32 // in the lease heap
+}
+
 type deadEntry struct {
-	it  *Item
+	id  uint64
 	seq uint64
 }
 
@@ -99,46 +112,148 @@ type keyEntry struct {
 // New returns an empty state: a directory with only its default queue.
 func New() *State {
 	s := &State{
-		queues: make(map[uint64]*QueueState),
-		names:  make(map[string]*QueueState),
-		leases: make(map[uint64]*Item),
-		nextID: 1,
+		queues:  make(map[uint64]*QueueState),
+		names:   make(map[string]*QueueState),
+		extras:  make([]*itemExtra, 1),
+		leases:  make(map[uint64]*lease),
+		leaseOf: make(map[uint64]*lease),
+		nextID:  1,
 	}
-	s.leaseHeap = itemHeap{less: leaseLess, pos: heapPos}
-	s.deadlines = itemHeap{less: deadlineLess, pos: deadlinePos}
-	s.queues[DefaultQueue] = newQueueState(DefaultQueue, "", 0, Settings{})
+	s.leaseHeap = heap[*lease]{
+		less:   leaseLess,
+		pos:    func(l *lease) int32 { return l.pos },
+		setPos: func(l *lease, i int32) { l.pos = i },
+	}
+	s.deadlines = heap[uint64]{
+		less:   s.deadlineLess,
+		pos:    func(id uint64) int32 { return s.xOf(s.items.get(id)).deadlinePos },
+		setPos: func(id uint64, i int32) { s.xOf(s.items.get(id)).deadlinePos = i },
+	}
+	s.queues[DefaultQueue] = s.newQueueState(DefaultQueue, "", 0, Settings{})
 	return s
 }
 
-func heapPos(it *Item) *int32     { return &it.heapPos }
-func deadlinePos(it *Item) *int32 { return &it.ext().deadlinePos }
+// dueHeap returns an empty heap of item IDs by due time.
+func (s *State) dueHeap() heap[uint64] {
+	return heap[uint64]{
+		less:   s.dueLess,
+		pos:    func(id uint64) int32 { return s.items.get(id).heapPos },
+		setPos: func(id uint64, i int32) { s.items.get(id).heapPos = i },
+	}
+}
 
 // dueLess orders by due time, then by the record that made the item waiting,
 // then by ID: the items of one put or one redrive share a Seq, and without
 // the ID their order would depend on the heap's history (not FIFO, and not the
 // same after a snapshot).
-func dueLess(a, b *Item) bool {
-	if a.Due != b.Due {
-		return a.Due < b.Due
+func (s *State) dueLess(a, b uint64) bool {
+	ea, eb := s.items.get(a), s.items.get(b)
+	if ea.due != eb.due {
+		return ea.due < eb.due
 	}
-	if a.Seq != b.Seq {
-		return a.Seq < b.Seq
+	if ea.seq != eb.seq {
+		return ea.seq < eb.seq
 	}
-	return a.ID < b.ID
+	return a < b
 }
 
-func leaseLess(a, b *Item) bool {
-	if a.LeaseEnd != b.LeaseEnd {
-		return a.LeaseEnd < b.LeaseEnd
+func leaseLess(a, b *lease) bool {
+	if a.end != b.end {
+		return a.end < b.end
 	}
-	return a.Receipt < b.Receipt
+	return a.receipt < b.receipt
 }
 
-func deadlineLess(a, b *Item) bool {
-	if da, db := a.Deadline(), b.Deadline(); da != db {
+func (s *State) deadlineLess(a, b uint64) bool {
+	if da, db := s.deadline(s.items.get(a)), s.deadline(s.items.get(b)); da != db {
 		return da < db
 	}
-	return a.ID < b.ID
+	return a < b
+}
+
+// xOf returns e's extra fields, nil when it has none.
+func (s *State) xOf(e *entry) *itemExtra {
+	if e.xi == 0 {
+		return nil
+	}
+	return s.extras[e.xi]
+}
+
+// ext returns e's extra fields, made when it had none.
+func (s *State) ext(e *entry) *itemExtra {
+	if e.xi != 0 {
+		return s.extras[e.xi]
+	}
+	x := &itemExtra{deadlinePos: -1}
+	if n := len(s.freeX); n > 0 {
+		e.xi = s.freeX[n-1]
+		s.freeX = s.freeX[:n-1]
+		s.extras[e.xi] = x
+	} else {
+		e.xi = uint32(len(s.extras))
+		s.extras = append(s.extras, x)
+	}
+	return x
+}
+
+// dropExt frees e's extra fields. A copy of the item made before keeps
+// them: the place is reused, the fields are not.
+func (s *State) dropExt(e *entry) {
+	if e.xi != 0 {
+		s.extras[e.xi] = nil
+		s.freeX = append(s.freeX, e.xi)
+		e.xi = 0
+	}
+}
+
+func (s *State) key(e *entry) string {
+	if x := s.xOf(e); x != nil {
+		return x.key
+	}
+	return ""
+}
+
+func (s *State) deadline(e *entry) int64 {
+	if x := s.xOf(e); x != nil {
+		return x.deadline
+	}
+	return 0
+}
+
+func (s *State) deadSeq(e *entry) uint64 {
+	if x := s.xOf(e); x != nil {
+		return x.deadSeq
+	}
+	return 0
+}
+
+// view returns a copy of the item id, whose entry is e.
+func (s *State) view(id uint64, e *entry) Item {
+	it := Item{
+		ID: id, Queue: e.queue, Body: e.body, Priority: e.priority,
+		EnqueuedAt: e.enqueued, Due: e.due, Seq: e.seq,
+		Attempts: e.attempts, Deliveries: e.attempts, Status: e.status,
+	}
+	if x := s.xOf(e); x != nil {
+		it.x = x
+		it.Deliveries += x.before
+	}
+	if e.status == Leased {
+		if l := s.leaseOf[id]; l != nil {
+			it.Receipt, it.LeaseEnd = l.receipt, l.end
+		}
+	}
+	return it
+}
+
+// viewOf returns a copy of the stored item id, nil when there is none.
+func (s *State) viewOf(id uint64) *Item {
+	e := s.items.get(id)
+	if e == nil {
+		return nil
+	}
+	it := s.view(id, e)
+	return &it
 }
 
 // LastLSN is the LSN of the last record applied.
@@ -228,25 +343,29 @@ func (s *State) KeyHolder(key string, now, window int64) (uint64, bool) {
 // DeadLetters is the default queue's DeadLetters.
 func (s *State) DeadLetters(limit int) []Item { return s.Default().DeadLetters(limit) }
 
-// Item returns the stored item with id, in any queue, or nil. The caller
-// must not modify it.
-func (s *State) Item(id uint64) *Item { return s.items.get(id) }
+// Item returns a copy of the stored item with id, in any queue, or nil.
+func (s *State) Item(id uint64) *Item { return s.viewOf(id) }
 
-// Leased returns the item whose open lease is receipt, or nil.
-func (s *State) Leased(receipt uint64) *Item { return s.leases[receipt] }
+// Leased returns a copy of the item whose open lease is receipt, or nil.
+func (s *State) Leased(receipt uint64) *Item {
+	if l := s.leases[receipt]; l != nil {
+		return s.viewOf(l.id)
+	}
+	return nil
+}
 
 // NextLeaseEnd is the earliest end of an open lease, in any queue.
 func (s *State) NextLeaseEnd() (int64, bool) {
-	if it := s.leaseHeap.Min(); it != nil {
-		return it.LeaseEnd, true
+	if l, ok := s.leaseHeap.Min(); ok {
+		return l.end, true
 	}
 	return 0, false
 }
 
 // NextDeadline is the earliest deadline of a waiting item, in any queue.
 func (s *State) NextDeadline() (int64, bool) {
-	if it := s.deadlines.Min(); it != nil {
-		return it.Deadline(), true
+	if id, ok := s.deadlines.Min(); ok {
+		return s.deadline(s.items.get(id)), true
 	}
 	return 0, false
 }
@@ -255,22 +374,31 @@ func (s *State) NextDeadline() (int64, bool) {
 // sorted by lease end (not necessarily the earliest max of them: callers
 // loop until none is left).
 func (s *State) ExpiredLeases(now int64, max int) []*Item {
-	var out []*Item
-	walkHeap(&s.leaseHeap, func(it *Item) bool { return it.LeaseEnd <= now }, max, &out)
+	var ls []*lease
+	walkHeap(&s.leaseHeap, func(l *lease) bool { return l.end <= now }, max, &ls)
+	out := make([]*Item, len(ls))
+	for i, l := range ls {
+		out[i] = s.viewOf(l.id)
+	}
 	return out
 }
 
 // PassedDeadlines returns up to max waiting items whose deadline is at or
 // before now (callers loop until none is left).
 func (s *State) PassedDeadlines(now int64, max int) []*Item {
-	var out []*Item
-	walkHeap(&s.deadlines, func(it *Item) bool { return it.Deadline() <= now }, max, &out)
+	var ids []uint64
+	walkHeap(&s.deadlines, func(id uint64) bool { return s.deadline(s.items.get(id)) <= now }, max, &ids)
+	out := make([]*Item, len(ids))
+	for i, id := range ids {
+		out[i] = s.viewOf(id)
+	}
 	return out
 }
 
-// walkHeap collects heap items for which match holds, visiting only the part
-// of the heap where it can hold (match must be monotone in the heap order).
-func walkHeap(h *itemHeap, match func(*Item) bool, max int, out *[]*Item) {
+// walkHeap collects heap elements for which match holds, visiting only the
+// part of the heap where it can hold (match must be monotone in the heap
+// order).
+func walkHeap[T any](h *heap[T], match func(T) bool, max int, out *[]T) {
 	var visit func(i int)
 	visit = func(i int) {
 		if i >= len(h.items) || len(*out) >= max || !match(h.items[i]) {
@@ -287,8 +415,8 @@ func walkHeap(h *itemHeap, match func(*Item) bool, max int, out *[]*Item) {
 // OpenLeases returns every open lease of every queue, by receipt.
 func (s *State) OpenLeases() []*Item {
 	out := make([]*Item, 0, len(s.leases))
-	for _, it := range s.leases {
-		out = append(out, it)
+	for _, l := range s.leases {
+		out = append(out, s.viewOf(l.id))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Receipt < out[j].Receipt })
 	return out
@@ -419,6 +547,7 @@ func (s *State) ApplyAt(lsn, queue uint64, rec Record, at int64) error {
 			err = fmt.Errorf("%w: unknown record %T", ErrInvalid, rec)
 		}
 	}
+	s.items.maintain()
 	if err != nil {
 		return err
 	}
@@ -433,10 +562,10 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// item returns the stored item id if it belongs to q.
-func (s *State) item(q *QueueState, id uint64) *Item {
-	if it := s.items.get(id); it != nil && it.Queue == q.id {
-		return it
+// item returns the entry of the stored item id if it belongs to q.
+func (s *State) item(q *QueueState, id uint64) *entry {
+	if e := s.items.get(id); e != nil && e.queue == q.id {
+		return e
 	}
 	return nil
 }
@@ -463,30 +592,29 @@ func (s *State) applyPut(lsn uint64, q *QueueState, r *Put, at int64) error {
 	}
 	for i := range r.Items {
 		n := &r.Items[i]
-		it := &Item{
-			ID:         s.nextID,
-			Queue:      q.id,
-			Body:       bodyRef(lsn, at, n.BodyOffset, n.Body),
-			Priority:   n.Priority,
-			EnqueuedAt: r.Time,
-			Due:        n.Due,
-			Seq:        lsn,
-			Status:     Waiting,
-			heapPos:    -1,
-		}
+		id := s.nextID
+		s.nextID++
+		e := s.store(q, id, entry{
+			queue:    q.id,
+			body:     bodyRef(lsn, at, n.BodyOffset, n.Body),
+			priority: n.Priority,
+			enqueued: r.Time,
+			due:      n.Due,
+			seq:      lsn,
+			status:   Waiting,
+			heapPos:  -1,
+		})
 		if n.Key != "" || n.Deadline != 0 {
-			x := it.ext()
+			x := s.ext(e)
 			x.key, x.deadline = n.Key, n.Deadline
 		}
 		if s.keepBodies && len(n.Body) > 0 {
-			it.Body.LSN, it.Body.Off = 0, 0
-			s.inline[it.ID] = slices.Clone(n.Body)
+			e.body.LSN, e.body.Off = 0, 0
+			s.inline[id] = slices.Clone(n.Body)
 		}
-		s.nextID++
-		s.store(q, it)
-		s.pushWaiting(q, it)
-		if it.Key() != "" {
-			q.keys[it.Key()] = &keyEntry{Key: it.Key(), ID: it.ID, q: q}
+		s.pushWaiting(q, id, e)
+		if n.Key != "" {
+			q.keys[n.Key] = &keyEntry{Key: n.Key, ID: id, q: q}
 		}
 		q.counters.Put++
 	}
@@ -507,10 +635,11 @@ func bodyRef(lsn uint64, at int64, off int, body []byte) BodyRef {
 	return r
 }
 
-func (s *State) store(q *QueueState, it *Item) {
-	s.items.set(it)
+// store indexes the new item id of q and returns its entry.
+func (s *State) store(q *QueueState, id uint64, e entry) *entry {
 	q.n++
-	q.bytes += int64(it.Body.Len)
+	q.bytes += int64(e.body.Len)
+	return s.items.set(id, e)
 }
 
 // PlaceBody records that the body of item id, stored by record lsn, lies
@@ -518,11 +647,11 @@ func (s *State) store(q *QueueState, it *Item) {
 // only once its frame is written. It does nothing for an item that is gone
 // or whose body has moved on since (it reports false then).
 func (s *State) PlaceBody(id, lsn uint64, off int64) bool {
-	it := s.items.get(id)
-	if it == nil || it.Body.Len == 0 || it.Body.LSN != lsn || it.Body.Off != 0 {
+	e := s.items.get(id)
+	if e == nil || e.body.Len == 0 || e.body.LSN != lsn || e.body.Off != 0 {
 		return false
 	}
-	it.Body.Off = off
+	e.body.Off = off
 	return true
 }
 
@@ -563,26 +692,26 @@ func (s *State) applyRelocate(lsn uint64, r *Relocate, at int64) error {
 	seen := make(map[uint64]bool, len(r.Items))
 	for i := range r.Items {
 		n := &r.Items[i]
-		it := s.items.get(n.ID)
+		e := s.items.get(n.ID)
 		switch {
-		case it == nil:
+		case e == nil:
 			return invalid("relocate of item %d, not stored", n.ID)
 		case seen[n.ID]:
 			return invalid("relocate of item %d twice in one record", n.ID)
-		case uint64(len(n.Body)) != uint64(it.Body.Len):
-			return invalid("relocate of item %d: %d bytes, its body has %d", n.ID, len(n.Body), it.Body.Len)
-		case BodySum(n.Body) != it.Body.Sum:
+		case uint64(len(n.Body)) != uint64(e.body.Len):
+			return invalid("relocate of item %d: %d bytes, its body has %d", n.ID, len(n.Body), e.body.Len)
+		case BodySum(n.Body) != e.body.Sum:
 			return invalid("relocate of item %d: the body is not the item's own (crc mismatch)", n.ID)
 		}
 		seen[n.ID] = true
 	}
 	for i := range r.Items {
 		n := &r.Items[i]
-		it := s.items.get(n.ID)
-		it.Body = bodyRef(lsn, at, n.BodyOffset, n.Body)
+		e := s.items.get(n.ID)
+		e.body = bodyRef(lsn, at, n.BodyOffset, n.Body)
 		delete(s.inline, n.ID)
 		if s.keepBodies && len(n.Body) > 0 {
-			it.Body.LSN, it.Body.Off = 0, 0
+			e.body.LSN, e.body.Off = 0, 0
 			s.inline[n.ID] = slices.Clone(n.Body)
 		}
 	}
@@ -590,16 +719,16 @@ func (s *State) applyRelocate(lsn uint64, r *Relocate, at int64) error {
 }
 
 func (s *State) applyLease(lsn uint64, q *QueueState, r *Lease) error {
-	it := s.item(q, r.ID)
+	e := s.item(q, r.ID)
 	switch {
-	case it == nil:
+	case e == nil:
 		return invalid("lease of item %d, not stored in queue %d", r.ID, q.id)
-	case it.Status != Waiting:
-		return invalid("lease of item %d that is %s", r.ID, it.Status)
-	case it.Due > r.Time:
-		return invalid("lease of item %d at %d before it is due at %d", r.ID, r.Time, it.Due)
-	case it.Deadline() != 0 && r.Time >= it.Deadline():
-		return invalid("lease of item %d at %d at or after its deadline %d", r.ID, r.Time, it.Deadline())
+	case e.status != Waiting:
+		return invalid("lease of item %d that is %s", r.ID, e.status)
+	case e.due > r.Time:
+		return invalid("lease of item %d at %d before it is due at %d", r.ID, r.Time, e.due)
+	case s.deadline(e) != 0 && r.Time >= s.deadline(e):
+		return invalid("lease of item %d at %d at or after its deadline %d", r.ID, r.Time, s.deadline(e))
 	case r.LeaseEnd <= r.Time:
 		return invalid("lease of item %d ends at %d, not after %d", r.ID, r.LeaseEnd, r.Time)
 	case q.Paused(r.Time):
@@ -607,69 +736,81 @@ func (s *State) applyLease(lsn uint64, q *QueueState, r *Lease) error {
 	case q.settings.MaxInFlight > 0 && int64(q.leased) >= q.settings.MaxInFlight:
 		return invalid("lease of item %d in queue %d, which has %d leases open of at most %d", r.ID, q.id, q.leased, q.settings.MaxInFlight)
 	}
-	q.removeWaiting(s, it)
-	it.Status = Leased
-	it.Receipt = lsn
-	it.LeaseEnd = r.LeaseEnd
-	it.Attempts++
-	it.Deliveries++
-	it.Due = r.Time // while leased: when the lease began (the attempt's start)
-	s.leases[lsn] = it
-	s.leaseHeap.Push(it)
+	q.removeWaiting(r.ID, e)
+	e.status = Leased
+	e.attempts++
+	e.due = r.Time // while leased: when the lease began (the attempt's start)
+	s.openLeaseOf(r.ID, lsn, r.LeaseEnd)
 	q.leased++
 	q.counters.Delivered++
 	return nil
 }
 
+// openLeaseOf records the open lease receipt of item id.
+func (s *State) openLeaseOf(id, receipt uint64, end int64) {
+	l := &lease{id: id, receipt: receipt, end: end}
+	s.leases[receipt] = l
+	s.leaseOf[id] = l
+	s.leaseHeap.Push(l)
+}
+
 // openLease finds the lease of queue q named by receipt that is still
 // running at t.
-func (s *State) openLease(q *QueueState, receipt uint64, t int64, what string) (*Item, error) {
-	it := s.leases[receipt]
-	if it == nil || it.Queue != q.id {
-		return nil, invalid("%s of receipt %d that is not an open lease of queue %d", what, receipt, q.id)
+func (s *State) openLease(q *QueueState, receipt uint64, t int64, what string) (*lease, *entry, error) {
+	l := s.leases[receipt]
+	var e *entry
+	if l != nil {
+		e = s.items.get(l.id)
 	}
-	if t >= it.LeaseEnd {
-		return nil, invalid("%s of receipt %d at %d after its lease ended at %d", what, receipt, t, it.LeaseEnd)
+	if e == nil || e.queue != q.id {
+		return nil, nil, invalid("%s of receipt %d that is not an open lease of queue %d", what, receipt, q.id)
 	}
-	return it, nil
+	if t >= l.end {
+		return nil, nil, invalid("%s of receipt %d at %d after its lease ended at %d", what, receipt, t, l.end)
+	}
+	return l, e, nil
 }
 
 func (s *State) applyExtend(q *QueueState, r *Extend) error {
-	it, err := s.openLease(q, r.Receipt, r.Time, "extend")
+	l, _, err := s.openLease(q, r.Receipt, r.Time, "extend")
 	if err != nil {
 		return err
 	}
 	if r.LeaseEnd <= r.Time {
 		return invalid("extend of receipt %d to %d, not after %d", r.Receipt, r.LeaseEnd, r.Time)
 	}
-	it.LeaseEnd = r.LeaseEnd
-	s.leaseHeap.Fix(it)
+	l.end = r.LeaseEnd
+	s.leaseHeap.Fix(l)
 	return nil
 }
 
 func (s *State) applyAck(q *QueueState, r *Ack) error {
-	it, err := s.openLease(q, r.Receipt, r.Time, "ack")
+	l, e, err := s.openLease(q, r.Receipt, r.Time, "ack")
 	if err != nil {
 		return err
 	}
-	s.endLease(q, it)
-	s.remove(q, it, r.Time)
+	s.endLease(q, l)
+	s.remove(q, l.id, e, r.Time)
 	q.counters.Acked++
 	return nil
 }
 
 func (s *State) applyEnd(lsn uint64, q *QueueState, r *End) error {
-	var it *Item
+	var l *lease
+	var e *entry
 	var err error
 	switch r.Kind {
 	case TypeExpire:
 		// Recovery expires leases whose end lies in the future: the process
 		// that held them is gone.
-		if it = s.leases[r.Receipt]; it == nil || it.Queue != q.id {
+		if l = s.leases[r.Receipt]; l != nil {
+			e = s.items.get(l.id)
+		}
+		if e == nil || e.queue != q.id {
 			return invalid("expire of receipt %d that is not an open lease of queue %d", r.Receipt, q.id)
 		}
 	case TypeNack, TypeDeadLetter:
-		if it, err = s.openLease(q, r.Receipt, r.Time, TypeName(r.Kind)); err != nil {
+		if l, e, err = s.openLease(q, r.Receipt, r.Time, TypeName(r.Kind)); err != nil {
 			return err
 		}
 	default:
@@ -678,34 +819,35 @@ func (s *State) applyEnd(lsn uint64, q *QueueState, r *End) error {
 	if r.Kind == TypeDeadLetter && !r.Dead {
 		return invalid("deadletter of receipt %d that does not dead-letter", r.Receipt)
 	}
-	s.endLease(q, it)
+	id := l.id
+	s.endLease(q, l)
 	switch r.Kind {
 	case TypeNack:
 		q.counters.Nacked++
 	case TypeExpire:
 		q.counters.Expired++
 	}
-	x := it.ext()
+	x := s.ext(e)
 	x.endedAt = r.Time
 	if r.Cause != "" {
 		x.lastError = r.Cause
 	}
-	it.addAttempt(Attempt{Start: it.Due, End: r.Time, How: r.Kind, Error: CutError(r.Cause)})
+	x.addAttempt(Attempt{Start: e.due, End: r.Time, How: r.Kind, Error: CutError(r.Cause)})
 	switch {
 	case r.Dead:
-		it.Status = Dead
+		e.status = Dead
 		x.deadSeq = lsn
-		q.deadOrder = append(q.deadOrder, deadEntry{it, lsn})
+		q.deadOrder = append(q.deadOrder, deadEntry{id, lsn})
 		q.ndead++
 		q.counters.DeadLettered++
-	case it.Deadline() != 0 && r.Due >= it.Deadline():
-		s.remove(q, it, r.Time)
+	case x.deadline != 0 && r.Due >= x.deadline:
+		s.remove(q, id, e, r.Time)
 		q.counters.Discarded++
 	default:
-		it.Status = Waiting
-		it.Due = r.Due
-		it.Seq = lsn
-		s.pushWaiting(q, it)
+		e.status = Waiting
+		e.due = r.Due
+		e.seq = lsn
+		s.pushWaiting(q, id, e)
 	}
 	return nil
 }
@@ -715,8 +857,8 @@ func (s *State) applyDiscard(q *QueueState, r *Discard) error {
 		return invalid("discard of no items")
 	}
 	for _, id := range r.IDs {
-		it := s.item(q, id)
-		if it == nil || it.Status != Waiting || it.Deadline() == 0 || it.Deadline() > r.Time {
+		e := s.item(q, id)
+		if e == nil || e.status != Waiting || s.deadline(e) == 0 || s.deadline(e) > r.Time {
 			return invalid("discard of item %d that is not waiting past its deadline at %d in queue %d", id, r.Time, q.id)
 		}
 	}
@@ -724,9 +866,9 @@ func (s *State) applyDiscard(q *QueueState, r *Discard) error {
 		return err
 	}
 	for _, id := range r.IDs {
-		it := s.items.get(id)
-		q.removeWaiting(s, it)
-		s.remove(q, it, r.Time)
+		e := s.items.get(id)
+		q.removeWaiting(id, e)
+		s.remove(q, id, e, r.Time)
 		q.counters.Discarded++
 	}
 	return nil
@@ -737,9 +879,9 @@ func (s *State) applyRedrive(lsn uint64, q *QueueState, r *Redrive) error {
 		return err
 	}
 	for _, id := range r.IDs {
-		it := s.items.get(id)
-		q.leaveDead(it)
-		s.requeue(q, it, r.Time, lsn)
+		e := s.items.get(id)
+		q.leaveDead(id, e)
+		s.requeue(q, id, e, r.Time, lsn)
 		q.counters.Redriven++
 	}
 	return nil
@@ -747,12 +889,15 @@ func (s *State) applyRedrive(lsn uint64, q *QueueState, r *Redrive) error {
 
 // requeue makes a dead letter of q waiting again, ready at t with its
 // attempts reset.
-func (s *State) requeue(q *QueueState, it *Item, t int64, lsn uint64) {
-	it.Status = Waiting
-	it.Attempts = 0
-	it.Due = t
-	it.Seq = lsn
-	s.pushWaiting(q, it)
+func (s *State) requeue(q *QueueState, id uint64, e *entry, t int64, lsn uint64) {
+	if e.attempts != 0 {
+		s.ext(e).before += e.attempts
+	}
+	e.status = Waiting
+	e.attempts = 0
+	e.due = t
+	e.seq = lsn
+	s.pushWaiting(q, id, e)
 }
 
 func (s *State) applyPurge(q *QueueState, r *Purge) error {
@@ -761,21 +906,29 @@ func (s *State) applyPurge(q *QueueState, r *Purge) error {
 		if len(ids) != 0 {
 			return invalid("purge of all with ids named")
 		}
-		for _, e := range q.deadOrder {
-			if e.it.Status == Dead && e.it.deadSeq() == e.seq {
-				ids = append(ids, e.it.ID)
+		for _, d := range q.deadOrder {
+			if s.isDead(d) {
+				ids = append(ids, d.id)
 			}
 		}
 	} else if err := s.checkDead(q, ids, "purge"); err != nil {
 		return err
 	}
 	for _, id := range ids {
-		it := s.items.get(id)
-		q.leaveDead(it)
-		s.remove(q, it, r.Time)
+		e := s.items.get(id)
+		q.leaveDead(id, e)
+		s.remove(q, id, e, r.Time)
 		q.counters.Purged++
 	}
 	return nil
+}
+
+// isDead reports whether d is a live entry of a dead-letter order: its
+// item is still that dead letter (not redriven, purged or dead again
+// since).
+func (s *State) isDead(d deadEntry) bool {
+	e := s.items.get(d.id)
+	return e != nil && e.status == Dead && s.deadSeq(e) == d.seq
 }
 
 func (s *State) checkDead(q *QueueState, ids []uint64, what string) error {
@@ -783,7 +936,7 @@ func (s *State) checkDead(q *QueueState, ids []uint64, what string) error {
 		return invalid("%s of no items", what)
 	}
 	for _, id := range ids {
-		if it := s.item(q, id); it == nil || it.Status != Dead {
+		if e := s.item(q, id); e == nil || e.status != Dead {
 			return invalid("%s of item %d that is not a dead letter of queue %d", what, id, q.id)
 		}
 	}
@@ -804,34 +957,31 @@ func noRepeats(ids []uint64) error {
 	return nil
 }
 
-func (s *State) pushWaiting(q *QueueState, it *Item) {
-	q.delayed.Push(it)
-	q.maxDelayedDue = max(q.maxDelayedDue, it.Due)
-	if it.Deadline() != 0 {
-		s.deadlines.Push(it)
+func (s *State) pushWaiting(q *QueueState, id uint64, e *entry) {
+	q.delayed.Push(id)
+	q.maxDelayedDue = max(q.maxDelayedDue, e.due)
+	if s.deadline(e) != 0 {
+		s.deadlines.Push(id)
 	}
 }
 
-func (s *State) endLease(q *QueueState, it *Item) {
-	delete(s.leases, it.Receipt)
-	s.leaseHeap.Remove(it)
+func (s *State) endLease(q *QueueState, l *lease) {
+	delete(s.leases, l.receipt)
+	delete(s.leaseOf, l.id)
+	s.leaseHeap.Remove(l)
 	q.leased--
-	it.Receipt = 0
-	it.LeaseEnd = 0
 }
 
 // remove forgets an item of q that was acked, discarded or purged; its key
-// is held for the key window from t.
-func (s *State) remove(q *QueueState, it *Item, t int64) {
-	s.items.del(it.ID)
-	if it.Body.LSN == 0 && it.Body.Len > 0 {
-		delete(s.inline, it.ID)
+// is held for the key window from t. e is not valid after.
+func (s *State) remove(q *QueueState, id uint64, e *entry, t int64) {
+	if e.body.LSN == 0 && e.body.Len > 0 {
+		delete(s.inline, id)
 	}
 	q.n--
-	q.bytes -= int64(it.Body.Len)
-	it.Status = 0
-	if it.Key() != "" {
-		if k := q.keys[it.Key()]; k != nil && k.ID == it.ID {
+	q.bytes -= int64(e.body.Len)
+	if key := s.key(e); key != "" {
+		if k := q.keys[key]; k != nil && k.ID == id {
 			// Released 0 means "still stored" (also on disk), so a release
 			// at time 0 is recorded 1 ns later.
 			k.Released = t
@@ -841,28 +991,48 @@ func (s *State) remove(q *QueueState, it *Item, t int64) {
 			s.released = append(s.released, k)
 		}
 	}
+	s.dropExt(e)
+	s.items.del(id)
 }
 
-// EachFrom calls fn for every stored item with an ID at or above start, in
-// ID order, until fn returns false; fn must not modify the item or the
+// EachFrom calls fn for a copy of every stored item with an ID at or above
+// start, in ID order, until fn returns false; fn must not modify the
 // state. Callers that hold a lock can walk a large state in pieces.
-func (s *State) EachFrom(start uint64, fn func(*Item) bool) { s.items.eachFrom(start, fn) }
+func (s *State) EachFrom(start uint64, fn func(*Item) bool) {
+	s.items.eachFrom(start, func(id uint64, e *entry) bool {
+		it := s.view(id, e)
+		return fn(&it)
+	})
+}
+
+// EachBody calls fn with the body reference of every stored item with an
+// ID at or above start, in ID order, until fn returns false; fn must not
+// modify the state. It copies no item: it is how compaction and recovery
+// walk millions of bodies. InLog tells the references of bodies in the
+// log from those of empty bodies and of bodies the state holds itself.
+func (s *State) EachBody(start uint64, fn func(id uint64, body BodyRef) bool) {
+	s.items.eachFrom(start, func(id uint64, e *entry) bool { return fn(id, e.body) })
+}
 
 // BodyFloor returns the lowest LSN of a record that holds the body of a
 // stored item (0 when no stored body is in the log): the segments wholly
 // before it hold no live body. Its cost is one pass over the items.
 func (s *State) BodyFloor() uint64 {
 	var floor uint64
-	s.items.each(func(it *Item) {
-		if it.Body.Len > 0 && it.Body.LSN != 0 && (floor == 0 || it.Body.LSN < floor) {
-			floor = it.Body.LSN
+	s.EachBody(0, func(_ uint64, b BodyRef) bool {
+		if b.InLog() && (floor == 0 || b.LSN < floor) {
+			floor = b.LSN
 		}
+		return true
 	})
 	return floor
 }
 
-// Each calls fn for every stored item of every queue in ID order; fn must
-// not modify the item or the state.
+// Each calls fn for a copy of every stored item of every queue in ID
+// order; fn must not modify the state. Each call gets its own copy.
 func (s *State) Each(fn func(*Item)) {
-	s.items.each(fn)
+	s.items.each(func(id uint64, e *entry) {
+		it := s.view(id, e)
+		fn(&it)
+	})
 }

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/walq/walq/state"
 )
@@ -1093,13 +1092,4 @@ func BenchmarkSnapshot(b *testing.B) {
 			}
 		}
 	})
-}
-
-// TestItemSize: an item without key, deadline or failed attempt fits the
-// 112-byte size class (176 before its rarer fields moved behind one
-// pointer), and its body is not in it.
-func TestItemSize(t *testing.T) {
-	if n := unsafe.Sizeof(state.Item{}); n > 112 {
-		t.Fatalf("state.Item is %d bytes, over the 112 of its size class", n)
-	}
 }
