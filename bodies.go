@@ -383,17 +383,17 @@ func (q *Queue) closeLog() error {
 	if q.failure() != nil || q.opts.noCloseSnapshot || last <= snap || !replayCost {
 		return nil
 	}
-	body, merr := q.st.MarshalSnapshot()
-	if merr != nil {
-		q.opts.Logger.Warn("walq: no snapshot at close; the next open replays the log", "err", merr)
-		return nil
+	f, ferr := q.st.Freeze()
+	var n int64
+	if ferr == nil {
+		n, ferr = q.writeFrozen(f, false) // under q.mu, which nothing else takes now
 	}
-	if _, werr := wal.WriteSnapshot(q.opts.fs, q.dir, q.dirID, last, body, q.opts.FileMode); werr != nil {
-		q.opts.Logger.Warn("walq: no snapshot at close; the next open replays the log", "err", werr)
+	if ferr != nil {
+		q.opts.Logger.Warn("walq: no snapshot at close; the next open replays the log", "err", ferr)
 		return nil
 	}
 	q.snapLSN.Store(last)
-	q.metrics.writtenBytes.Add(int64(len(body)))
+	q.metrics.writtenBytes.Add(n)
 	if rerr := q.removeSnapshotsBefore(last); rerr != nil {
 		q.opts.Logger.Warn("walq: could not remove older snapshots at close", "err", rerr)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/walq/walq/internal/layout"
-	"github.com/walq/walq/internal/rebuild"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
@@ -103,50 +102,13 @@ func (q *Queue) compact() (err error) {
 	// the one after the tail fills. (Otherwise the tail stays: a log that
 	// still reaches back past the snapshot is what recovery falls back on
 	// when the snapshot does not verify.)
-	sync := q.log.Sync
 	roll := q.rollAtCompaction.Swap(false)
-	if roll {
-		sync = q.log.SyncRoll
-	}
-	covered, err := sync()
-	if err != nil && roll {
-		q.rollAtCompaction.Store(true)
-	}
+	covered, err := q.snapshot(roll)
 	if err != nil {
-		return fmt.Errorf("walq: compaction: sync log: %w", err)
-	}
-	prev := q.snapLSN.Load()
-	if covered > prev {
-		shadow, err := q.stateAt(prev, covered)
-		if err != nil {
-			return err
+		if roll {
+			q.rollAtCompaction.Store(true)
 		}
-		// Keys are pruned at the snapshot's own time, the newest time in
-		// the records it covers, not at the queue's time now: a reopen with
-		// the wall clock behind resumes queue time at the log's newest
-		// time, which may be earlier than now, and a key pruned at now
-		// would be missing there while its window still held it.
-		windows := make(map[uint64]int64)
-		q.mu.Lock()
-		for id, rt := range q.rts {
-			windows[id] = int64(rt.set.keyWindow)
-		}
-		q.mu.Unlock()
-		shadow.PruneKeysBy(shadow.LastTime(), func(queue uint64) int64 {
-			if w, ok := windows[queue]; ok {
-				return w
-			}
-			return int64(q.opts.KeyWindow)
-		})
-		body, err := shadow.MarshalSnapshot()
-		if err != nil {
-			return fmt.Errorf("walq: compaction: encode snapshot: %w", err)
-		}
-		if _, err := wal.WriteSnapshot(q.opts.fs, q.dir, q.dirID, covered, body, q.opts.FileMode); err != nil {
-			return fmt.Errorf("walq: compaction: write snapshot: %w", err)
-		}
-		q.metrics.writtenBytes.Add(int64(len(body)))
-		q.snapLSN.Store(covered)
+		return err
 	}
 	if err := q.compactBodies(covered, roll); err != nil {
 		if errors.Is(err, errCompactionStopped) || errors.Is(err, ErrClosed) {
@@ -178,21 +140,130 @@ func (q *Queue) compact() (err error) {
 	return nil
 }
 
-// stateAt rebuilds the state at LSN to from the snapshot at from (0: none)
-// and the log, without touching the queue's own state.
-func (q *Queue) stateAt(from, to uint64) (*state.State, error) {
-	st, err := rebuild.StateAt(q.dir, q.dirID, from, to, func(uint64) error {
-		select {
-		case <-q.done:
-			return errCompactionStopped
-		default:
-			return nil
+// freezeTries is how often a compaction starts its snapshot again when a
+// queue deletion made the one being written give up.
+const freezeTries = 3
+
+// snapshot writes a snapshot of the live state as it is now, unless the
+// newest snapshot covers it already, and returns the LSN the newest
+// snapshot covers. The state is frozen under the lock (see state.Freeze)
+// and written a chunk at a time, the lock released between chunks, so the
+// queue goes on meanwhile and no second copy of the index is made. The
+// records it holds are made durable before it is (roll: and the tail is
+// sealed, so that the truncation can remove every segment it covers).
+func (q *Queue) snapshot(roll bool) (uint64, error) {
+	for try := 1; ; try++ {
+		lsn, err := q.snapshotOnce(roll)
+		if errors.Is(err, state.ErrFreezeAborted) && try < freezeTries {
+			continue
 		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("walq: compaction: %w", err)
+		if err != nil {
+			return 0, fmt.Errorf("walq: compaction: %w", err)
+		}
+		return lsn, nil
 	}
-	return st, nil
+}
+
+func (q *Queue) snapshotOnce(roll bool) (uint64, error) {
+	prev := q.snapLSN.Load()
+	q.mu.Lock()
+	if err := q.usableLocked(); err != nil {
+		q.mu.Unlock()
+		return 0, err
+	}
+	var f *state.Freeze
+	var err error
+	if q.st.LastLSN() > prev {
+		f, err = q.st.Freeze()
+	}
+	q.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	sync := q.log.Sync
+	if roll {
+		sync = q.log.SyncRoll
+	}
+	covered, err := sync()
+	if err == nil && f != nil && covered < f.LSN() {
+		err = fmt.Errorf("log synced to %d, the snapshot holds records to %d", covered, f.LSN())
+	}
+	if err != nil {
+		q.endFreeze(f)
+		return 0, fmt.Errorf("sync log: %w", err)
+	}
+	if f == nil {
+		return prev, nil
+	}
+	n, err := q.writeFrozen(f, true)
+	if err != nil {
+		return 0, err
+	}
+	q.metrics.writtenBytes.Add(n)
+	q.snapLSN.Store(f.LSN())
+	return f.LSN(), nil
+}
+
+// endFreeze gives up f, if any.
+func (q *Queue) endFreeze(f *state.Freeze) {
+	if f != nil {
+		q.mu.Lock()
+		f.Close()
+		q.mu.Unlock()
+	}
+}
+
+// writeFrozen writes the snapshot f into the directory, a piece at a time
+// (locked: taking q.mu for each piece, as the queue runs), and returns its
+// size. Every record f holds must be in the log's files: their bodies are
+// placed before each piece.
+func (q *Queue) writeFrozen(f *state.Freeze, locked bool) (int64, error) {
+	w, err := wal.CreateSnapshot(q.opts.fs, q.dir, q.dirID, f.LSN(), wal.SectionDirIndex4, q.opts.FileMode)
+	if err != nil {
+		if locked {
+			q.endFreeze(f)
+		} else {
+			f.Close()
+		}
+		return 0, err
+	}
+	var buf []byte
+	for {
+		var done bool
+		if locked {
+			q.mu.Lock()
+			if q.closed {
+				err = errCompactionStopped
+			}
+		}
+		if err == nil {
+			q.bodies.drainLocked(q.st)
+			buf, done, err = f.Next(buf[:0])
+		}
+		if err != nil {
+			f.Close()
+		}
+		if locked {
+			q.mu.Unlock()
+		}
+		if err == nil {
+			_, err = w.Write(buf)
+		}
+		if err != nil {
+			w.Abort()
+			return 0, err
+		}
+		if done {
+			break
+		}
+		if len(buf) > 4<<20 {
+			buf = nil // a piece of large items: let it go
+		}
+	}
+	if _, err := w.Commit(); err != nil {
+		return 0, err
+	}
+	return w.Size(), nil
 }
 
 // truncateLog removes the sealed segments whose records the snapshot at

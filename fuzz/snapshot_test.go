@@ -3,8 +3,12 @@ package fuzz
 import (
 	"bytes"
 	"errors"
+	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
+	"testing/iotest"
 
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
@@ -49,6 +53,7 @@ func FuzzSnapshot(f *testing.F) {
 func checkSnapshotFile(t *testing.T, file []byte) ([]byte, bool) {
 	t.Helper()
 	snap, err := wal.DecodeSnapshot(file)
+	checkSnapshotPieces(t, file, snap, err)
 	if err != nil {
 		if !errors.Is(err, wal.ErrCorrupt) && !errors.Is(err, wal.ErrNewerFormat) {
 			t.Fatalf("DecodeSnapshot refused with %v, which is neither ErrCorrupt nor ErrNewerFormat", err)
@@ -64,11 +69,47 @@ func checkSnapshotFile(t *testing.T, file []byte) ([]byte, bool) {
 		t.Fatalf("DecodeSnapshot accepted a file that its own framing would not produce (bad CRC or length): % x", file)
 	}
 	st, err := state.UnmarshalSnapshot(body)
+	// Read in pieces of any size, the body decodes to the same state, or
+	// is refused as well.
+	pieces, _, perr := state.ReadSnapshot(iotest.HalfReader(bytes.NewReader(body)), int64(len(body)))
+	switch {
+	case (err == nil) != (perr == nil):
+		t.Fatalf("UnmarshalSnapshot: %v; ReadSnapshot in pieces: %v", err, perr)
+	case err == nil && !bytes.Equal(mustSnapshot(t, st), mustSnapshot(t, pieces)):
+		t.Fatalf("read in pieces, the snapshot decodes to another state")
+	}
 	if err != nil {
 		return body, true
 	}
 	useState(t, st)
 	return body, true
+}
+
+// checkSnapshotPieces checks that reading the file in pieces
+// (wal.OpenSnapshot) accepts and refuses what DecodeSnapshot does, with
+// the same body, given DecodeSnapshot's verdict snap, err.
+func checkSnapshotPieces(t *testing.T, file []byte, snap wal.Snapshot, err error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), wal.SnapshotName(1))
+	if werr := os.WriteFile(path, file, 0o600); werr != nil {
+		t.Fatal(werr)
+	}
+	var body []byte
+	r, oerr := wal.OpenSnapshot(path)
+	if oerr == nil {
+		body, oerr = io.ReadAll(iotest.HalfReader(r))
+		if cerr := r.Close(); oerr == nil {
+			oerr = cerr
+		}
+	}
+	switch {
+	case (err == nil) != (oerr == nil):
+		t.Fatalf("DecodeSnapshot: %v; OpenSnapshot and reading in pieces: %v", err, oerr)
+	case oerr != nil && !errors.Is(oerr, wal.ErrCorrupt) && !errors.Is(oerr, wal.ErrNewerFormat):
+		t.Fatalf("OpenSnapshot refused with %v, which is neither ErrCorrupt nor ErrNewerFormat", oerr)
+	case err == nil && (!bytes.Equal(body, snap.Body) || r.LSN != snap.LSN || r.Kind != snap.Kind || r.Dir != snap.Dir || r.Version != snap.Version):
+		t.Fatalf("read in pieces, the file gives another snapshot")
+	}
 }
 
 // useState drives a decoded state through what the queue would do with it:

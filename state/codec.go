@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 )
 
@@ -103,22 +104,62 @@ func appendIDs(b []byte, ids []uint64) []byte {
 var errShort = errors.New("unexpected end of data")
 
 // decoder reads msgpack values; the first error sticks and later reads
-// return zero values, so callers check err once at the end.
+// return zero values, so callers check err once at the end. It reads from
+// b, or, when r is set, from r through b a piece at a time: then what
+// next returns is valid only until the next call.
 type decoder struct {
-	b   []byte
-	off int
-	err error
+	b    []byte
+	off  int
+	err  error
+	r    io.Reader
+	size int64 // bytes r holds
+	base int64 // bytes of r consumed before b[0]
+	eof  bool  // r has no more
+
+	version int // of the snapshot body being decoded
 }
+
+// readPiece is how much a decoder reading from r reads at once.
+const readPiece = 1 << 20
 
 func (d *decoder) fail(format string, args ...any) {
 	if d.err == nil {
-		d.err = fmt.Errorf("offset %d: "+format, append([]any{d.off}, args...)...)
+		d.err = fmt.Errorf("offset %d: "+format, append([]any{d.base + int64(d.off)}, args...)...)
+	}
+}
+
+// fill reads from r until b holds at least n bytes past off, or r ends.
+func (d *decoder) fill(n int) {
+	rest := len(d.b) - d.off
+	if d.off > 0 {
+		copy(d.b, d.b[d.off:])
+		d.base += int64(d.off)
+		d.b, d.off = d.b[:rest], 0
+	}
+	if need := max(n, readPiece); cap(d.b) < need {
+		d.b = append(make([]byte, 0, need), d.b...)
+	}
+	for len(d.b) < n && !d.eof {
+		k, err := d.r.Read(d.b[len(d.b):cap(d.b)])
+		d.b = d.b[:len(d.b)+k]
+		if err == io.EOF {
+			d.eof = true
+		} else if err != nil {
+			d.fail("read: %v", err)
+			return
+		}
 	}
 }
 
 func (d *decoder) next(n int) []byte {
 	if d.err != nil {
 		return nil
+	}
+	if n >= 0 && len(d.b)-d.off < n && d.r != nil && d.base+int64(d.off)+int64(n) <= d.size {
+		d.fill(n)
+		if d.err != nil {
+			return nil
+		}
 	}
 	if n < 0 || len(d.b)-d.off < n {
 		d.fail("%v", errShort)
@@ -342,8 +383,11 @@ func (d *decoder) ids() []uint64 {
 
 // end fails unless every byte was read.
 func (d *decoder) end() error {
+	if d.err == nil && d.r != nil && d.off == len(d.b) {
+		d.fill(1)
+	}
 	if d.err == nil && d.off != len(d.b) {
-		d.fail("%d bytes after the value", len(d.b)-d.off)
+		d.fail("bytes after the value")
 	}
 	return d.err
 }

@@ -50,7 +50,8 @@ const (
 )
 
 type idChunk struct {
-	dense *[chunkIDs]entry // nil when sparse
+	dense *[chunkIDs]entry // nil when sparse; mapped memory where the system has it (chunkmem_unix.go)
+	chunkMem
 	// Sparse: low IDs ascending and their entries; a removed one stays,
 	// free (status 0), until maintain compacts the chunk.
 	ids  []uint16
@@ -162,11 +163,11 @@ func (ch *idChunk) put(i uint16, e entry) *entry {
 
 // densify makes a sparse chunk dense.
 func (ch *idChunk) densify() {
-	d := new([chunkIDs]entry)
+	ch.setDense()
 	for k, i := range ch.ids {
-		d[i] = ch.vals[k]
+		ch.dense[i] = ch.vals[k]
 	}
-	ch.dense, ch.ids, ch.vals = d, nil, nil
+	ch.ids, ch.vals = nil, nil
 }
 
 // sparsify makes a dense chunk sparse, or compacts a sparse one, keeping
@@ -189,7 +190,8 @@ func (ch *idChunk) sparsify() {
 			}
 		}
 	}
-	ch.dense, ch.ids, ch.vals = nil, ids, vals
+	ch.dropDense()
+	ch.ids, ch.vals = ids, vals
 }
 
 // slide moves the slice's start up to chunk number base (> x.base), moving
@@ -230,6 +232,7 @@ func (x *idIndex) del(id uint64) {
 		}
 		return
 	}
+	ch.dropDense()
 	if c < x.base {
 		delete(x.far, c)
 		return
@@ -283,36 +286,25 @@ func (x *idIndex) settle() {
 
 func (x *idIndex) len() int { return x.n }
 
+// mappedBytes is how much of x is in mapped memory, outside the heap.
+func (x *idIndex) mappedBytes() int64 {
+	var n int64
+	for _, ch := range x.far {
+		n += ch.mappedBytes()
+	}
+	for _, ch := range x.chunks {
+		if ch != nil {
+			n += ch.mappedBytes()
+		}
+	}
+	return n
+}
+
 // eachFrom calls fn for every item with an ID at or above start in ID
 // order, until fn returns false.
 func (x *idIndex) eachFrom(start uint64, fn func(id uint64, e *entry) bool) {
-	visit := func(c uint64, ch *idChunk) bool {
-		base := c * chunkIDs
-		if ch.dense != nil {
-			from := 0
-			if start > base {
-				from = int(start - base)
-			}
-			for i := from; i < chunkIDs; i++ {
-				if e := &ch.dense[i]; e.status != 0 && !fn(base+uint64(i), e) {
-					return false
-				}
-			}
-			return true
-		}
-		k := 0
-		if start > base {
-			k = sort.Search(len(ch.ids), func(k int) bool { return base+uint64(ch.ids[k]) >= start })
-		}
-		for ; k < len(ch.ids); k++ {
-			if e := &ch.vals[k]; e.status != 0 && !fn(base+uint64(ch.ids[k]), e) {
-				return false
-			}
-		}
-		return true
-	}
 	for _, c := range slices.Sorted(maps.Keys(x.far)) {
-		if (c+1)*chunkIDs > start && !visit(c, x.far[c]) {
+		if (c+1)*chunkIDs > start && !x.eachChunk(c, x.far[c], start, fn) {
 			return
 		}
 	}
@@ -321,10 +313,39 @@ func (x *idIndex) eachFrom(start uint64, fn func(id uint64, e *entry) bool) {
 		first = int(min(c-x.base, uint64(len(x.chunks))))
 	}
 	for i, ch := range x.chunks[first:] {
-		if ch != nil && !visit(x.base+uint64(first+i), ch) {
+		if ch != nil && !x.eachChunk(x.base+uint64(first+i), ch, start, fn) {
 			return
 		}
 	}
+}
+
+// eachChunk calls fn for the items of ch, chunk number c, with an ID at
+// or above start, in ID order, until fn returns false (it returns false
+// then).
+func (x *idIndex) eachChunk(c uint64, ch *idChunk, start uint64, fn func(id uint64, e *entry) bool) bool {
+	base := c * chunkIDs
+	if ch.dense != nil {
+		from := 0
+		if start > base {
+			from = int(start - base)
+		}
+		for i := from; i < chunkIDs; i++ {
+			if e := &ch.dense[i]; e.status != 0 && !fn(base+uint64(i), e) {
+				return false
+			}
+		}
+		return true
+	}
+	k := 0
+	if start > base {
+		k = sort.Search(len(ch.ids), func(k int) bool { return base+uint64(ch.ids[k]) >= start })
+	}
+	for ; k < len(ch.ids); k++ {
+		if e := &ch.vals[k]; e.status != 0 && !fn(base+uint64(ch.ids[k]), e) {
+			return false
+		}
+	}
+	return true
 }
 
 // each calls fn for every item in ID order.

@@ -3,8 +3,10 @@ package state
 import (
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -180,4 +182,51 @@ func TestIDIndexChunks(t *testing.T) {
 	}
 	x.maintain()
 	checkIndex(t, &x, live, "after random steps")
+}
+
+// TestIndexMemoryGivenBack: dense chunks taken outside the heap are given
+// back when their chunk goes sparse or empty, and when a whole state is
+// dropped (the collector's cleanup).
+func TestIndexMemoryGivenBack(t *testing.T) {
+	before := processMapped()
+	var x idIndex
+	for id := uint64(1); id <= 3*chunkIDs; id++ {
+		x.set(id, entry{status: Waiting})
+	}
+	if processMapped() <= before && denseMapped() {
+		t.Fatalf("three dense chunks took no mapped memory")
+	}
+	for id := uint64(1); id <= 3*chunkIDs; id++ {
+		x.del(id)
+	}
+	x.maintain()
+	if got := processMapped(); got != before {
+		t.Fatalf("mapped bytes %d after every item left, %d before", got, before)
+	}
+	settled := func() int64 { // wait for the cleanups of states dropped earlier
+		n := processMapped()
+		for range 50 {
+			runtime.GC()
+			time.Sleep(5 * time.Millisecond) // cleanups run on their own goroutine
+			if m := processMapped(); m == n {
+				return m
+			} else {
+				n = m
+			}
+		}
+		return n
+	}
+	before = settled()
+	func() {
+		s := New()
+		for id := uint64(chunkIDs); id < 3*chunkIDs; id++ {
+			s.items.set(id, entry{status: Waiting})
+		}
+		if denseMapped() && s.MappedBytes() != 2*int64(denseSize) {
+			t.Fatalf("a state of two dense chunks maps %d bytes", s.MappedBytes())
+		}
+	}()
+	if got := settled(); got != before {
+		t.Fatalf("mapped bytes %d after the state was dropped, %d before", got, before)
+	}
 }

@@ -369,6 +369,9 @@ func (s *State) applyDelete(q *QueueState, r *DeleteQueue) error {
 	case q.leased > 0 && !r.Force:
 		return invalid("delete of queue %d with %d leases open, not forced", q.id, q.leased)
 	}
+	if s.frz != nil {
+		s.frz.abort() // it would copy every chunk that holds an item of q
+	}
 	var gone []uint64
 	s.items.each(func(id uint64, e *entry) {
 		if e.queue == q.id {
@@ -412,20 +415,24 @@ func (s *State) applyMove(lsn uint64, q *QueueState, r *Move) error {
 		return err
 	}
 	for _, id := range r.IDs {
-		if key := s.key(s.items.get(id)); key != "" {
+		if key := s.key(s.entry(id)); key != "" {
 			if k := to.keys[key]; k != nil && k.Released == 0 {
 				return invalid("redrive of item %d into queue %d: key %q held by stored item %d", id, to.id, key, k.ID)
 			}
 		}
 	}
 	for _, id := range r.IDs {
-		e := s.items.get(id)
+		e := s.entry(id)
 		q.leaveDead(id, e)
 		q.n--
 		q.bytes -= int64(e.body.Len)
 		if key := s.key(e); key != "" {
 			if k := q.keys[key]; k != nil && k.ID == id {
 				delete(q.keys, key)
+				k.gone = s.epoch
+			}
+			if k := to.keys[key]; k != nil {
+				k.gone = s.epoch
 			}
 			to.keys[key] = &keyEntry{Key: key, ID: id, q: to}
 		}

@@ -3,6 +3,7 @@ package state
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strings"
@@ -17,9 +18,10 @@ const (
 	snapshotVersion1 = 1
 	snapshotVersion2 = 2
 	snapshotVersion3 = 3
+	snapshotVersion4 = 4
 
 	// CurrentSnapshotVersion is the version MarshalSnapshot writes.
-	CurrentSnapshotVersion = snapshotVersion3
+	CurrentSnapshotVersion = snapshotVersion4
 )
 
 // SnapshotVersion returns the version of a snapshot body (0 when its
@@ -60,26 +62,40 @@ type snapKey struct {
 	Released int64
 }
 
-// MarshalSnapshot encodes the whole state as a version-3 body. Queues are
-// written in ID order, items in ID order and keys in (queue, key) order, so
-// equal states give equal bytes. No body is in it: each item says where
-// its body is in the log. A state that still holds bodies of an older
-// snapshot itself (see Inline) cannot be written.
+// MarshalSnapshot encodes the whole state as a version-4 body, in one
+// piece: what a Freeze writes in pieces. Queues are written in ID order,
+// items in ID order and released keys in release order, so equal states
+// give equal bytes. No body is in it: each item says where its body is in
+// the log. A state that still holds bodies of an older snapshot itself
+// (see Inline) cannot be written.
 //
-// Layout (msgpack): [3, lastLSN, lastTime, nextID, [queues...], [items...],
-// [keys...]]; each queue [ID, Name, Created, [Visibility, MaxAttempts,
-// KeyWindow, MaxItems, MaxBytes, MaxInFlight], PausedUntil, [11 counters]];
-// each item [ID, Queue, [BodyLSN, BodyOff, BodyLen, BodySum], Key,
-// Priority, EnqueuedAt, Due, Deadline, Seq, Attempts, Deliveries, Status,
-// Receipt, LeaseEnd, LastError, EndedAt, DeadSeq, [attempts...]] with each
-// attempt [Start, End, How, Error]; each key [Queue, Key, ID, Released].
-// (Version 2 is the same with the body's bytes, as bin, in the place of
-// the body's reference.)
+// Layout (msgpack): [4, lastLSN, lastTime, nextID, [queues...], [items...],
+// [released keys...]]; each queue [ID, Name, Created, [Visibility,
+// MaxAttempts, KeyWindow, MaxItems, MaxBytes, MaxInFlight], PausedUntil,
+// [11 counters]]; each item [ID, Queue, [BodyLSN, BodyOff, BodyLen,
+// BodySum], Key, Priority, EnqueuedAt, Due, Deadline, Seq, Attempts,
+// Deliveries, Status, Receipt, LeaseEnd, LastError, EndedAt, DeadSeq,
+// [attempts...]] with each attempt [Start, End, How, Error]; each released
+// key [Queue, Key, ID, Released]. A stored item's key is held by it: it is
+// not listed again. (Version 3 is the same with every key, held or
+// released, in the last list, in (queue, key) order; version 2 is version
+// 3 with the body's bytes, as bin, in the place of the body's reference.)
 func (s *State) MarshalSnapshot() ([]byte, error) {
 	if len(s.inline) > 0 {
 		return nil, fmt.Errorf("snapshot: %d bodies are not in the log yet (loaded from a snapshot of version 1 or 2)", len(s.inline))
 	}
-	return s.marshal(snapshotVersion3)
+	return s.freeze().all(nil)
+}
+
+// all encodes the whole of f at once.
+func (f *Freeze) all(b []byte) ([]byte, error) {
+	for {
+		var done bool
+		var err error
+		if b, done, err = f.Next(b); err != nil || done {
+			return b, err
+		}
+	}
 }
 
 // MarshalSnapshotInline encodes a state that holds every body itself (see
@@ -97,32 +113,32 @@ func (s *State) MarshalSnapshotInline() ([]byte, error) {
 	if bad != 0 {
 		return nil, fmt.Errorf("snapshot: the body of item %d is in the log, not in the state", bad)
 	}
-	return s.marshal(snapshotVersion2)
+	return s.marshal()
 }
 
-// Fingerprint is the version-3 encoding with each body's place (its
+// Fingerprint is the version-4 encoding with each body's place (its
 // record and offset) left out: equal for states that hold the same items
 // with the same bodies (by length and CRC), wherever their bodies lie, as
 // before and after a compaction copied them forward (and with the LSN and
 // time of the last record left out too: copying bodies forward takes
 // records). It is for comparing states, not for reading back.
 func (s *State) Fingerprint() []byte {
-	b, _ := s.marshal(fingerprint)
+	f := s.freeze()
+	f.fp = true
+	b, _ := f.all(nil)
 	return b
 }
 
 // fingerprint is the marshal "version" of Fingerprint.
 const fingerprint = -1
 
-func (s *State) marshal(version int) ([]byte, error) {
+// marshal encodes the state as a version-2 body (bodies inline, keys held
+// and released together in (queue, key) order).
+func (s *State) marshal() ([]byte, error) {
 	queues := s.Queues()
 	size := 64
-	var unplaced uint64
-	s.items.each(func(id uint64, e *entry) { // in ID order
-		if version == snapshotVersion3 && !e.body.Placed() && unplaced == 0 {
-			unplaced = id
-		}
-		size += 80
+	s.items.each(func(id uint64, e *entry) {
+		size += 80 + len(s.inline[id])
 		if x := s.xOf(e); x != nil {
 			size += len(x.key) + len(x.lastError) + 24*len(x.history)
 			for _, a := range x.history {
@@ -130,9 +146,6 @@ func (s *State) marshal(version int) ([]byte, error) {
 			}
 		}
 	})
-	if unplaced != 0 {
-		return nil, fmt.Errorf("snapshot: the body of item %d has no place on disk yet", unplaced)
-	}
 	var keys []*keyEntry
 	for _, q := range queues {
 		n := len(keys)
@@ -142,74 +155,23 @@ func (s *State) marshal(version int) ([]byte, error) {
 		}
 		slices.SortFunc(keys[n:], func(a, b *keyEntry) int { return strings.Compare(a.Key, b.Key) })
 	}
-
 	b := make([]byte, 0, size)
 	b = appendArrayLen(b, 7)
-	b = appendUint(b, uint64(version))
-	if version == fingerprint {
-		b = appendUint(b, 0)
-		b = appendInt(b, 0)
-	} else {
-		b = appendUint(b, s.lastLSN)
-		b = appendInt(b, s.lastTime)
-	}
+	b = appendUint(b, snapshotVersion2)
+	b = appendUint(b, s.lastLSN)
+	b = appendInt(b, s.lastTime)
 	b = appendUint(b, s.nextID)
 	b = appendArrayLen(b, len(queues))
 	for _, q := range queues {
-		b = appendArrayLen(b, 6)
-		b = appendUint(b, q.id)
-		b = appendStr(b, q.name)
-		b = appendInt(b, q.created)
-		b = appendSettings(b, q.settings)
-		b = appendInt(b, q.pausedUntil)
-		c := q.counters
-		b = appendArrayLen(b, 11)
-		for _, v := range []uint64{c.Put, c.Delivered, c.Acked, c.Nacked, c.Expired, c.DeadLettered, c.Discarded, c.Redriven, c.Purged, c.MovedIn, c.MovedOut} {
-			b = appendUint(b, v)
-		}
+		b = appendQueue(b, snapQueue{
+			ID: q.id, Name: q.name, Created: q.created, Settings: q.settings,
+			PausedUntil: q.pausedUntil, Counters: q.counters,
+		})
 	}
 	b = appendArrayLen(b, s.items.len())
 	s.items.each(func(id uint64, e *entry) {
 		it := s.view(id, e)
-		b = appendArrayLen(b, 18)
-		b = appendUint(b, it.ID)
-		b = appendUint(b, it.Queue)
-		switch version {
-		case snapshotVersion2:
-			b = appendBin(b, s.inline[it.ID])
-		case fingerprint:
-			b = appendArrayLen(b, 2)
-			b = appendUint(b, uint64(it.Body.Len))
-			b = appendUint(b, uint64(it.Body.Sum))
-		default:
-			b = appendArrayLen(b, 4)
-			b = appendUint(b, it.Body.LSN)
-			b = appendInt(b, it.Body.Off)
-			b = appendUint(b, uint64(it.Body.Len))
-			b = appendUint(b, uint64(it.Body.Sum))
-		}
-		b = appendStr(b, it.Key())
-		b = appendInt(b, it.Priority)
-		b = appendInt(b, it.EnqueuedAt)
-		b = appendInt(b, it.Due)
-		b = appendInt(b, it.Deadline())
-		b = appendUint(b, it.Seq)
-		b = appendInt(b, int64(it.Attempts))
-		b = appendInt(b, int64(it.Deliveries))
-		b = appendUint(b, uint64(it.Status))
-		b = appendUint(b, it.Receipt)
-		b = appendInt(b, it.LeaseEnd)
-		b = appendStr(b, it.LastError())
-		b = appendInt(b, it.EndedAt())
-		b = appendUint(b, it.deadSeq())
-		b = appendArrayLen(b, len(it.History()))
-		for _, a := range it.History() {
-			b = appendArrayLen(b, 4)
-			b = appendInt(b, a.Start)
-			b = appendInt(b, a.End)
-			b = appendUint(b, uint64(a.How))
-			b = appendStr(b, a.Error)
-		}
+		b = appendItem(b, snapshotVersion2, &it, s.inline[id])
 	})
 	b = appendArrayLen(b, len(keys))
 	for _, k := range keys {
@@ -222,6 +184,66 @@ func (s *State) marshal(version int) ([]byte, error) {
 	return b, nil
 }
 
+func appendQueue(b []byte, q snapQueue) []byte {
+	b = appendArrayLen(b, 6)
+	b = appendUint(b, q.ID)
+	b = appendStr(b, q.Name)
+	b = appendInt(b, q.Created)
+	b = appendSettings(b, q.Settings)
+	b = appendInt(b, q.PausedUntil)
+	c := q.Counters
+	b = appendArrayLen(b, 11)
+	for _, v := range []uint64{c.Put, c.Delivered, c.Acked, c.Nacked, c.Expired, c.DeadLettered, c.Discarded, c.Redriven, c.Purged, c.MovedIn, c.MovedOut} {
+		b = appendUint(b, v)
+	}
+	return b
+}
+
+// appendItem encodes it in the layout of version (2: with body, the bytes
+// of the body; fingerprint: the body's length and CRC only).
+func appendItem(b []byte, version int, it *Item, body []byte) []byte {
+	b = appendArrayLen(b, 18)
+	b = appendUint(b, it.ID)
+	b = appendUint(b, it.Queue)
+	switch version {
+	case snapshotVersion2:
+		b = appendBin(b, body)
+	case fingerprint:
+		b = appendArrayLen(b, 2)
+		b = appendUint(b, uint64(it.Body.Len))
+		b = appendUint(b, uint64(it.Body.Sum))
+	default:
+		b = appendArrayLen(b, 4)
+		b = appendUint(b, it.Body.LSN)
+		b = appendInt(b, it.Body.Off)
+		b = appendUint(b, uint64(it.Body.Len))
+		b = appendUint(b, uint64(it.Body.Sum))
+	}
+	b = appendStr(b, it.Key())
+	b = appendInt(b, it.Priority)
+	b = appendInt(b, it.EnqueuedAt)
+	b = appendInt(b, it.Due)
+	b = appendInt(b, it.Deadline())
+	b = appendUint(b, it.Seq)
+	b = appendInt(b, int64(it.Attempts))
+	b = appendInt(b, int64(it.Deliveries))
+	b = appendUint(b, uint64(it.Status))
+	b = appendUint(b, it.Receipt)
+	b = appendInt(b, it.LeaseEnd)
+	b = appendStr(b, it.LastError())
+	b = appendInt(b, it.EndedAt())
+	b = appendUint(b, it.deadSeq())
+	b = appendArrayLen(b, len(it.History()))
+	for _, a := range it.History() {
+		b = appendArrayLen(b, 4)
+		b = appendInt(b, a.Start)
+		b = appendInt(b, a.End)
+		b = appendUint(b, uint64(a.How))
+		b = appendStr(b, a.Error)
+	}
+	return b
+}
+
 // decodeHeader parses what comes before the items, in either version's
 // layout (version 1: [1, lastLSN, lastTime, nextID, [9 counters], [items
 // of 16 fields], [keys of 3]], all of the default queue).
@@ -229,7 +251,7 @@ func decodeHeader(d *decoder) (*snapshotBody, error) {
 	d.arrayLen(7)
 	body := &snapshotBody{Version: int(d.uint())}
 	v := body.Version
-	if d.err == nil && v != snapshotVersion1 && v != snapshotVersion2 && v != snapshotVersion3 {
+	if d.err == nil && (v < snapshotVersion1 || v > snapshotVersion4) {
 		return nil, fmt.Errorf("unknown version %d", v)
 	}
 	body.LastLSN, body.LastTime, body.NextID = d.uint(), d.int(), d.uint()
@@ -270,7 +292,7 @@ func decodeItem(d *decoder, body *snapshotBody, it *Item, x *itemExtra) {
 		d.arrayLen(18)
 		it.ID, it.Queue = d.uint(), d.uint()
 	}
-	if v == snapshotVersion3 {
+	if v >= snapshotVersion3 {
 		d.arrayLen(4)
 		it.Body.LSN, it.Body.Off = d.uint(), d.int()
 		n, sum := d.uint(), d.uint()
@@ -350,12 +372,28 @@ func UnmarshalSnapshot(data []byte) (*State, error) {
 	return s, nil
 }
 
+// ReadSnapshot is UnmarshalSnapshot for a body of size bytes read from r
+// a piece at a time: a large state is never in memory twice, once as
+// bytes and once decoded. It returns the body's version too.
+func ReadSnapshot(r io.Reader, size int64) (*State, int, error) {
+	d := &decoder{r: r, size: size}
+	s, err := unmarshalFrom(d)
+	if err != nil {
+		return nil, 0, fmt.Errorf("decode snapshot: %w", err)
+	}
+	return s, d.version, nil
+}
+
 func unmarshalSnapshot(data []byte) (*State, error) {
-	d := &decoder{b: data}
+	return unmarshalFrom(&decoder{b: data})
+}
+
+func unmarshalFrom(d *decoder) (*State, error) {
 	body, err := decodeHeader(d)
 	if err != nil {
 		return nil, err
 	}
+	d.version = body.Version
 	if body.NextID == 0 {
 		// IDs start at 1: from 0, the next put would make an item whose
 		// snapshot no longer decodes.
@@ -413,7 +451,16 @@ func unmarshalSnapshot(data []byte) (*State, error) {
 		if err := s.load(&it, &x); err != nil {
 			return nil, err
 		}
-		if x.key != "" {
+		switch {
+		case x.key == "":
+		case body.Version == snapshotVersion4:
+			// Its key is held by it, not listed again.
+			q := s.queues[it.Queue]
+			if k := q.keys[x.key]; k != nil {
+				return nil, fmt.Errorf("key %q of item %d held by item %d too", x.key, it.ID, k.ID)
+			}
+			q.keys[x.key] = &keyEntry{Key: x.key, ID: it.ID, q: q}
+		default:
 			keyed = append(keyed, it.ID)
 		}
 	}
@@ -439,6 +486,9 @@ func unmarshalSnapshot(data []byte) (*State, error) {
 			return nil, fmt.Errorf("key %q empty or twice in queue %d", sk.Key, sk.Queue)
 		}
 		k := &keyEntry{Key: sk.Key, ID: sk.ID, Released: sk.Released, q: q}
+		if k.Released == 0 && body.Version == snapshotVersion4 {
+			return nil, fmt.Errorf("key %q of item %d listed as held: version 4 lists released keys only", k.Key, k.ID)
+		}
 		if k.Released == 0 {
 			if e := s.items.get(k.ID); e == nil || s.key(e) != k.Key || e.queue != q.id {
 				return nil, fmt.Errorf("key %q held by item %d that is not stored in queue %d", k.Key, k.ID, q.id)

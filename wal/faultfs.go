@@ -39,7 +39,7 @@ func NewFaultFS(inner FS, failAt int) *FaultFS {
 // "dropcache",
 // the Check operations ("write", "sync", "truncate-front"), and for files
 // "file.read", "file.readat", "file.write", "file.sync", "file.stat",
-// "file.truncate", "file.close".
+// "file.truncate", "file.writeat", "file.close".
 func (f *FaultFS) FailNext(op string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -209,6 +209,13 @@ func (f *faultFile) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return f.File.Write(p)
+}
+
+func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.fs.step("file.writeat"); err != nil {
+		return 0, err
+	}
+	return f.File.WriteAt(p, off)
 }
 
 func (f *faultFile) Sync() error {

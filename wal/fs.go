@@ -34,6 +34,7 @@ type File interface {
 	io.Reader
 	io.ReaderAt
 	io.Writer
+	io.WriterAt
 	io.Closer
 	Sync() error
 	Stat() (os.FileInfo, error)

@@ -69,7 +69,12 @@ const (
 	// every queue of the directory, with where each body is in the log
 	// but no body (state body version 3): the only section written since
 	// bodies stay on disk. A build before it refuses it as newer.
-	SectionDirIndex   = 3
+	SectionDirIndex = 3
+	// SectionDirIndex4 is the kind of the section that holds the index as
+	// state body version 4, whose keys section lists released keys only
+	// (a stored item's key is held by it): written since snapshots are
+	// written in pieces. A build before it refuses it as newer.
+	SectionDirIndex4  = 4
 	sectionHeaderSize = 17
 )
 
@@ -82,7 +87,8 @@ type Snapshot struct {
 	// the whole body). It aliases the file's bytes.
 	Body []byte
 	// Kind is the kind of the section Body came from: SectionQueueState,
-	// SectionDirState or SectionDirIndex (SectionQueueState for version 1).
+	// SectionDirState, SectionDirIndex or SectionDirIndex4
+	// (SectionQueueState for version 1).
 	Kind byte
 }
 
@@ -158,7 +164,7 @@ func writeSynced(f File, b []byte) error {
 // directory id covering lsn with the default queue's state. WriteSnapshot
 // writes the same bytes; this is for tools and tests.
 func EncodeSnapshot(id DirID, lsn uint64, state []byte) []byte {
-	return appendSnapshot2(nil, id, lsn, SectionDirIndex, state)
+	return appendSnapshot2(nil, id, lsn, SectionDirIndex4, state)
 }
 
 // EncodeSnapshotSection is EncodeSnapshot with a section of the given
@@ -173,7 +179,7 @@ func EncodeSnapshotSection(id DirID, lsn uint64, kind byte, state []byte) []byte
 // may the log be truncated. On failure the temp file is removed
 // best-effort.
 func WriteSnapshot(fsys FS, dir string, id DirID, lsn uint64, state []byte, perm os.FileMode) (path string, err error) {
-	return WriteSnapshotSection(fsys, dir, id, lsn, SectionDirIndex, state, perm)
+	return WriteSnapshotSection(fsys, dir, id, lsn, SectionDirIndex4, state, perm)
 }
 
 // WriteSnapshotSection is WriteSnapshot with a section of the given kind:
@@ -269,7 +275,7 @@ func DecodeSnapshot(data []byte) (Snapshot, error) {
 			return bad(int64(snapshot2HeaderSize+off), reasonf("section of %d bytes runs past the end", n))
 		}
 		switch {
-		case kind != SectionQueueState && kind != SectionDirState && kind != SectionDirIndex:
+		case kind != SectionQueueState && kind != SectionDirState && kind != SectionDirIndex && kind != SectionDirIndex4:
 			return Snapshot{}, fmt.Errorf("%w: snapshot section of kind %d", ErrNewerFormat, kind)
 		case queue != 0:
 			return Snapshot{}, fmt.Errorf("%w: snapshot section of queue %d", ErrNewerFormat, queue)

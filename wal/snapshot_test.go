@@ -71,7 +71,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 			t.Fatalf("read back %+v %v", snap, err)
 		}
 		// The file is exactly the drawing.
-		if got := readFileT(t, path); !bytes.Equal(got, encodeSnapshot2(testDir, lsn, section{SectionDirIndex, 0, body})) {
+		if got := readFileT(t, path); !bytes.Equal(got, encodeSnapshot2(testDir, lsn, section{SectionDirIndex4, 0, body})) {
 			t.Fatalf("snapshot %d is not the drawn layout", lsn)
 		}
 		info, err := os.Stat(path)
@@ -188,7 +188,7 @@ func TestSnapshotSections(t *testing.T) {
 		newer  bool
 		reason string // for corruption
 	}{
-		{"unknown_kind", encodeSnapshot2(testDir, 5, section{4, 0, state}), true, ""},
+		{"unknown_kind", encodeSnapshot2(testDir, 5, section{5, 0, state}), true, ""},
 		{"dir_state_and_queue_state", encodeSnapshot2(testDir, 5, section{SectionDirState, 0, state}, def), false, "two state sections"},
 		{"unknown_kind_after_the_default", encodeSnapshot2(testDir, 5, def, section{9, 0, nil}), true, ""},
 		{"named_queue", encodeSnapshot2(testDir, 5, section{SectionQueueState, 3, state}), true, ""},

@@ -170,7 +170,10 @@ type MemResult struct {
 	// the fill.
 	BaselineHeapInuse uint64 `json:"baseline_heap_inuse"`
 	HeapInuse         uint64 `json:"heap_inuse"`
-	// PerItem is (HeapInuse − baseline − bodies in memory) / items, the
+	// MappedBytes is the memory the items' entries take outside the heap
+	// (Stats().IndexMappedBytes), which the heap figures leave out.
+	MappedBytes int64 `json:"mapped_bytes"`
+	// PerItem is (HeapInuse + mapped − baseline − bodies in memory) / items, the
 	// figure of the target, the body cache excluded (bodies are on disk;
 	// those in memory are the cache's and those not yet placed, from
 	// Stats().Bodies); PerItemAlloc the same from live object bytes
@@ -208,14 +211,16 @@ func runMem(cfg *config, qdir string) (*MemResult, error) {
 	}
 	cached := st.Bodies.CacheBytes + st.Bodies.UnplacedBytes
 	bodies := float64(cached)
+	mapped := float64(st.IndexMappedBytes) // in memory, outside the heap MemStats counts
 	res := &MemResult{
 		Items:             cfg.n,
 		BodyBytes:         cfg.body,
 		FillSeconds:       filled.Seconds(),
 		BaselineHeapInuse: before.HeapInuse,
 		HeapInuse:         after.HeapInuse,
-		PerItem:           (float64(after.HeapInuse) - float64(before.HeapInuse) - bodies) / float64(cfg.n),
-		PerItemAlloc:      (float64(after.HeapAlloc) - float64(before.HeapAlloc) - bodies) / float64(cfg.n),
+		MappedBytes:       st.IndexMappedBytes,
+		PerItem:           (float64(after.HeapInuse) - float64(before.HeapInuse) + mapped - bodies) / float64(cfg.n),
+		PerItemAlloc:      (float64(after.HeapAlloc) - float64(before.HeapAlloc) + mapped - bodies) / float64(cfg.n),
 		HeapObjects:       after.HeapObjects - before.HeapObjects,
 		MaxRSS:            maxRSS(),
 		CachedBytes:       cached,

@@ -262,7 +262,8 @@ func (r *Result) writeText(w io.Writer) error {
 	if mm := r.Mem; mm != nil {
 		p.line("")
 		p.line("mem: %s items of %d B, filled in %s", count(float64(mm.Items)), mm.BodyBytes, secs(mm.FillSeconds))
-		p.line("  heap in use after GC: %s (baseline %s); %s objects", bytesText(float64(mm.HeapInuse)),
+		p.line("  in use after GC: %s = heap %s + index outside the heap %s (baseline heap %s); %s objects",
+			bytesText(float64(mm.HeapInuse)+float64(mm.MappedBytes)), bytesText(float64(mm.HeapInuse)), bytesText(float64(mm.MappedBytes)),
 			bytesText(float64(mm.BaselineHeapInuse)), count(float64(mm.HeapObjects)))
 		p.line("  bodies in memory (cache, not yet placed): %s", bytesText(float64(mm.CachedBytes)))
 		p.line("  per item, those bodies excluded: %.1f B (in-use spans), %.1f B (live objects); max RSS %s",

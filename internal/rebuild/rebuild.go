@@ -25,17 +25,22 @@ import (
 // *wal.CorruptionError naming the file; an error reading it is returned as
 // is (it wraps fs.ErrNotExist when a compaction removed the file).
 func ReadSnapshot(dir string, f wal.SnapshotFile, want wal.DirID) (*state.State, error) {
-	snap, err := wal.ReadSnapshot(f.Path)
+	r, err := wal.OpenSnapshot(f.Path)
 	if err != nil {
 		return nil, err
 	}
-	lsn := snap.LSN
-	st, err := state.UnmarshalSnapshot(snap.Body)
-	v := state.SnapshotVersion(snap.Body)
+	// Decoded as it is read, in pieces; trusted only once the whole file
+	// verifies (Close checks the CRC, and a mismatch is what is reported).
+	st, v, err := state.ReadSnapshot(r, r.Size)
+	if cerr := r.Close(); cerr != nil {
+		return nil, cerr
+	}
+	snap, lsn := r.Snapshot, r.LSN
 	switch {
 	case err == nil && snap.Kind == wal.SectionQueueState && v != 1,
 		err == nil && snap.Kind == wal.SectionDirState && v != 2,
-		err == nil && snap.Kind == wal.SectionDirIndex && v != 3:
+		err == nil && snap.Kind == wal.SectionDirIndex && v != 3,
+		err == nil && snap.Kind == wal.SectionDirIndex4 && v != 4:
 		err = fmt.Errorf("a state of version %d in a section of kind %d", v, snap.Kind)
 	case !want.IsZero() && snap.Version != wal.FormatVersion:
 		err = fmt.Errorf("a format-%d snapshot in a directory of format %d", snap.Version, wal.FormatVersion)

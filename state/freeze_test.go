@@ -1,0 +1,124 @@
+package state_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/walq/walq/state"
+	"pgregory.net/rapid"
+)
+
+// freezeRun is a Freeze that the state machine advances by one piece
+// after every action: whatever records come between, the pieces must add
+// up, byte for byte, to the snapshot taken when it started.
+type freezeRun struct {
+	f       *state.Freeze
+	of      *state.State // the state it freezes (Replay replaces the machine's)
+	want    []byte       // MarshalSnapshot when it started
+	got     []byte
+	deleted bool // a queue deletion came since it started: it may abort
+}
+
+// Freeze starts a snapshot written in pieces, one per step.
+func (mc *machine) Freeze(t *rapid.T) {
+	if mc.frz.f != nil {
+		t.Skip("a snapshot is being written")
+	}
+	want := marshal(t, mc.s)
+	f, err := mc.s.Freeze()
+	if err != nil {
+		t.Fatalf("Freeze: %v", err)
+	}
+	if _, err := mc.s.Freeze(); err == nil {
+		t.Fatalf("a second Freeze started while one runs")
+	}
+	mc.frz = freezeRun{f: f, of: mc.s, want: want}
+}
+
+func (mc *machine) advanceFreeze(t *rapid.T) {
+	r := &mc.frz
+	if r.f == nil {
+		return
+	}
+	if r.of != mc.s {
+		r.f.Close()
+		*r = freezeRun{}
+		return
+	}
+	got, done, err := r.f.Next(r.got)
+	r.got = got
+	switch {
+	case errors.Is(err, state.ErrFreezeAborted) && r.deleted:
+		*r = freezeRun{}
+	case err != nil:
+		t.Fatalf("Freeze.Next: %v", err)
+	case done:
+		if !bytes.Equal(r.got, r.want) {
+			t.Fatalf("a snapshot written in pieces while records went on (%d bytes) is not the state it started from (%d bytes)", len(r.got), len(r.want))
+		}
+		if _, err := state.UnmarshalSnapshot(r.got); err != nil {
+			t.Fatalf("UnmarshalSnapshot of a snapshot written in pieces: %v", err)
+		}
+		*r = freezeRun{}
+	}
+}
+
+// TestFreezeWhileChanging starts a Freeze on a state of many chunks, then
+// changes items of every chunk (acks, nacks, dead letters, puts) between
+// its pieces: the pieces decode to the state as it was at the start, and
+// the copies it made are only of the chunks changed before it reached
+// them.
+func TestFreezeWhileChanging(t *testing.T) {
+	tp := newTape(t)
+	const n = 5 * 4096
+	var items []state.NewItem
+	for i := range n {
+		items = append(items, state.NewItem{Body: []byte{byte(i)}, Due: t0})
+	}
+	var ids []uint64
+	for i := 0; i < n; i += 1000 {
+		ids = append(ids, tp.put(t0, items[i:min(i+1000, n)]...)...)
+	}
+	want, err := tp.s.MarshalSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := tp.s.Freeze()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	step := 0
+	for {
+		var done bool
+		got, done, err = f.Next(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done {
+			break
+		}
+		// Between pieces: end the leases of items all over the index.
+		for k := 0; k < 50; k++ {
+			id := ids[(step*7919+k*4099)%len(ids)]
+			if it := tp.s.Item(id); it != nil && it.Status == state.Waiting {
+				r := tp.lease(t0+1, id)
+				switch k % 3 {
+				case 0:
+					tp.apply(&state.Ack{Time: t0 + 1, Receipt: r})
+				case 1:
+					tp.apply(&state.End{Kind: state.TypeNack, Time: t0 + 1, Receipt: r, Due: t0 + 5, Cause: "later"})
+				}
+			}
+		}
+		tp.put(t0+1, state.NewItem{Body: []byte("after"), Due: t0 + 1})
+		step++
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the pieces (%d bytes) are not the snapshot at the start (%d bytes)", len(got), len(want))
+	}
+	if _, err := tp.s.Freeze(); err != nil {
+		t.Fatalf("Freeze after the last piece: %v", err)
+	}
+}
