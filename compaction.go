@@ -14,15 +14,18 @@ import (
 
 // Compaction bounds the log by the live data.
 //
-//  1. Sync the log: every record up to LSN S is on disk, so no crash can
-//     leave the log behind the snapshot.
-//  2. Build the index at S apart from the queue: load the newest snapshot
-//     and replay the log up to S into a private state. The queue's lock is
-//     not held at all (the copy is built from the durable log, exactly as
-//     recovery would build it), so puts and gets go on meanwhile. The cost
-//     is a second copy of the index (not of the bodies) while it runs.
-//  3. Write it as snapshot-S: temp file, fsync, rename, directory fsync.
-//     It holds where each body is, not the bodies.
+//  1. Freeze the live state under the lock at its last record, S
+//     (state.Freeze): a moment, whatever the state holds.
+//  2. Sync the log: every record up to S is on disk, so no crash can leave
+//     the log behind the snapshot; the bodies of those records now have
+//     their places.
+//  3. Write the frozen state as snapshot-S a chunk of 4096 IDs at a time,
+//     taking the lock for each chunk only: puts and gets go on meanwhile,
+//     and a record about to change an item of a chunk not yet written
+//     copies that chunk first, so the extra memory is what changes while
+//     it is written, never a second copy of the index. Temp file written
+//     in 1 MiB pieces, lengths and CRC last, fsync, rename, directory
+//     fsync. It holds where each body is, not the bodies.
 //  4. Copy forward the live bodies that lie in the sealed segments S
 //     covers: read each (outside the lock, checked by its CRC) and append
 //     Relocate records through the sequencer, like any other record, in
@@ -131,7 +134,12 @@ func (q *Queue) compact() (err error) {
 	logBytes += q.keptBytes() // what compaction may free counts toward the next one
 	q.mu.Lock()
 	q.logBytes = logBytes // records appended meanwhile are already in the files, or nearly
-	q.compactAfter = 0
+	// The next one waits until the log has grown by what this one's
+	// snapshot took (at least CompactMinBytes): writing snapshots then
+	// costs at most a byte per byte appended, however often the ratio
+	// would ask (kept segments still dense count toward the log, and a
+	// compaction cannot free them).
+	q.compactAfter = logBytes + max(q.opts.CompactMinBytes, q.lastSnapBytes)
 	q.mu.Unlock()
 	q.metrics.compactions.Add(1)
 	q.metrics.lastCompaction.Store(q.qt.now())
@@ -200,6 +208,7 @@ func (q *Queue) snapshotOnce(roll bool) (uint64, error) {
 		return 0, err
 	}
 	q.metrics.writtenBytes.Add(n)
+	q.lastSnapBytes = n
 	q.snapLSN.Store(f.LSN())
 	return f.LSN(), nil
 }

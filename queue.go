@@ -74,6 +74,7 @@ type directory struct {
 	compactMu     sync.Mutex    // one compaction at a time
 	snapLSN       atomic.Uint64 // LSN covered by the newest snapshot; written under compactMu
 	compactAfter  int64         // no automatic compaction below this log size; under mu
+	lastSnapBytes int64         // size of the last snapshot a compaction wrote; under compactMu
 	// rollAtCompaction asks the next compaction to seal the tail segment
 	// (a queue was deleted: its bodies must leave the disk with it).
 	rollAtCompaction atomic.Bool

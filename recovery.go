@@ -7,8 +7,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/walq/walq/internal/layout"
@@ -472,11 +475,30 @@ func (q *Queue) verifyBodyFiles(st *state.State, snap uint64) error {
 		}
 		return true
 	})
+	// The files are verified side by side, one per CPU: the cost is
+	// reading them (a log of small records is headers all through).
+	var live []*bodyFile
 	for _, f := range files {
-		if f.live == 0 {
-			continue // garbage the next compaction removes; nothing reads it
+		if f.live > 0 { // the others are garbage the next compaction removes; nothing reads them
+			live = append(live, f)
 		}
-		if err := wal.VerifyHeaders(q.opts.fs, f.path, q.dirID, f.first, f.last); err != nil {
+	}
+	errs := make([]error, len(live))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(live)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(live); i = int(next.Add(1) - 1) {
+				f := live[i]
+				errs[i] = wal.VerifyHeaders(q.opts.fs, f.path, q.dirID, f.first, f.last)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs { // the first file's error, as one by one
+		if err != nil {
 			return fmt.Errorf("walq: a file that holds live bodies does not verify: %w", err)
 		}
 	}

@@ -90,8 +90,12 @@ func (q *Queue) nextWakeLocked() int64 {
 		if rt := q.rts[queue]; rt != nil {
 			window = rt.set.keyWindow
 		}
-		end := t + int64(window)
-		at = min(at, end+keyPruneStep-1-(end+keyPruneStep-1)%keyPruneStep)
+		// Keys are forgotten at the state's own time (see pruneKeysLocked):
+		// until a record's time reaches the end of the window there is
+		// nothing to do, and that record's kick comes back here.
+		if end := t + int64(window); end <= q.st.LastTime() {
+			at = min(at, end+keyPruneStep-1-(end+keyPruneStep-1)%keyPruneStep)
+		}
 	}
 	return at
 }
@@ -137,9 +141,15 @@ func (q *Queue) tick() {
 	}
 }
 
-// pruneKeysLocked forgets the keys whose queue's window has ended.
+// pruneKeysLocked forgets the keys whose queue's window has ended by the
+// state's own time, the newest time of its records, rather than by now:
+// a snapshot is of the state, and a reopen with the wall clock behind
+// resumes queue time at the log's newest time, where a key forgotten at
+// now could still be within its window. A key whose window has passed is
+// not held whether forgotten or not (KeyHolder applies the window at now);
+// forgetting it only frees its memory, at the queue's next record.
 func (q *Queue) pruneKeysLocked(now int64) {
-	q.st.PruneKeysBy(now, func(queue uint64) int64 {
+	q.st.PruneKeysBy(min(now, q.st.LastTime()), func(queue uint64) int64 {
 		if rt := q.rts[queue]; rt != nil {
 			return int64(rt.set.keyWindow)
 		}

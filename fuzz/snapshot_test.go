@@ -71,7 +71,7 @@ func checkSnapshotFile(t *testing.T, file []byte) ([]byte, bool) {
 	st, err := state.UnmarshalSnapshot(body)
 	// Read in pieces of any size, the body decodes to the same state, or
 	// is refused as well.
-	pieces, _, perr := state.ReadSnapshot(iotest.HalfReader(bytes.NewReader(body)), int64(len(body)))
+	pieces, _, perr := state.ReadSnapshot(iotest.OneByteReader(bytes.NewReader(body)), int64(len(body)))
 	switch {
 	case (err == nil) != (perr == nil):
 		t.Fatalf("UnmarshalSnapshot: %v; ReadSnapshot in pieces: %v", err, perr)

@@ -24,7 +24,7 @@ const denseSize = int(unsafe.Sizeof([chunkIDs]entry{}))
 // setDense gives ch a zeroed dense chunk. Should ch be dropped with it
 // (a state no longer used), the collector's cleanup gives it back.
 func (ch *idChunk) setDense() {
-	b, err := unix.Mmap(-1, 0, denseSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	b, err := unix.Mmap(-1, 0, denseSize, unix.PROT_READ|unix.PROT_WRITE, mapFlags)
 	if err != nil {
 		ch.dense = new([chunkIDs]entry) // out of mappings: the heap will do
 		return

@@ -151,7 +151,20 @@ func (d *decoder) fill(n int) {
 	}
 }
 
+// left is how many bytes are left to read.
+func (d *decoder) left() int64 {
+	if d.r != nil {
+		return d.size - d.base - int64(d.off)
+	}
+	return int64(len(d.b) - d.off)
+}
+
 func (d *decoder) next(n int) []byte {
+	if d.err == nil && n >= 0 && len(d.b)-d.off >= n { // the usual case: n bytes at hand
+		p := d.b[d.off : d.off+n : d.off+n]
+		d.off += n
+		return p
+	}
 	if d.err != nil {
 		return nil
 	}
@@ -171,6 +184,11 @@ func (d *decoder) next(n int) []byte {
 }
 
 func (d *decoder) byte1() byte {
+	if d.err == nil && d.off < len(d.b) {
+		c := d.b[d.off]
+		d.off++
+		return c
+	}
 	p := d.next(1)
 	if p == nil {
 		return 0
@@ -210,8 +228,8 @@ func (d *decoder) arrayLen(want int) int {
 		d.fail("array of %d fields, want %d", n, want)
 		return 0
 	}
-	if n > len(d.b)-d.off {
-		d.fail("array of %d elements in %d bytes", n, len(d.b)-d.off)
+	if left := d.left(); int64(n) > left {
+		d.fail("array of %d elements in %d bytes", n, left)
 		return 0
 	}
 	return n

@@ -3,7 +3,11 @@ package state_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
+	"slices"
 	"testing"
+	"testing/iotest"
 
 	"github.com/walq/walq/state"
 	"pgregory.net/rapid"
@@ -120,5 +124,49 @@ func TestFreezeWhileChanging(t *testing.T) {
 	}
 	if _, err := tp.s.Freeze(); err != nil {
 		t.Fatalf("Freeze after the last piece: %v", err)
+	}
+}
+
+// TestReadSnapshotInPieces: a snapshot of many items read through readers
+// that return one byte, or half of what is asked, at a time decodes to the
+// state UnmarshalSnapshot gives; one cut short, or with a byte more, is
+// refused.
+func TestReadSnapshotInPieces(t *testing.T) {
+	tp := newTape(t)
+	for i := 0; i < 30_000; i += 1000 {
+		var items []state.NewItem
+		for j := range 1000 {
+			items = append(items, state.NewItem{Body: []byte("body"), Due: t0, Key: fmt.Sprint("k", i+j)})
+		}
+		tp.put(t0, items...)
+	}
+	tp.apply(&state.Ack{Time: t0 + 1, Receipt: tp.lease(t0+1, 5)})
+	want, err := tp.s.MarshalSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) < 3*(1<<20)/2 {
+		t.Fatalf("a snapshot of %d bytes does not span the reader's pieces", len(want))
+	}
+	for name, r := range map[string]func() io.Reader{
+		"whole":    func() io.Reader { return bytes.NewReader(want) },
+		"one byte": func() io.Reader { return iotest.OneByteReader(bytes.NewReader(want)) },
+		"half":     func() io.Reader { return iotest.HalfReader(bytes.NewReader(want)) },
+		"data+err": func() io.Reader { return iotest.DataErrReader(bytes.NewReader(want)) },
+	} {
+		st, v, err := state.ReadSnapshot(r(), int64(len(want)))
+		if err != nil || v != state.CurrentSnapshotVersion {
+			t.Fatalf("%s: ReadSnapshot: version %d, %v", name, v, err)
+		}
+		if got := marshal(t, st); !bytes.Equal(got, want) {
+			t.Fatalf("%s: read in pieces, the snapshot decodes to another state", name)
+		}
+	}
+	if _, _, err := state.ReadSnapshot(bytes.NewReader(want[:len(want)-1]), int64(len(want)-1)); err == nil {
+		t.Fatalf("a snapshot cut short by a byte decodes")
+	}
+	long := append(slices.Clone(want), 0)
+	if _, _, err := state.ReadSnapshot(bytes.NewReader(long), int64(len(long))); err == nil {
+		t.Fatalf("a snapshot with a byte after it decodes")
 	}
 }

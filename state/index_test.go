@@ -188,35 +188,34 @@ func TestIDIndexChunks(t *testing.T) {
 // back when their chunk goes sparse or empty, and when a whole state is
 // dropped (the collector's cleanup).
 func TestIndexMemoryGivenBack(t *testing.T) {
-	before := processMapped()
+	settled := func() int64 { // once the cleanups of states dropped earlier ran
+		n := processMapped()
+		for range 50 {
+			runtime.GC()
+			time.Sleep(5 * time.Millisecond) // cleanups run on their own goroutine
+			m := processMapped()
+			if m == n {
+				break
+			}
+			n = m
+		}
+		return n
+	}
+	before := settled()
 	var x idIndex
 	for id := uint64(1); id <= 3*chunkIDs; id++ {
 		x.set(id, entry{status: Waiting})
 	}
-	if processMapped() <= before && denseMapped() {
-		t.Fatalf("three dense chunks took no mapped memory")
+	if denseMapped() && x.mappedBytes() != 4*int64(denseSize) {
+		t.Fatalf("four dense chunks map %d bytes", x.mappedBytes())
 	}
 	for id := uint64(1); id <= 3*chunkIDs; id++ {
 		x.del(id)
 	}
 	x.maintain()
-	if got := processMapped(); got != before {
-		t.Fatalf("mapped bytes %d after every item left, %d before", got, before)
+	if x.mappedBytes() != 0 {
+		t.Fatalf("%d bytes still mapped after every item left", x.mappedBytes())
 	}
-	settled := func() int64 { // wait for the cleanups of states dropped earlier
-		n := processMapped()
-		for range 50 {
-			runtime.GC()
-			time.Sleep(5 * time.Millisecond) // cleanups run on their own goroutine
-			if m := processMapped(); m == n {
-				return m
-			} else {
-				n = m
-			}
-		}
-		return n
-	}
-	before = settled()
 	func() {
 		s := New()
 		for id := uint64(chunkIDs); id < 3*chunkIDs; id++ {

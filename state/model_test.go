@@ -328,7 +328,6 @@ func (m *model) storedHolder(q *mQueue, key string) *mItem {
 // prune is PruneKeys(now, keyWindow): every queue forgets the keys released
 // at least keyWindow ago.
 func (m *model) prune() {
-	m.lastTime = max(m.lastTime, m.now)
 	for _, q := range m.live() {
 		for key, k := range q.keys {
 			if k.released != 0 && k.released+keyWindow <= m.now {

@@ -71,7 +71,11 @@ type QueueState struct {
 	// An item moves from delayed to ready only in Promote, so a due item may
 	// still sit in delayed until a consumer asks: that lag is a metric.
 	st      *State
-	delayed heap[uint64]
+	delayed heap[uint64] // use dheap, but for its length and whole contents
+	// unordered: delayed holds its items in no order yet (a snapshot was
+	// just loaded); dheap orders them when first asked, and a promotion of
+	// all of them needs no order at all.
+	unordered bool
 	// maxDelayedDue bounds the due times in delayed from above (pushes
 	// raise it, removals leave it): when now reaches it, every delayed item
 	// is due and Promote moves them all at once.
@@ -100,6 +104,15 @@ func (s *State) newQueueState(id uint64, name string, created int64, set Setting
 		ready:         make(map[int64]*heap[uint64]),
 		keys:          make(map[string]*keyEntry),
 	}
+}
+
+// dheap returns the delayed heap, in heap order.
+func (q *QueueState) dheap() *heap[uint64] {
+	if q.unordered {
+		q.delayed.init()
+		q.unordered = false
+	}
+	return &q.delayed
 }
 
 // ID is the queue's incarnation ID (DefaultQueue for the default queue).
@@ -152,7 +165,7 @@ func (q *QueueState) Gauges() Gauges {
 			}
 		}
 	}
-	if id, ok := q.delayed.Min(); ok {
+	if id, ok := q.dheap().Min(); ok {
 		g.DelayedHeadDue = q.st.items.get(id).due
 	}
 	return g
@@ -166,7 +179,7 @@ func (q *QueueState) Promote(now int64) {
 		return
 	}
 	for {
-		id, ok := q.delayed.Min()
+		id, ok := q.dheap().Min()
 		if !ok {
 			return
 		}
@@ -174,7 +187,7 @@ func (q *QueueState) Promote(now int64) {
 		if e.due > now {
 			return
 		}
-		q.delayed.Remove(id)
+		q.dheap().Remove(id)
 		q.pushReady(id, e)
 	}
 }
@@ -185,6 +198,37 @@ func (q *QueueState) Promote(now int64) {
 const bulkPromote = 256
 
 func (q *QueueState) promoteAll() {
+	ids := q.delayed.items
+	// Items of one priority (the usual case) whose ready heap is empty
+	// become that heap as they are: no copy.
+	p := q.st.items.get(ids[0]).priority
+	one := q.ready[p] == nil || q.ready[p].Len() == 0
+	for _, id := range ids {
+		if !one {
+			break
+		}
+		one = q.st.items.get(id).priority == p
+	}
+	if one {
+		h := q.ready[p]
+		if h == nil {
+			h = new(heap[uint64])
+			*h = q.st.dueHeap()
+			q.ready[p] = h
+		}
+		for _, id := range ids {
+			q.st.items.get(id).ready = true
+		}
+		h.items = ids
+		h.init()
+		i := sort.Search(len(q.levels), func(i int) bool { return q.levels[i] >= p })
+		q.levels = slices.Insert(q.levels, i, p)
+		q.nready += len(ids)
+		q.delayed.items = nil
+		q.unordered = false
+		q.maxDelayedDue = math.MinInt64
+		return
+	}
 	touched := make(map[int64]bool)
 	for _, id := range q.delayed.items {
 		e := q.st.items.get(id)
@@ -207,6 +251,7 @@ func (q *QueueState) promoteAll() {
 	}
 	slices.Sort(q.levels)
 	q.delayed.items = nil
+	q.unordered = false
 	q.maxDelayedDue = math.MinInt64
 }
 
@@ -224,7 +269,7 @@ func (q *QueueState) NextReady() *Item {
 
 // NextDue is the due time of the earliest delayed item (ok false if none).
 func (q *QueueState) NextDue() (int64, bool) {
-	if id, ok := q.delayed.Min(); ok {
+	if id, ok := q.dheap().Min(); ok {
 		return q.st.items.get(id).due, true
 	}
 	return 0, false
@@ -293,7 +338,7 @@ func (q *QueueState) removeWaiting(id uint64, e *entry) {
 		}
 		e.ready = false
 	} else {
-		q.delayed.Remove(id)
+		q.dheap().Remove(id)
 	}
 	if x := q.st.xOf(e); x != nil && x.deadlinePos >= 0 {
 		q.st.deadlines.Remove(id)

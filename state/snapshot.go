@@ -440,6 +440,10 @@ func unmarshalFrom(d *decoder) (*State, error) {
 		return nil, fmt.Errorf("no default queue")
 	}
 	n := d.arrayLen(-1)
+	if len(s.queues) == 1 && n < 1<<30 {
+		// One queue (the usual case): its items are all in it.
+		s.Default().delayed.items = make([]uint64, 0, n)
+	}
 	var it Item
 	var x itemExtra
 	var keyed []uint64 // items that hold a key, checked against the keys
@@ -511,7 +515,7 @@ func unmarshalFrom(d *decoder) (*State, error) {
 	s.deadlines.init()
 	s.leaseHeap.init()
 	for _, q := range s.queues {
-		q.delayed.init()
+		q.unordered = true // ordered when first needed: often never (all are due)
 		slices.SortFunc(q.deadOrder, func(a, b deadEntry) int { return cmp.Compare(a.seq, b.seq) })
 	}
 	slices.SortStableFunc(s.released, func(a, b *keyEntry) int { return cmp.Compare(a.Released, b.Released) })
@@ -525,7 +529,7 @@ func (s *State) load(it *Item, x *itemExtra) error {
 	switch {
 	case it.ID == 0 || it.ID >= s.nextID:
 		return fmt.Errorf("item id %d outside 1..%d", it.ID, s.nextID-1)
-	case s.items.get(it.ID) != nil:
+	case it.ID <= s.loaded && s.items.get(it.ID) != nil: // above every ID so far, it is new
 		return fmt.Errorf("item %d twice", it.ID)
 	case q == nil:
 		return fmt.Errorf("item %d of queue %d, which is not in the snapshot", it.ID, it.Queue)
@@ -544,6 +548,7 @@ func (s *State) load(it *Item, x *itemExtra) error {
 	default:
 		return fmt.Errorf("item %d has unknown status %d", it.ID, it.Status)
 	}
+	s.loaded = max(s.loaded, it.ID)
 	x.before = it.Deliveries - it.Attempts
 	e := s.store(q, it.ID, entry{
 		queue: it.Queue, body: it.Body, priority: it.Priority, enqueued: it.EnqueuedAt,

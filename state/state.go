@@ -87,6 +87,8 @@ type State struct {
 	frz   *Freeze
 	epoch uint64
 
+	loaded uint64 // the highest ID a snapshot load has stored so far
+
 	nextID   uint64 // ID of the next item put
 	lastLSN  uint64 // LSN of the last record applied (or covered by the snapshot)
 	lastTime int64  // newest time seen in any record
@@ -266,8 +268,8 @@ func (s *State) viewOf(id uint64) *Item {
 // LastLSN is the LSN of the last record applied.
 func (s *State) LastLSN() uint64 { return s.lastLSN }
 
-// LastTime is the newest time in any record applied, or at which keys
-// were pruned (PruneKeys); the queue never lets its clock run behind it.
+// LastTime is the newest time in any record applied; the queue never lets
+// its clock run behind it.
 func (s *State) LastTime() int64 { return s.lastTime }
 
 // NextID is the ID the next item put will get.
@@ -447,11 +449,6 @@ func (s *State) PruneKeys(now, window int64) {
 // memory for a while, never behaviour.
 func (s *State) PruneKeysBy(now int64, window func(queue uint64) int64) {
 	s.epoch++
-	// The state has seen now: a snapshot that lacks the keys forgotten
-	// here says so (LastTime), so that a reopen, which resumes the queue's
-	// time there or later, never finds a key missing that its window at
-	// that time would still hold.
-	s.lastTime = max(s.lastTime, now)
 	n := 0
 	for _, k := range s.released {
 		if k.Released+window(k.q.id) > now {
@@ -995,7 +992,7 @@ func noRepeats(ids []uint64) error {
 }
 
 func (s *State) pushWaiting(q *QueueState, id uint64, e *entry) {
-	q.delayed.Push(id)
+	q.dheap().Push(id)
 	q.maxDelayedDue = max(q.maxDelayedDue, e.due)
 	if s.deadline(e) != 0 {
 		s.deadlines.Push(id)

@@ -67,8 +67,9 @@ const (
 	SectionDirState = 2
 	// SectionDirIndex is the kind of the section that holds the index of
 	// every queue of the directory, with where each body is in the log
-	// but no body (state body version 3): the only section written since
-	// bodies stay on disk. A build before it refuses it as newer.
+	// but no body (state body version 3), as written since bodies stay on
+	// disk and before snapshots were written in pieces. A build before it
+	// refuses it as newer.
 	SectionDirIndex = 3
 	// SectionDirIndex4 is the kind of the section that holds the index as
 	// state body version 4, whose keys section lists released keys only

@@ -191,7 +191,7 @@ func runMem(cfg *config, qdir string) (*MemResult, error) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	opts := cfg.options()
-	opts.DisableAutoCompact = true // a compaction would hold a second copy of the state while it runs
+	opts.DisableAutoCompact = true // the figure is of the items at rest, not of a compaction's copies
 	q, err := walq.Open(qdir, opts)
 	if err != nil {
 		return nil, err
