@@ -760,6 +760,12 @@ func (q *Queue) Close() error {
 	q.compactMu.Lock() // let a Compact call in flight finish
 	err := q.closeLog()
 	q.compactMu.Unlock()
+	// Nothing reads an item any more; their memory goes now, not when the
+	// collector finds the queue unreachable (a reopen in this process
+	// would hold it twice meanwhile).
+	q.mu.Lock()
+	q.st.Release()
+	q.mu.Unlock()
 	if uerr := unlockDir(q.lock); err == nil {
 		err = uerr
 	}

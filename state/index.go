@@ -269,6 +269,19 @@ func (x *idIndex) maintain() {
 	}
 }
 
+// release gives every chunk's memory back and empties x.
+func (x *idIndex) release() {
+	for _, ch := range x.far {
+		ch.dropDense()
+	}
+	for _, ch := range x.chunks {
+		if ch != nil {
+			ch.dropDense()
+		}
+	}
+	*x = idIndex{}
+}
+
 // settle makes every chunk that holds few items sparse: for a state
 // loaded from a snapshot, whose items can lie far apart.
 func (x *idIndex) settle() {

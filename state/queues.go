@@ -76,6 +76,9 @@ type QueueState struct {
 	// just loaded); dheap orders them when first asked, and a promotion of
 	// all of them needs no order at all.
 	unordered bool
+	released  bool // the state's items were released: counts only
+	// releasedDelayed is how many items were delayed then.
+	releasedDelayed int
 	// maxDelayedDue bounds the due times in delayed from above (pushes
 	// raise it, removals leave it): when now reaches it, every delayed item
 	// is due and Promote moves them all at once.
@@ -157,6 +160,10 @@ func (q *QueueState) Gauges() Gauges {
 		Items:   q.n,
 		Bytes:   q.bytes,
 		Keys:    len(q.keys),
+	}
+	if q.released {
+		g.Delayed = q.releasedDelayed
+		return g
 	}
 	for _, p := range q.levels {
 		if id, ok := q.ready[p].Min(); ok {
