@@ -283,3 +283,7 @@ func isUnavailable(err error) bool {
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, ErrUnavailable) ||
 		errors.Is(err, nats.ErrConnectionDraining) || errors.Is(err, jetstream.ErrJetStreamNotEnabled)
 }
+
+// ConsumerName is the durable name of the consumer of queue's priority
+// level prio.
+func ConsumerName(queue string, prio int) string { return consumerName(queue, prio) }
