@@ -233,7 +233,9 @@ func runCluster(t *testing.T, replicas int, items int, drainFor time.Duration) c
 		}
 	}
 	killedAt := time.Now()
-	defer func() { t.Logf("R%d: the run ended %v after the SIGKILL", replicas, time.Since(killedAt).Round(time.Millisecond)) }()
+	defer func() {
+		t.Logf("R%d: the run ended %v after the SIGKILL", replicas, time.Since(killedAt).Round(time.Millisecond))
+	}()
 	mu.Lock()
 	t.Logf("R%d: SIGKILL of %s, the work stream's leader, after %d items acknowledged and %d handled", replicas, leader, len(res.acked), len(res.handled))
 	mu.Unlock()
