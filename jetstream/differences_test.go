@@ -295,7 +295,7 @@ func TestDiffDelayScheduleAtTruncates(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := get(t, q, 5*time.Second)
-	early := at.Sub(time.Now())
+	early := time.Until(at)
 	t.Logf("WithScheduleAt(%v): the message came %v before that time", at.Format(time.StampMilli), early)
 	if early <= 0 {
 		t.Fatalf("WithScheduleAt was not early (%v): the fact the adapter works around no longer holds", early)

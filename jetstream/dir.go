@@ -31,6 +31,11 @@ type Options struct {
 	// Logger receives the adapter's reports: foreign messages
 	// dead-lettered, a server that cannot be reached [discarded].
 	Logger *slog.Logger
+	// FirstSeq is the first stream sequence of a work stream that
+	// OpenDir creates [1]: item IDs are stream sequences, so a Dir that a
+	// walq directory's items will be moved into (keeping their IDs)
+	// starts past them. It changes nothing on a stream that exists.
+	FirstSeq uint64
 }
 
 // Dir is a set of named queues on one JetStream account, as a walq
@@ -82,7 +87,14 @@ func OpenDir(ctx context.Context, js jetstream.JetStream, name string, opts Opti
 	}
 	d := &Dir{js: js, nc: js.Conn(), name: name, opts: opts, log: opts.Logger, apiPrefix: apiPrefix(js.Options())}
 	var err error
+	firstSeq := opts.FirstSeq
+	if st, err := js.Stream(ctx, workStream(name)); err == nil {
+		firstSeq = st.CachedInfo().Config.FirstSeq
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, unavailable("look up the work stream", err)
+	}
 	d.work, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		FirstSeq:    firstSeq,
 		Name:        workStream(name),
 		Description: "walq work stream: items by queue and priority, schedules of delayed items",
 		Subjects:    []string{"walq." + name + ".>"},
@@ -96,6 +108,10 @@ func OpenDir(ctx context.Context, js jetstream.JetStream, name string, opts Opti
 		AllowMsgSchedules: true,
 		AllowMsgTTL:       true,
 		AllowDirect:       true,
+		// For walq-to-jetstream: its progress is one message (rolled up)
+		// committed in one atomic batch with the items it moved.
+		AllowRollup:        true,
+		AllowAtomicPublish: true,
 	})
 	if err != nil {
 		return nil, unavailable("create the work stream", err)

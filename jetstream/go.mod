@@ -7,7 +7,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	// An unpublished commit of the core module: go.work at the root of the
 	// repository resolves it to the checkout (see README.md).
-	github.com/walq/walq v0.0.0-20261201212606-b298b5e6f366
+	github.com/walq/walq v0.0.0-20261201220832-b290a14b581e
 )
 
 require (

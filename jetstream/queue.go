@@ -216,30 +216,39 @@ type carry struct {
 	msgID          string    // the Nats-Msg-Id that makes the publish idempotent
 }
 
-func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error) {
-	if it.Delay < 0 {
-		return 0, fmt.Errorf("%w: negative delay %v", walq.ErrInvalid, it.Delay)
-	}
+// moveMsg is the message that stores an item with its ID given (c.id):
+// on the ready subject, or a schedule when it is due later. It publishes
+// nothing.
+func (q *Queue) moveMsg(it walq.Item, c *carry) (*nats.Msg, error) {
 	lv := q.level(it.Priority)
 	if lv == nil {
-		return 0, fmt.Errorf("%w: priority %d is not one of the queue's levels %v (QueueOptions.Priorities: one subject per level)", walq.ErrInvalid, it.Priority, q.o.Priorities)
+		return nil, fmt.Errorf("%w: priority %d is not one of the queue's levels %v", walq.ErrInvalid, it.Priority, q.o.Priorities)
 	}
+	h := q.itemHeader(it, c)
 	now := time.Now()
-	due := now.Add(it.Delay)
-	putAt := now
-	if c != nil {
-		if !c.due.IsZero() {
-			due = c.due
+	if !c.due.After(now) {
+		if !it.Deadline.IsZero() {
+			h.Set(jetstream.MsgTTLHeader, ttl(it.Deadline.Sub(now)))
 		}
-		if !c.put.IsZero() {
-			putAt = c.put
-		}
+		return &nats.Msg{Subject: lv.subject, Header: h, Data: it.Body}, nil
 	}
-	if !it.Deadline.IsZero() && !it.Deadline.After(due) {
-		return 0, fmt.Errorf("%w: deadline %v is not after the item is due (%v)", walq.ErrInvalidDeadline, it.Deadline, due)
+	h.Set(HeaderDue, nanos(c.due))
+	h.Set("Nats-Schedule", "@at "+c.due.UTC().Format(time.RFC3339Nano))
+	h.Set("Nats-Schedule-Target", lv.subject)
+	if !it.Deadline.IsZero() {
+		h.Set("Nats-Schedule-TTL", ttl(it.Deadline.Sub(c.due)))
 	}
+	return &nats.Msg{Subject: q.d.scheduleSubject(q.name, c.id), Header: h, Data: it.Body}, nil
+}
+
+// itemHeader is the walq headers of an item.
+func (q *Queue) itemHeader(it walq.Item, c *carry) nats.Header {
 	h := nats.Header{}
 	h.Set(HeaderVersion, formatVersion)
+	putAt := time.Now()
+	if c != nil && !c.put.IsZero() {
+		putAt = c.put
+	}
 	h.Set(HeaderPut, nanos(putAt))
 	if it.Key != "" {
 		h.Set(HeaderKey, it.Key)
@@ -261,6 +270,26 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 			h.Set(HeaderHistory, s)
 		}
 	}
+	return h
+}
+
+func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error) {
+	if it.Delay < 0 {
+		return 0, fmt.Errorf("%w: negative delay %v", walq.ErrInvalid, it.Delay)
+	}
+	lv := q.level(it.Priority)
+	if lv == nil {
+		return 0, fmt.Errorf("%w: priority %d is not one of the queue's levels %v (QueueOptions.Priorities: one subject per level)", walq.ErrInvalid, it.Priority, q.o.Priorities)
+	}
+	now := time.Now()
+	due := now.Add(it.Delay)
+	if c != nil && !c.due.IsZero() {
+		due = c.due
+	}
+	if !it.Deadline.IsZero() && !it.Deadline.After(due) {
+		return 0, fmt.Errorf("%w: deadline %v is not after the item is due (%v)", walq.ErrInvalidDeadline, it.Deadline, due)
+	}
+	h := q.itemHeader(it, c)
 	delayed := due.After(now)
 	if !delayed {
 		if it.Key != "" {
