@@ -252,3 +252,34 @@ func TestServerGoesAway(t *testing.T) {
 	// again: at least once, as the README says.
 	t.Logf("%d items ran twice (their ack could not reach the server)", twice)
 }
+
+// TestCloseWakesGet: a Get blocked on the server returns walq.ErrClosed
+// when the queue closes, at once, not at the end of its pull request.
+func TestCloseWakesGet(t *testing.T) {
+	s := startServer(t, t.TempDir(), 0)
+	defer s.Shutdown()
+	q, err := openQueue(s.ClientURL(), "close", "jobs", walqjs.Options{}, walqjs.QueueOptions{Visibility: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		_, err := q.Get(context.Background())
+		got <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	q.Queue.Close()
+	select {
+	case err := <-got:
+		if !errors.Is(err, walq.ErrClosed) {
+			t.Fatalf("the blocked Get returned %v, want ErrClosed", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("the blocked Get returned %v after Close", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocked Get did not return after Close")
+	}
+	q.nc.Close()
+}

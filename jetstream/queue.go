@@ -58,6 +58,11 @@ type Queue struct {
 	qnum   uint64
 	pull   time.Duration // the expiry of a waiting pull request
 
+	// ctx ends at Close: Gets blocked on the server and background work
+	// stop with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
 	mu     sync.Mutex
 	leases map[uint64]*lease
 	next   uint64
@@ -133,6 +138,7 @@ func (d *Dir) OpenQueue(ctx context.Context, name string, opts QueueOptions) (*Q
 	o.Priorities = prios
 
 	q := &Queue{d: d, name: name, o: o, leases: make(map[uint64]*lease), done: make(chan struct{}), qnum: 1}
+	q.ctx, q.cancel = context.WithCancel(context.Background())
 	sum := sha256.Sum256([]byte("walq/jetstream\x00" + d.name + "\x00" + name))
 	copy(q.issuer[:], sum[:16])
 	var seed [8]byte
@@ -413,18 +419,25 @@ func (q *Queue) check() error {
 // server cannot be reached it goes on waiting (so that Work resumes when
 // the server is back), logging to the Dir's Logger.
 func (q *Queue) Get(ctx context.Context) (walq.Message, error) {
+	caller := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(q.ctx, cancel)()
 	warned := false
 	for {
 		if err := q.check(); err != nil {
 			return walq.Message{}, err
 		}
-		if err := ctx.Err(); err != nil {
+		if err := caller.Err(); err != nil {
 			return walq.Message{}, err
 		}
 		m, ok, err := q.take(ctx, true)
 		if err != nil {
-			if ctx.Err() != nil {
-				return walq.Message{}, ctx.Err()
+			if caller.Err() != nil {
+				return walq.Message{}, caller.Err()
+			}
+			if q.ctx.Err() != nil {
+				return walq.Message{}, walq.ErrClosed
 			}
 			if !isUnavailable(err) {
 				return walq.Message{}, err
@@ -732,7 +745,7 @@ func (q *Queue) background(f func(ctx context.Context)) {
 	q.bg.Add(1)
 	go func() {
 		defer q.bg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(q.ctx, 30*time.Second)
 		defer cancel()
 		f(ctx)
 	}()
@@ -749,6 +762,7 @@ func (q *Queue) Close() error {
 	}
 	q.closed = true
 	close(q.done)
+	q.cancel()
 	open := make([]*lease, 0, len(q.leases))
 	for _, l := range q.leases {
 		open = append(open, l)
