@@ -192,6 +192,20 @@ func TestServerGoesAway(t *testing.T) {
 	for count() < items/4 {
 		time.Sleep(5 * time.Millisecond)
 	}
+	// A lease held on another queue of the Dir, of a longer visibility,
+	// for an ack while the server is away.
+	hq, err := q.dir.OpenQueue(ctx, "held", walqjs.QueueOptions{Visibility: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hq.Close()
+	if _, err := hq.Put(ctx, []byte("held")); err != nil {
+		t.Fatal(err)
+	}
+	held, ok, err := hq.TryGet()
+	if err != nil || !ok {
+		t.Fatalf("TryGet before the server goes: %v %v", ok, err)
+	}
 	s.Shutdown()
 	s.WaitForShutdown()
 	t.Logf("server stopped after %d items handled", count())
@@ -212,6 +226,17 @@ func TestServerGoesAway(t *testing.T) {
 	}
 	if _, err := q.DeadLetters(0); !errors.Is(err, walqjs.ErrUnavailable) {
 		t.Errorf("DeadLetters while the server is away: %v, want ErrUnavailable", err)
+	}
+	// An ack while the server is away is tried until the lease's end,
+	// then gives up: the lease is lost, and the error says why.
+	start := time.Now()
+	if err := hq.Ack(held.Receipt); !errors.Is(err, walq.ErrLeaseLost) || !errors.Is(err, walqjs.ErrUnavailable) {
+		t.Errorf("Ack while the server is away: %v, want ErrLeaseLost and ErrUnavailable", err)
+	} else {
+		t.Logf("Ack while the server is away, after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	if time.Now().Before(held.LeaseEnd) {
+		t.Errorf("the Ack gave up before the lease's end")
 	}
 	select {
 	case err := <-done:

@@ -690,6 +690,11 @@ func (q *Queue) replyUntil(reply, body string, until time.Time) error {
 			}
 			return last
 		}
+		if err := q.d.connected("settle"); err != nil {
+			last = err
+			time.Sleep(min(20*time.Millisecond, time.Until(until)))
+			continue
+		}
 		_, err := q.d.nc.Request(reply, []byte(body), min(left, 2*time.Second))
 		if err == nil {
 			return nil
