@@ -593,10 +593,11 @@ func (q *Queue) Extend(r walq.Receipt, d time.Duration) error {
 	if d > q.o.Visibility-q.o.Fence {
 		end = sent.Add(q.o.Visibility - q.o.Fence)
 	}
-	if end.After(l.end) {
-		l.end = end
-		l.timer.Reset(time.Until(end))
-	}
+	// As walq's Extend: the lease ends d from now, sooner or later than
+	// before. Sooner only makes the client give it up before the server
+	// would deliver it again.
+	l.end = end
+	l.timer.Reset(time.Until(end))
 	return nil
 }
 
