@@ -59,8 +59,8 @@ type DirInfo struct {
 // opens nothing for writing, takes no lock and changes nothing: it is for
 // tools that copy a directory's items elsewhere, to be run when no queue
 // holds the directory (a compaction running meanwhile may remove a file it
-// reads, and it then fails). Times are the directory's queue time read as
-// wall time. An error of fn stops it and is returned.
+// reads, and it then fails). Times are translated to wall time as Open
+// would translate them now. An error of fn stops it and is returned.
 func ReadDir(dir string, fn func(StoredItem) error) (DirInfo, error) {
 	fsys := wal.OSFS()
 	files, err := layout.List(fsys, dir)
@@ -108,11 +108,15 @@ func ReadDir(dir string, fn func(StoredItem) error) (DirInfo, error) {
 	})
 	bodies := rebuild.NewBodies(dir)
 	defer bodies.Close()
+	// Queue time as Open would translate it: a queue opened now runs its
+	// queue time from the later of the wall clock and the directory's
+	// last record, so a wall clock behind that record counts from it.
+	off := min(0, time.Now().UnixNano()-st.LastTime())
 	wall := func(t int64) time.Time {
 		if t == 0 {
 			return time.Time{}
 		}
-		return time.Unix(0, t)
+		return time.Unix(0, t+off)
 	}
 	for _, it := range items {
 		s := StoredItem{
