@@ -7,7 +7,7 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	// An unpublished commit of the core module: go.work at the root of the
 	// repository resolves it to the checkout (see README.md).
-	github.com/walq/walq v0.0.0-20261201220832-b290a14b581e
+	github.com/walq/walq v0.0.0-20261201223745-84f86bc9bf5a
 )
 
 require (

@@ -368,3 +368,68 @@ func TestMoveRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMoveLeavesSettingsAndPauses: what a move does not carry: a queue's
+// settings (its visibility here) and its pause. Times are read as walq's
+// Open reads them: a directory written under a clock an hour ahead keeps
+// its items' order and delays, counted from its last record.
+func TestMoveLeavesSettingsAndPauses(t *testing.T) {
+	dir := t.TempDir()
+	clock := walq.NewManualClock(time.Now().Add(time.Hour))
+	q, err := walq.Open(dir, walq.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	slow, err := q.OpenQueue("slow", walq.QueueOptions{Visibility: time.Hour, MaxAttempts: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready, _ := slow.Put(ctx, []byte("paused"))
+	if err := slow.Pause(clock.Now().Add(24 * time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	delayed, _ := q.Put(ctx, []byte("a second, an hour ahead"), walq.WithDelay(time.Second))
+	q.Close()
+
+	s := startServer(t, t.TempDir(), 0)
+	defer s.Shutdown()
+	c, err := openQueue(s.ClientURL(), "probe", "x", walqjs.Options{}, walqjs.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d, err := walqjs.OpenDir(ctx, c.js, "settings", walqjs.Options{FirstSeq: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.MoveFrom(ctx, dir, walqjs.MoveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sq, err := d.OpenQueue(ctx, "slow", walqjs.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	if sq.Visibility() != 30*time.Second {
+		t.Fatalf("visibility %v: the walq queue's hour came along", sq.Visibility())
+	}
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	m, err := sq.Get(gctx)
+	cancel()
+	if err != nil || m.ID != ready {
+		t.Fatalf("the paused queue's item: %v %v (want it ready at once: the pause is not moved)", m.ID, err)
+	}
+	st, err := c.js.Stream(ctx, "WALQ_settings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm, err := st.GetLastMsgForSubject(ctx, fmt.Sprintf("walq.settings.s._.%d", delayed))
+	if err != nil {
+		t.Fatalf("the delayed item's schedule: %v", err)
+	}
+	due, _ := strconv.ParseInt(sm.Header.Get(walqjs.HeaderDue), 10, 64)
+	if in := time.Until(time.Unix(0, due)); in < 0 || in > time.Second {
+		t.Fatalf("the delayed item is due in %v, want within its second of delay", in)
+	}
+}
