@@ -1,0 +1,321 @@
+package jetstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/walq/walq"
+	walqjs "github.com/walq/walq/jetstream"
+)
+
+// buildServer builds nats-server from the module this one requires, once
+// per test binary.
+var buildServer = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "walq-nats-server-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "nats-server")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build nats-server: %v: %s", err, out)
+	}
+	return bin, nil
+})
+
+// node is one nats-server process of a test cluster.
+type node struct {
+	name string
+	port int
+	cmd  *exec.Cmd
+	log  string
+}
+
+// startCluster starts three nats-server processes as one cluster, each
+// with its file store in a temporary directory and sync_interval: always.
+func startCluster(t *testing.T) []*node {
+	t.Helper()
+	bin, err := buildServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := t.TempDir()
+	var nodes []*node
+	var routes []string
+	cports := make([]int, 3)
+	for i := range 3 {
+		nodes = append(nodes, &node{name: fmt.Sprintf("n%d", i+1), port: freePort(t)})
+		cports[i] = freePort(t)
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", cports[i]))
+	}
+	for i, n := range nodes {
+		dir := filepath.Join(base, n.name)
+		conf := fmt.Sprintf(`server_name: %s
+listen: 127.0.0.1:%d
+jetstream {
+  store_dir: %q
+  sync_interval: always
+}
+cluster {
+  name: walq-test
+  listen: 127.0.0.1:%d
+  routes: [%s]
+}
+`, n.name, n.port, dir, cports[i], strings.Join(routes, ", "))
+		path := filepath.Join(base, n.name+".conf")
+		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n.log = filepath.Join(base, n.name+".log")
+		n.cmd = exec.Command(bin, "-c", path, "-l", n.log)
+		if err := n.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range nodes {
+			if n.cmd.ProcessState == nil {
+				n.cmd.Process.Kill()
+				n.cmd.Wait()
+			}
+		}
+	})
+	return nodes
+}
+
+func clusterURL(nodes []*node) string {
+	var urls []string
+	for _, n := range nodes {
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", n.port))
+	}
+	return strings.Join(urls, ",")
+}
+
+// clusterRun is the workload of the cluster tests: a producer that puts
+// items (retrying with each item's key until a put returns: a put that
+// returned is acknowledged), four workers that get, work and ack, and a
+// SIGKILL of the node that leads the work stream mid-run. It returns what
+// was acknowledged and what was handled.
+type clusterResult struct {
+	acked    map[uint64]bool // puts that returned (or returned ErrDuplicate), by ID
+	handled  map[uint64]int  // deliveries to a worker, by ID
+	ackedRun map[uint64]int  // runs whose ack returned nil
+	killed   string
+	putErrs  int
+	lateAcks int
+}
+
+func runCluster(t *testing.T, replicas int, items int, drainFor time.Duration) clusterResult {
+	nodes := startCluster(t)
+	nc, err := nats.Connect(clusterURL(nodes), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Timeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := njs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var dir *walqjs.Dir
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		// The cluster needs a meta leader before it takes a stream.
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		dir, err = walqjs.OpenDir(octx, js, "cluster", walqjs.Options{Replicas: replicas})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("open the Dir on the cluster: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	q, err := dir.OpenQueue(ctx, "jobs", walqjs.QueueOptions{Visibility: 2 * time.Second, MaxAttempts: 1000, Backoff: zeroBackoff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+
+	res := clusterResult{acked: map[uint64]bool{}, handled: map[uint64]int{}, ackedRun: map[uint64]int{}}
+	var mu sync.Mutex
+	wctx, stopWork := context.WithCancel(ctx)
+	defer stopWork()
+	var wg sync.WaitGroup
+	// Producer: half the items before the workers start (a backlog on
+	// the stream when the node goes), the rest during the run.
+	put := func(i int) {
+		key := fmt.Sprintf("item-%d", i)
+		for wctx.Err() == nil {
+			pctx, cancel := context.WithTimeout(wctx, 2*time.Second)
+			id, err := q.Put(pctx, []byte(key), walq.WithKey(key))
+			cancel()
+			if err == nil || errors.Is(err, walq.ErrDuplicate) {
+				mu.Lock()
+				res.acked[id] = true
+				mu.Unlock()
+				return
+			}
+			mu.Lock()
+			res.putErrs++
+			mu.Unlock()
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for i := range items / 2 {
+		put(i)
+	}
+	produced := make(chan struct{})
+	wg.Go(func() {
+		defer close(produced)
+		for i := items / 2; i < items; i++ {
+			put(i)
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
+	// Workers.
+	for range 4 {
+		wg.Go(func() {
+			for {
+				m, err := q.Get(wctx)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				res.handled[m.ID]++
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				err = q.Ack(m.Receipt)
+				mu.Lock()
+				if err == nil {
+					res.ackedRun[m.ID]++
+				} else {
+					res.lateAcks++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	// Kill the stream's leader once a third of the items were handled.
+	for {
+		mu.Lock()
+		n := len(res.handled)
+		mu.Unlock()
+		if n >= items/3 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	info, err := js.Stream(ctx, "WALQ_cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := info.CachedInfo().Cluster.Leader
+	for _, n := range nodes {
+		if n.name == leader {
+			if err := n.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			n.cmd.Wait()
+			res.killed = leader
+		}
+	}
+	killedAt := time.Now()
+	defer func() {
+		t.Logf("R%d: the run ended %v after the SIGKILL", replicas, time.Since(killedAt).Round(time.Millisecond))
+	}()
+	mu.Lock()
+	t.Logf("R%d: SIGKILL of %s, the work stream's leader, after %d items acknowledged and %d handled", replicas, leader, len(res.acked), len(res.handled))
+	mu.Unlock()
+	// Let the workload finish: every acknowledged item handled, or the
+	// drain time gone.
+	end := time.Now().Add(drainFor)
+	for time.Now().Before(end) {
+		select {
+		case <-produced:
+		default:
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		mu.Lock()
+		missing := 0
+		for id := range res.acked {
+			if res.handled[id] == 0 {
+				missing++
+			}
+		}
+		mu.Unlock()
+		if missing == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopWork()
+	wg.Wait()
+	return res
+}
+
+// lost lists the acknowledged items never handled.
+func (r clusterResult) lost() []uint64 {
+	var out []uint64
+	for id := range r.acked {
+		if r.handled[id] == 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// TestClusterR3SurvivesSIGKILL: three nats-server processes, an R3 work
+// stream, the leader killed with SIGKILL mid-run: the workload goes on, and
+// every item whose put was acknowledged is handled.
+func TestClusterR3SurvivesSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the cluster test starts three servers")
+	}
+	const items = 600
+	res := runCluster(t, 3, items, 90*time.Second)
+	lost := res.lost()
+	twice := 0
+	for _, n := range res.ackedRun {
+		if n > 1 {
+			twice++
+		}
+	}
+	t.Logf("R3: %d puts acknowledged (%d put calls failed and were retried), %d delivered, %d lost, %d acked twice, %d late acks",
+		len(res.acked), res.putErrs, len(res.handled), len(lost), twice, res.lateAcks)
+	if len(res.acked) != items {
+		t.Errorf("%d of %d puts were acknowledged: the producer could not go on after the kill", len(res.acked), items)
+	}
+	if len(lost) > 0 {
+		t.Fatalf("R3: %d acknowledged items lost after the SIGKILL of %s: %v", len(lost), res.killed, lost[:min(len(lost), 20)])
+	}
+}
+
+// TestClusterR1LosesWithItsNode is the negative control: the same run on
+// an R1 stream, its one node killed. The items it held are gone with it
+// (it never comes back), and the check that passes on R3 finds them lost:
+// the cluster test can fail.
+func TestClusterR1LosesWithItsNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the cluster test starts three servers")
+	}
+	res := runCluster(t, 1, 600, 10*time.Second)
+	lost := res.lost()
+	t.Logf("R1: %d puts acknowledged, %d handled, %d lost with %s", len(res.acked), len(res.handled), len(lost), res.killed)
+	if len(lost) == 0 {
+		t.Fatalf("R1 with its node killed lost nothing: the check cannot tell a lost item")
+	}
+}

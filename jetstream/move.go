@@ -1,0 +1,389 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/walq/walq"
+)
+
+// MoveOptions configure Dir.MoveFrom.
+type MoveOptions struct {
+	// Queues gives the QueueOptions of the queues items move into, by walq
+	// queue name ("" the default queue); a queue not listed gets
+	// Priorities, and the rest as OpenQueue's defaults.
+	Queues map[string]QueueOptions
+	// Priorities are the levels of the queues not in Queues [the
+	// priorities the directory's items have].
+	Priorities []int
+	// Batch is how many items go in one atomic batch with the progress
+	// [100].
+	Batch int
+	// Progress, when set, is called after each batch is committed.
+	Progress func(MoveReport)
+	// Pace is a pause after each batch (for tests that kill a move midway).
+	Pace time.Duration
+}
+
+// MoveReport counts what a move did.
+type MoveReport struct {
+	Items     int // stored items the directory holds
+	Ready     int // moved as ready items (leased ones included)
+	Delayed   int // moved as schedules at their due times
+	Dead      int // moved to the dead letters
+	Discarded int // past their deadline: not moved (walq would discard them)
+	Skipped   int // moved by an earlier run (its progress said so)
+	Done      bool
+}
+
+// moveProgress is the durable progress of a move, one message in the work
+// stream (subject walq.<dir>.mv.<directory id>, rolled up), committed in
+// the same atomic batch as the items it counts.
+type moveProgress struct {
+	Dir  string `json:"dir"`  // the walq directory's ID, hex
+	LSN  uint64 `json:"lsn"`  // the directory's last record when the move began
+	Next int    `json:"next"` // index, in ReadDir's order, of the next item to move
+	Done bool   `json:"done"`
+}
+
+// MoveFrom moves the items of the walq directory dir into d: ready ones
+// (and those leased when the directory was closed) as ready items,
+// delayed ones as schedules at their due times, dead letters into the
+// dead-letter stream, each with its ID, key, deadline, priority, attempts
+// (Walq-Attempts-Before), deliveries and history. Items past their
+// deadline are not moved.
+//
+// It reads the directory with walq.ReadDir and changes nothing in it: it
+// holds the directory's lock while it runs (so no walq queue opens it
+// meanwhile) and refuses one that a queue holds. Its progress is stored in
+// JetStream, in the same atomic batch as the items it moved, so a move
+// stopped at any point (a SIGKILL) and run again goes on where it stopped:
+// nothing is moved twice and nothing is left out. A directory changed
+// since a move began is refused. The Dir's work stream must start past the
+// directory's IDs (Options.FirstSeq, for a Dir created for the move), so
+// that moved items keep their IDs.
+func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveReport, error) {
+	var rep MoveReport
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return rep, err
+	}
+	defer unlock()
+	if opts.Batch <= 0 {
+		opts.Batch = 100
+	}
+	// A first pass: what the directory holds, and whether it can move.
+	var items []walq.StoredItem
+	info, err := walq.ReadDir(dir, func(it walq.StoredItem) error {
+		it.Body = nil // read again, batch by batch
+		items = append(items, it)
+		return nil
+	})
+	if err != nil {
+		return rep, fmt.Errorf("walq/jetstream: move: read %s: %w", dir, err)
+	}
+	rep.Items = len(items)
+	stInfo, err := d.work.Info(ctx)
+	if err != nil {
+		return rep, unavailable("move: the work stream", err)
+	}
+	// Moved items keep their IDs, all below NextID; IDs given on
+	// JetStream are stream sequences, all at or past the stream's first.
+	if first := stInfo.Config.FirstSeq; info.NextID > 1 && first < info.NextID {
+		return rep, fmt.Errorf("%w: move: the Dir's work stream starts at sequence %d, below the directory's IDs (up to %d): move into a Dir created with Options.FirstSeq >= %d",
+			walq.ErrInvalid, first, info.NextID-1, info.NextID)
+	}
+	src := hex.EncodeToString(info.ID[:])
+	queues := map[string]*Queue{}
+	prios := map[int]bool{}
+	for _, it := range items {
+		prios[it.Priority] = true
+	}
+	levels := opts.Priorities
+	if len(levels) == 0 {
+		for p := range prios {
+			levels = append(levels, p)
+		}
+		slices.Sort(levels)
+	}
+	for _, name := range info.Queues {
+		qo, ok := opts.Queues[name]
+		if !ok {
+			qo = QueueOptions{Priorities: levels}
+		}
+		q, err := d.OpenQueue(ctx, name, qo)
+		if err != nil {
+			return rep, fmt.Errorf("walq/jetstream: move: open queue %q: %w", name, err)
+		}
+		defer q.Close()
+		queues[name] = q
+	}
+	for _, it := range items {
+		if !it.Dead && queues[it.Queue].level(it.Priority) == nil {
+			return rep, fmt.Errorf("%w: move: item %d of queue %q has priority %d, not one of the queue's levels %v",
+				walq.ErrInvalid, it.ID, it.Queue, it.Priority, queues[it.Queue].o.Priorities)
+		}
+	}
+	// Where an earlier run stopped.
+	progSubj := "walq." + d.name + ".mv." + src
+	prog := moveProgress{Dir: src, LSN: info.LastLSN}
+	if m, err := d.work.GetLastMsgForSubject(ctx, progSubj); err == nil {
+		var p moveProgress
+		if err := json.Unmarshal(m.Data, &p); err != nil {
+			return rep, fmt.Errorf("walq/jetstream: move: the progress on %s does not parse: %w", progSubj, err)
+		}
+		if p.LSN != info.LastLSN {
+			return rep, fmt.Errorf("%w: move: the directory changed since the move began (its last record was %d, it is %d now); nothing more moved",
+				walq.ErrInvalid, p.LSN, info.LastLSN)
+		}
+		prog = p
+	} else if !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return rep, unavailable("move: read the progress", err)
+	}
+	rep.Skipped = min(prog.Next, len(items))
+	if prog.Done {
+		rep.Done = true
+		return rep, nil
+	}
+	// The second pass reads the bodies, a batch at a time.
+	var batch []walq.StoredItem
+	index := 0
+	now := time.Now()
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		var msgs []*nats.Msg
+		var counts MoveReport
+		for _, it := range batch {
+			q := queues[it.Queue]
+			switch {
+			case it.Dead || it.BodyError != "":
+				if err := q.moveDeadLetter(ctx, src, it); err != nil {
+					return err
+				}
+				counts.Dead++
+				continue
+			case !it.Deadline.IsZero() && !it.Deadline.After(now):
+				counts.Discarded++
+				continue
+			}
+			c := &carry{id: it.ID, attemptsBefore: it.Attempts, deliveries: it.Deliveries, put: it.EnqueuedAt, due: it.Due}
+			for _, a := range it.History {
+				c.history = append(c.history, attemptOf(a))
+			}
+			if it.Leased {
+				c.due = time.Time{} // its lease ends: ready now
+			}
+			m, err := q.moveMsg(walq.Item{Body: it.Body, Priority: it.Priority, Key: it.Key, Deadline: it.Deadline}, c)
+			if err != nil {
+				return err
+			}
+			if m.Header.Get(HeaderDue) != "" {
+				counts.Delayed++
+			} else {
+				counts.Ready++
+			}
+			msgs = append(msgs, m)
+		}
+		next := moveProgress{Dir: src, LSN: info.LastLSN, Next: index}
+		if err := d.commit(ctx, msgs, progSubj, next); err != nil {
+			return err
+		}
+		rep.Ready += counts.Ready
+		rep.Delayed += counts.Delayed
+		rep.Dead += counts.Dead
+		rep.Discarded += counts.Discarded
+		batch = batch[:0]
+		if opts.Progress != nil {
+			opts.Progress(rep)
+		}
+		if opts.Pace > 0 {
+			time.Sleep(opts.Pace)
+		}
+		return nil
+	}
+	_, err = walq.ReadDir(dir, func(it walq.StoredItem) error {
+		i := index
+		index++
+		if i < prog.Next {
+			return nil
+		}
+		batch = append(batch, it)
+		if len(batch) == opts.Batch {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil {
+		return rep, err
+	}
+	if err := d.commit(ctx, nil, progSubj, moveProgress{Dir: src, LSN: info.LastLSN, Next: index, Done: true}); err != nil {
+		return rep, err
+	}
+	rep.Done = true
+	return rep, nil
+}
+
+func attemptOf(a walq.Attempt) attempt {
+	out := attempt{How: a.How, Error: a.Error}
+	if !a.Start.IsZero() {
+		out.Start = a.Start.UnixNano()
+	}
+	if !a.End.IsZero() {
+		out.End = a.End.UnixNano()
+	}
+	return out
+}
+
+// moveDeadLetter publishes a moved dead letter: idempotent, since the
+// dead-letter stream keeps one message per ID's subject.
+func (q *Queue) moveDeadLetter(ctx context.Context, src string, it walq.StoredItem) error {
+	h := nats.Header{}
+	h.Set(HeaderVersion, formatVersion)
+	h.Set(HeaderID, strconv.FormatUint(it.ID, 10))
+	h.Set(HeaderQueue, q.name)
+	h.Set(HeaderPriority, strconv.Itoa(it.Priority))
+	cause := it.LastError
+	if it.BodyError != "" {
+		cause = "walq/jetstream: move: the body could not be read from the walq directory: " + it.BodyError
+	}
+	h.Set(HeaderError, cutError(cause))
+	h.Set(HeaderAttempts, strconv.Itoa(it.Attempts))
+	h.Set(HeaderDeliveriesBefore, strconv.Itoa(it.Deliveries))
+	dead := it.DeadAt
+	if dead.IsZero() {
+		dead = time.Now()
+	}
+	h.Set(HeaderDeadAt, nanos(dead))
+	var hist []attempt
+	for _, a := range it.History {
+		hist = append(hist, attemptOf(a))
+	}
+	if s := encodeHistory(hist); s != "" {
+		h.Set(HeaderHistory, s)
+	}
+	if it.Key != "" {
+		h.Set(HeaderKey, it.Key)
+	}
+	if !it.EnqueuedAt.IsZero() {
+		h.Set(HeaderPut, nanos(it.EnqueuedAt))
+	}
+	if !it.Deadline.IsZero() {
+		h.Set(HeaderDeadline, nanos(it.Deadline))
+	}
+	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("walq-mv-dl-%s-%d", src, it.ID))
+	if _, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: q.d.dlqSubject(q.name, it.ID), Header: h, Data: it.Body}); err != nil {
+		return unavailable("move: a dead letter", err)
+	}
+	return nil
+}
+
+// commit publishes msgs and the progress p as one atomic batch: all of
+// them are stored, or none.
+func (d *Dir) commit(ctx context.Context, msgs []*nats.Msg, progSubj string, p moveProgress) error {
+	body, _ := json.Marshal(p)
+	pm := &nats.Msg{Subject: progSubj, Header: nats.Header{}, Data: body}
+	pm.Header.Set(HeaderVersion, formatVersion)
+	pm.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	all := append(msgs, pm)
+	id := nats.NewInbox()[len(nats.InboxPrefix):]
+	for i, m := range all {
+		m.Header.Set("Nats-Batch-Id", id)
+		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
+		if i < len(all)-1 {
+			if err := d.nc.PublishMsg(m); err != nil {
+				return unavailable("move: publish a batch", err)
+			}
+		}
+	}
+	pm.Header.Set("Nats-Batch-Commit", "1")
+	timeout := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	r, err := d.nc.RequestMsg(pm, timeout)
+	if err != nil {
+		return unavailable("move: commit a batch", err)
+	}
+	var ack struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Count int `json:"count"`
+	}
+	if err := json.Unmarshal(r.Data, &ack); err != nil {
+		return fmt.Errorf("walq/jetstream: move: the batch's commit answered %q", r.Data)
+	}
+	if ack.Error != nil {
+		return fmt.Errorf("walq/jetstream: move: the batch was refused: %s (%d)", ack.Error.Description, ack.Error.Code)
+	}
+	if ack.Count != len(all) {
+		return fmt.Errorf("walq/jetstream: move: the batch committed %d messages of %d", ack.Count, len(all))
+	}
+	return nil
+}
+
+// lockDir takes the walq directory's lock, as a walq queue does (flock on
+// its LOCK file, which exists in every directory a queue opened), without
+// writing anything: a queue that holds it makes the move fail, and no
+// queue can open the directory while the move runs.
+func lockDir(dir string) (func(), error) {
+	f, err := os.Open(filepath.Join(dir, "LOCK"))
+	if err != nil {
+		return nil, fmt.Errorf("walq/jetstream: move: %s: %w (not a walq directory?)", dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("walq/jetstream: move: %s is held by a running queue (%v): stop it first", dir, err)
+	}
+	return func() {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// RemoveMoved removes the walq directory dir once a move of all its items
+// into d has finished, and only if the directory is still as it was when
+// the move began (same identity, same last record): so that nothing that
+// did not move is removed.
+func (d *Dir) RemoveMoved(ctx context.Context, dir string) error {
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	info, err := walq.ReadDir(dir, func(walq.StoredItem) error { return nil })
+	if err != nil {
+		unlock()
+		return err
+	}
+	src := hex.EncodeToString(info.ID[:])
+	m, err := d.work.GetLastMsgForSubject(ctx, "walq."+d.name+".mv."+src)
+	if err != nil {
+		unlock()
+		return fmt.Errorf("walq/jetstream: remove %s: no finished move of it into Dir %s: %w", dir, d.name, err)
+	}
+	var p moveProgress
+	if err := json.Unmarshal(m.Data, &p); err != nil || !p.Done || p.LSN != info.LastLSN {
+		unlock()
+		return fmt.Errorf("walq/jetstream: remove %s: the move into Dir %s has not finished, or the directory changed since (progress %s, last record %d)",
+			dir, d.name, m.Data, info.LastLSN)
+	}
+	unlock()
+	return os.RemoveAll(dir)
+}

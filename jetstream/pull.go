@@ -1,0 +1,229 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/walq/walq"
+)
+
+// pullOne asks lv's consumer for one message: no prefetch, one pull
+// request of batch 1 per call, so the server sends a message only to a
+// caller that waits for it. t0 is when the request was sent: the lease is
+// timed from it, since the server's AckWait starts when it sends and runs
+// while the message travels. A nil message means none came (no message,
+// the request expired, or a status the caller should just retry on).
+//
+// The reply subscription is per request: when the caller gives up (ctx),
+// it is drained, so the server, which checks the interest of a waiting
+// request before it sends to it, sends nothing more; a message it sent
+// before it saw the unsubscribe is sent back at once (Nak), counting an
+// attempt.
+func (q *Queue) pullOne(ctx context.Context, lv *level, noWait bool, expires time.Duration) (*nats.Msg, time.Time, error) {
+	nc := q.d.nc
+	if err := q.d.connected("get"); err != nil {
+		return nil, time.Time{}, err
+	}
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, time.Time{}, unavailable("get", err)
+	}
+	var req string
+	wait := 5 * time.Second
+	if noWait {
+		req = `{"batch":1,"no_wait":true}`
+	} else {
+		req = fmt.Sprintf(`{"batch":1,"expires":%d}`, expires.Nanoseconds())
+		wait = expires + time.Second
+	}
+	t0 := time.Now()
+	if err := nc.PublishRequest(lv.nextSubj, inbox, []byte(req)); err != nil {
+		sub.Unsubscribe()
+		return nil, time.Time{}, unavailable("get", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		m, err := sub.NextMsgWithContext(wctx)
+		if err != nil {
+			q.abandon(sub)
+			if ctx.Err() != nil {
+				return nil, t0, ctx.Err()
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				// No answer at all, not even the request's expiry: the
+				// server is away.
+				return nil, t0, &unavailableError{what: "get", err: fmt.Errorf("no answer to a pull request in %v", wait)}
+			}
+			return nil, t0, unavailable("get", err)
+		}
+		if m.Reply == "" && len(m.Data) == 0 && m.Header.Get("Status") != "" {
+			status := m.Header.Get("Status")
+			switch status {
+			case "100": // idle heartbeat
+				continue
+			case "404", "408": // no messages; the request expired
+				sub.Unsubscribe()
+				return nil, t0, nil
+			case "503":
+				sub.Unsubscribe()
+				return nil, t0, &unavailableError{what: "get", err: nats.ErrNoResponders}
+			case "409":
+				sub.Unsubscribe()
+				desc := m.Header.Get("Description")
+				if desc == "Consumer Deleted" || desc == "Consumer is push based" {
+					return nil, t0, fmt.Errorf("walq/jetstream: get: the consumer of queue %q (priority %d): %s", q.name, lv.prio, desc)
+				}
+				// Leadership change, too many waiting requests: ask again.
+				return nil, t0, nil
+			default:
+				sub.Unsubscribe()
+				return nil, t0, fmt.Errorf("walq/jetstream: get: status %s %s", status, m.Header.Get("Description"))
+			}
+		}
+		sub.Unsubscribe()
+		return m, t0, nil
+	}
+}
+
+// abandon drains a pull request's subscription and sends back what the
+// server sent it before it saw the unsubscribe.
+func (q *Queue) abandon(sub *nats.Subscription) {
+	if err := sub.Drain(); err != nil {
+		return
+	}
+	limit := time.Now().Add(2 * time.Second)
+	for time.Now().Before(limit) {
+		m, err := sub.NextMsg(100 * time.Millisecond)
+		if err != nil {
+			if errors.Is(err, nats.ErrTimeout) && sub.IsValid() {
+				continue
+			}
+			return
+		}
+		if m.Reply != "" {
+			q.d.nc.Publish(m.Reply, []byte("-NAK"))
+		}
+	}
+	sub.Unsubscribe()
+}
+
+// accept turns a delivery into a lease, or settles it itself: a message
+// walq did not write goes to the dead letters, one past its deadline is
+// discarded, one that came before its due time goes back for the rest of
+// its delay, one past its attempts (its last lease expired with nobody to
+// see it) goes to the dead letters.
+func (q *Queue) accept(m *nats.Msg, t0 time.Time, lv *level) (walq.Message, bool) {
+	meta, ok := parseAck(m.Reply)
+	if !ok {
+		q.d.log.Warn("walq/jetstream: a delivery without JetStream's ack subject; ignored", "subject", m.Subject, "reply", m.Reply)
+		return walq.Message{}, false
+	}
+	until := t0.Add(q.o.Visibility)
+	foreign := func(why string) (walq.Message, bool) {
+		cause := fmt.Sprintf("%v: %s (subject %s, stream sequence %d)", errForeign, why, m.Subject, meta.sseq)
+		q.d.log.Warn("walq/jetstream: dead-lettering a message walq did not write", "cause", cause)
+		if err := q.moveToDead(context.Background(), m, meta, meta.sseq, lv.prio, int(meta.delivered), int(meta.delivered), nil,
+			attempt{How: "deadletter", Error: cause}, cause, until); err != nil {
+			q.d.log.Warn("walq/jetstream: could not dead-letter a foreign message; it comes back after the visibility", "seq", meta.sseq, "err", err)
+		}
+		return walq.Message{}, false
+	}
+	h := m.Header
+	if h == nil || h.Get(HeaderVersion) == "" {
+		return foreign("no " + HeaderVersion + " header")
+	}
+	if v := h.Get(HeaderVersion); v != formatVersion {
+		return foreign(fmt.Sprintf("%s %q is not a version this build knows", HeaderVersion, v))
+	}
+	id := meta.sseq
+	if s := h.Get(HeaderID); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || v == 0 {
+			return foreign(fmt.Sprintf("header %s %q", HeaderID, s))
+		}
+		id = v
+	}
+	due, hasDue, err1 := intHeader(h, HeaderDue)
+	deadline, hasDeadline, err2 := intHeader(h, HeaderDeadline)
+	before, _, err3 := intHeader(h, HeaderAttemptsBefore)
+	delivBefore, _, err4 := intHeader(h, HeaderDeliveriesBefore)
+	putAt, hasPut, err5 := intHeader(h, HeaderPut)
+	hist, err6 := decodeHistory(h.Get(HeaderHistory))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+		return foreign("malformed walq header: " + err.Error())
+	}
+	now := time.Now()
+	if hasDeadline && !now.Before(time.Unix(0, deadline)) {
+		// Discarded, never delivered: its deadline passed while it waited.
+		if err := q.replyUntil(m.Reply, "+TERM walq: deadline passed", until); err != nil {
+			q.d.log.Warn("walq/jetstream: could not discard an item past its deadline", "id", id, "err", err)
+		}
+		q.background(func(ctx context.Context) { q.dropHistory(ctx, id) })
+		return walq.Message{}, false
+	}
+	if hasDue && now.Before(time.Unix(0, due)) {
+		// Early: the server's clock is behind this one. Back for the
+		// rest of the delay; the delivery counts as an attempt.
+		left := time.Unix(0, due).Sub(now)
+		if err := q.replyUntil(m.Reply, fmt.Sprintf(`-NAK {"delay":%d}`, left.Nanoseconds()), until); err != nil {
+			q.d.log.Warn("walq/jetstream: could not send back an item that came before its due time", "id", id, "err", err)
+		}
+		return walq.Message{}, false
+	}
+	att := int(before) + int(meta.delivered)
+	deliv := int(delivBefore) + int(meta.delivered)
+	if att > q.o.MaxAttempts {
+		cause := fmt.Sprintf("walq/jetstream: the lease expired on the last attempt (%d of %d)", att-1, q.o.MaxAttempts)
+		if err := q.moveToDead(context.Background(), m, meta, id, lv.prio, att-1, deliv-1, hist,
+			attempt{How: "expire"}, cause, until); err != nil {
+			q.d.log.Warn("walq/jetstream: could not dead-letter an item past its attempts", "id", id, "err", err)
+		}
+		return walq.Message{}, false
+	}
+	end := t0.Add(q.o.Visibility - q.o.Fence)
+	if !now.Before(end) {
+		// The request waited so long that no lease is left: back at once.
+		q.d.nc.Publish(m.Reply, []byte("-NAK"))
+		return walq.Message{}, false
+	}
+	l := &lease{q: q, msg: m, meta: meta, id: id, prio: lv.prio, attempt: att, deliv: deliv, start: t0, hist: hist, end: end}
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		q.d.nc.Publish(m.Reply, []byte("-NAK"))
+		return walq.Message{}, false
+	}
+	q.next++
+	if q.next == 0 {
+		q.next++
+	}
+	l.n = q.next
+	q.leases[l.n] = l
+	q.mu.Unlock()
+	// Under the lease's lock, which expire takes first: the timer may fire
+	// at once. No one has the receipt before accept returns.
+	l.mu.Lock()
+	l.timer = time.AfterFunc(time.Until(end), func() { q.expire(l) })
+	l.mu.Unlock()
+	msg := walq.Message{
+		ID:         id,
+		Queue:      q.name,
+		Receipt:    q.receipt(l.n),
+		Body:       m.Data,
+		Attempt:    att,
+		Deliveries: deliv,
+		Priority:   lv.prio,
+		Key:        h.Get(HeaderKey),
+		LeaseEnd:   end,
+	}
+	if hasPut {
+		msg.EnqueuedAt = time.Unix(0, putAt)
+	}
+	return msg, true
+}

@@ -1,0 +1,798 @@
+package jetstream
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/walq/walq"
+)
+
+// QueueOptions configure one queue of a Dir: walq's QueueOptions. Each
+// field's default is in brackets.
+type QueueOptions struct {
+	// Visibility is how long a lease lasts unless extended: the
+	// consumers' AckWait [30s]. Extend cannot go past it: JetStream's
+	// InProgress resets a delivery to the full AckWait.
+	Visibility time.Duration
+	// MaxAttempts is how many leases an item gets before a failure
+	// dead-letters it [5].
+	MaxAttempts int
+	// Backoff gives the wait before attempt+1 after attempt ended in a
+	// nack [walq.DefaultBackoff]. It is sent with the Nak (NakWithDelay);
+	// the consumers have no BackOff list, which would skew the delay. An
+	// expired lease comes back after the AckWait alone.
+	Backoff func(attempt int) time.Duration
+	// Priorities are the priority levels the queue takes, one subject and
+	// one consumer each [0]. A Put with another priority is ErrInvalid.
+	Priorities []int
+	// Fence is how long before the server's AckWait runs out that the
+	// client already counts a lease as ended [Visibility/10, at most 1s]:
+	// an Ack, Nack, Extend or DeadLetter is only sent while the lease
+	// holds by that margin, so that it reaches the server before the
+	// server can deliver the item again. See the README.
+	Fence time.Duration
+	// PollInterval is how often a Get that waits looks at the priority
+	// levels after the first, when there are several [50ms]. A queue of
+	// one level waits on the server instead.
+	PollInterval time.Duration
+}
+
+// Queue is one named queue of a Dir: a walq.Engine, a walq.Source and a
+// walqtest.Queue on JetStream. It is safe for concurrent use.
+type Queue struct {
+	d      *Dir
+	name   string
+	o      QueueOptions
+	levels []*level
+	issuer [16]byte
+	qnum   uint64
+	pull   time.Duration // the expiry of a waiting pull request
+
+	// ctx ends at Close: Gets blocked on the server and background work
+	// stop with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	leases map[uint64]*lease
+	next   uint64
+	closed bool
+	done   chan struct{}
+	bg     sync.WaitGroup
+}
+
+type level struct {
+	prio     int
+	subject  string
+	consumer string
+	nextSubj string // the pull request subject
+}
+
+// lease is one delivery handed to a caller.
+type lease struct {
+	n       uint64
+	q       *Queue
+	msg     *nats.Msg
+	meta    ackMeta
+	id      uint64
+	prio    int
+	attempt int
+	deliv   int
+	start   time.Time // when the pull that brought it was requested
+	hist    []attempt // the history the message carries (a redriven or moved item)
+
+	mu    sync.Mutex // held by the call that settles or extends the lease
+	end   time.Time  // the client's end of the lease (the fence)
+	ended bool
+	timer *time.Timer
+}
+
+// OpenQueue opens the queue called name ("" is the default queue) in d,
+// creating its consumers or updating them to opts.
+func (d *Dir) OpenQueue(ctx context.Context, name string, opts QueueOptions) (*Queue, error) {
+	if err := checkQueueName(name); err != nil {
+		return nil, err
+	}
+	o := opts
+	if o.Visibility == 0 {
+		o.Visibility = 30 * time.Second
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = 5
+	}
+	if o.Backoff == nil {
+		o.Backoff = walq.DefaultBackoff
+	}
+	if len(o.Priorities) == 0 {
+		o.Priorities = []int{0}
+	}
+	if o.Fence == 0 {
+		o.Fence = min(o.Visibility/10, time.Second)
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = 50 * time.Millisecond
+	}
+	switch {
+	case o.Visibility < 10*time.Millisecond:
+		return nil, fmt.Errorf("%w: QueueOptions.Visibility = %v: under 10ms", walq.ErrInvalid, o.Visibility)
+	case o.MaxAttempts < 0:
+		return nil, fmt.Errorf("%w: QueueOptions.MaxAttempts = %d", walq.ErrInvalid, o.MaxAttempts)
+	case o.Fence < 0 || o.Fence >= o.Visibility/2:
+		return nil, fmt.Errorf("%w: QueueOptions.Fence = %v: negative or not under half the visibility %v", walq.ErrInvalid, o.Fence, o.Visibility)
+	case o.PollInterval < 0:
+		return nil, fmt.Errorf("%w: QueueOptions.PollInterval = %v", walq.ErrInvalid, o.PollInterval)
+	}
+	prios := slices.Clone(o.Priorities)
+	slices.Sort(prios)
+	prios = slices.Compact(prios)
+	o.Priorities = prios
+
+	q := &Queue{d: d, name: name, o: o, leases: make(map[uint64]*lease), done: make(chan struct{}), qnum: 1}
+	q.ctx, q.cancel = context.WithCancel(context.Background())
+	sum := sha256.Sum256([]byte("walq/jetstream\x00" + d.name + "\x00" + name))
+	copy(q.issuer[:], sum[:16])
+	var seed [8]byte
+	rand.Read(seed[:])
+	q.next = binary.LittleEndian.Uint64(seed[:]) >> 1
+	// A lease waits at most this long on the server for an item: the
+	// lease is timed from the request, so it must leave most of the
+	// visibility to the handler.
+	q.pull = min(o.Visibility/2-o.Fence, 5*time.Second)
+	for _, p := range prios {
+		lv := &level{prio: p, subject: d.readySubject(name, p), consumer: consumerName(name, p)}
+		lv.nextSubj = d.apiPrefix + "CONSUMER.MSG.NEXT." + workStream(d.name) + "." + lv.consumer
+		_, err := d.js.CreateOrUpdateConsumer(ctx, workStream(d.name), jetstream.ConsumerConfig{
+			Durable:       lv.consumer,
+			Description:   fmt.Sprintf("walq queue %q, priority %d", name, p),
+			FilterSubject: lv.subject,
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       o.Visibility,
+			// walq counts the attempts and dead-letters; the server's
+			// MaxDeliver would leave the item in the stream with one
+			// advisory nobody may hear.
+			MaxDeliver:    -1,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+			MaxAckPending: -1,
+			MaxWaiting:    4096,
+		})
+		if err != nil {
+			return nil, unavailable(fmt.Sprintf("create the consumer of queue %q, priority %d", name, p), err)
+		}
+		q.levels = append(q.levels, lv)
+	}
+	return q, nil
+}
+
+// Name is the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// Visibility implements walq.Engine: the consumers' AckWait.
+func (q *Queue) Visibility() time.Duration { return q.o.Visibility }
+
+// Clock implements walq.Engine: the system clock (JetStream's timers run
+// on the servers' clocks).
+func (q *Queue) Clock() walq.Clock { return systemClock{} }
+
+func (q *Queue) level(p int) *level {
+	for _, lv := range q.levels {
+		if lv.prio == p {
+			return lv
+		}
+	}
+	return nil
+}
+
+// Put stores an item and returns its ID: the stream sequence of its put.
+// A key held (within the Dir's KeyWindow of the put that holds it) returns
+// that put's ID and an error wrapping walq.ErrDuplicate.
+func (q *Queue) Put(ctx context.Context, body []byte, opts ...walq.PutOption) (uint64, error) {
+	if err := q.check(); err != nil {
+		return 0, err
+	}
+	var it walq.Item
+	for _, o := range opts {
+		o(&it)
+	}
+	it.Body = body
+	if err := q.d.connected("put"); err != nil {
+		return 0, err
+	}
+	return q.put(ctx, it, nil)
+}
+
+// carry is what a message moved into the queue brings along: an ID given
+// elsewhere, the attempts and deliveries before, a history.
+type carry struct {
+	id             uint64
+	attemptsBefore int
+	deliveries     int
+	history        []attempt
+	put            time.Time
+	due            time.Time // absolute due time (Delay is ignored when set)
+	msgID          string    // the Nats-Msg-Id that makes the publish idempotent
+}
+
+// moveMsg is the message that stores an item with its ID given (c.id):
+// on the ready subject, or a schedule when it is due later. It publishes
+// nothing.
+func (q *Queue) moveMsg(it walq.Item, c *carry) (*nats.Msg, error) {
+	lv := q.level(it.Priority)
+	if lv == nil {
+		return nil, fmt.Errorf("%w: priority %d is not one of the queue's levels %v", walq.ErrInvalid, it.Priority, q.o.Priorities)
+	}
+	h := q.itemHeader(it, c)
+	now := time.Now()
+	if !c.due.After(now) {
+		if !it.Deadline.IsZero() {
+			h.Set(jetstream.MsgTTLHeader, ttl(it.Deadline.Sub(now)))
+		}
+		return &nats.Msg{Subject: lv.subject, Header: h, Data: it.Body}, nil
+	}
+	h.Set(HeaderDue, nanos(c.due))
+	h.Set("Nats-Schedule", "@at "+c.due.UTC().Format(time.RFC3339Nano))
+	h.Set("Nats-Schedule-Target", lv.subject)
+	if !it.Deadline.IsZero() {
+		h.Set("Nats-Schedule-TTL", ttl(it.Deadline.Sub(c.due)))
+	}
+	return &nats.Msg{Subject: q.d.scheduleSubject(q.name, c.id), Header: h, Data: it.Body}, nil
+}
+
+// itemHeader is the walq headers of an item.
+func (q *Queue) itemHeader(it walq.Item, c *carry) nats.Header {
+	h := nats.Header{}
+	h.Set(HeaderVersion, formatVersion)
+	putAt := time.Now()
+	if c != nil && !c.put.IsZero() {
+		putAt = c.put
+	}
+	h.Set(HeaderPut, nanos(putAt))
+	if it.Key != "" {
+		h.Set(HeaderKey, it.Key)
+	}
+	if !it.Deadline.IsZero() {
+		h.Set(HeaderDeadline, nanos(it.Deadline))
+	}
+	if c != nil {
+		if c.id != 0 {
+			h.Set(HeaderID, strconv.FormatUint(c.id, 10))
+		}
+		if c.attemptsBefore > 0 {
+			h.Set(HeaderAttemptsBefore, strconv.Itoa(c.attemptsBefore))
+		}
+		if c.deliveries > 0 {
+			h.Set(HeaderDeliveriesBefore, strconv.Itoa(c.deliveries))
+		}
+		if s := encodeHistory(c.history); s != "" {
+			h.Set(HeaderHistory, s)
+		}
+	}
+	return h
+}
+
+func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error) {
+	if it.Delay < 0 {
+		return 0, fmt.Errorf("%w: negative delay %v", walq.ErrInvalid, it.Delay)
+	}
+	lv := q.level(it.Priority)
+	if lv == nil {
+		return 0, fmt.Errorf("%w: priority %d is not one of the queue's levels %v (QueueOptions.Priorities: one subject per level)", walq.ErrInvalid, it.Priority, q.o.Priorities)
+	}
+	now := time.Now()
+	due := now.Add(it.Delay)
+	if c != nil && !c.due.IsZero() {
+		due = c.due
+	}
+	if !it.Deadline.IsZero() && !it.Deadline.After(due) {
+		return 0, fmt.Errorf("%w: deadline %v is not after the item is due (%v)", walq.ErrInvalidDeadline, it.Deadline, due)
+	}
+	h := q.itemHeader(it, c)
+	delayed := due.After(now)
+	if !delayed {
+		if it.Key != "" {
+			h.Set(jetstream.MsgIDHeader, q.keyID(it.Key))
+		}
+		if c != nil && c.msgID != "" {
+			h.Set(jetstream.MsgIDHeader, c.msgID)
+		}
+		if !it.Deadline.IsZero() {
+			// Storage only: the deadline itself is checked on receipt.
+			h.Set(jetstream.MsgTTLHeader, ttl(it.Deadline.Sub(now)))
+		}
+		pa, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: lv.subject, Header: h, Data: it.Body})
+		if err != nil {
+			return 0, unavailable("put", err)
+		}
+		id := pa.Sequence
+		if c != nil && c.id != 0 {
+			id = c.id
+		}
+		if pa.Duplicate && (c == nil || c.msgID == "") {
+			return id, fmt.Errorf("%w: key %q is held by item %d (JetStream's duplicate window)", walq.ErrDuplicate, it.Key, id)
+		}
+		return id, nil
+	}
+	// A delayed item is a schedule that fires a copy at its due time. Its
+	// ID must be in that copy, so it is reserved first: the sequence of a
+	// small message (holding the key, when there is one) that expires.
+	id := uint64(0)
+	dup := false
+	if c != nil && c.id != 0 {
+		id = c.id
+	} else {
+		rh := nats.Header{}
+		rh.Set(HeaderVersion, formatVersion)
+		rh.Set(jetstream.MsgTTLHeader, "1s")
+		if it.Key != "" {
+			rh.Set(jetstream.MsgIDHeader, q.keyID(it.Key))
+		}
+		pa, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: q.d.reserveSubject(q.name), Header: rh})
+		if err != nil {
+			return 0, unavailable("put (reserving the ID of a delayed item)", err)
+		}
+		id, dup = pa.Sequence, pa.Duplicate
+	}
+	h.Set(HeaderID, strconv.FormatUint(id, 10))
+	h.Set(HeaderDue, nanos(due))
+	// The schedule's time is written to the nanosecond (the server parses
+	// RFC 3339 with a fraction and fires when its clock reaches it);
+	// nats.go's WithScheduleAt would cut it to the second, early.
+	h.Set(jetstream.MsgIDHeader, "walq-s-"+strconv.FormatUint(id, 10))
+	if c != nil && c.msgID != "" {
+		h.Set(jetstream.MsgIDHeader, c.msgID)
+	}
+	h.Set("Nats-Schedule", "@at "+due.UTC().Format(time.RFC3339Nano))
+	h.Set("Nats-Schedule-Target", lv.subject)
+	if !it.Deadline.IsZero() {
+		h.Set("Nats-Schedule-TTL", ttl(it.Deadline.Sub(due)))
+	}
+	pa, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: q.d.scheduleSubject(q.name, id), Header: h, Data: it.Body})
+	if err != nil {
+		return 0, unavailable("put (the schedule of a delayed item)", err)
+	}
+	if dup && pa.Duplicate {
+		return id, fmt.Errorf("%w: key %q is held by item %d (JetStream's duplicate window)", walq.ErrDuplicate, it.Key, id)
+	}
+	return id, nil
+}
+
+// keyID is the Nats-Msg-Id of a put with key: the stream's duplicate
+// window is one for all its subjects, so the queue's name keeps the keys
+// of two queues apart.
+func (q *Queue) keyID(key string) string { return "walq-k-" + token(q.name) + "/" + key }
+
+// Watch implements walq.Source, for WorkQueues: the channel receives a
+// value every PollInterval while the queue is open (JetStream sends no
+// signal when an item becomes ready without a pull waiting for it), so a
+// change after a TryGet that found nothing is seen within PollInterval.
+func (q *Queue) Watch() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(q.o.PollInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			case <-stop:
+				return
+			case <-q.done:
+				return
+			}
+		}
+	}()
+	return ch, sync.OnceFunc(func() { close(stop) })
+}
+
+// ttl is a Nats-TTL value of at least d, in whole seconds, at least 1s.
+func ttl(d time.Duration) string {
+	s := (d + time.Second - 1) / time.Second
+	if s < 1 {
+		s = 1
+	}
+	return strconv.FormatInt(int64(s), 10) + "s"
+}
+
+func (q *Queue) check() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return walq.ErrClosed
+	}
+	return nil
+}
+
+// Get blocks until an item is ready or ctx ends, and leases it. While the
+// server cannot be reached it goes on waiting (so that Work resumes when
+// the server is back), logging to the Dir's Logger.
+func (q *Queue) Get(ctx context.Context) (walq.Message, error) {
+	caller := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(q.ctx, cancel)()
+	warned := false
+	for {
+		if err := q.check(); err != nil {
+			return walq.Message{}, err
+		}
+		if err := caller.Err(); err != nil {
+			return walq.Message{}, err
+		}
+		m, ok, err := q.take(ctx, true)
+		if err != nil {
+			if caller.Err() != nil {
+				return walq.Message{}, caller.Err()
+			}
+			if q.ctx.Err() != nil {
+				return walq.Message{}, walq.ErrClosed
+			}
+			if !isUnavailable(err) {
+				return walq.Message{}, err
+			}
+			if !warned {
+				q.d.log.Warn("walq/jetstream: Get: the server cannot be reached; waiting for it", "queue", q.name, "err", err)
+				warned = true
+			}
+			select {
+			case <-ctx.Done():
+				return walq.Message{}, ctx.Err()
+			case <-q.done:
+				return walq.Message{}, walq.ErrClosed
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		if warned {
+			q.d.log.Info("walq/jetstream: Get: the server answers again", "queue", q.name)
+			warned = false
+		}
+		if ok {
+			return m, nil
+		}
+	}
+}
+
+// TryGet leases the next ready item if there is one, without waiting.
+func (q *Queue) TryGet() (walq.Message, bool, error) {
+	if err := q.check(); err != nil {
+		return walq.Message{}, false, err
+	}
+	for {
+		m, ok, again, err := q.tryLevels(context.Background())
+		if err != nil || ok || !again {
+			return m, ok, err
+		}
+	}
+}
+
+// tryLevels asks each level, smallest priority first, for one item
+// without waiting. again says a message came that was not an item to hand
+// out (dead-lettered, discarded, sent back): look again.
+func (q *Queue) tryLevels(ctx context.Context) (m walq.Message, ok, again bool, err error) {
+	for _, lv := range q.levels {
+		msg, t0, err := q.pullOne(ctx, lv, true, 0)
+		if err != nil {
+			return walq.Message{}, false, false, err
+		}
+		if msg == nil {
+			continue
+		}
+		m, ok := q.accept(msg, t0, lv)
+		return m, ok, !ok, nil
+	}
+	return walq.Message{}, false, false, nil
+}
+
+// take makes one round: with several levels, each without waiting, then a
+// wait of PollInterval on the first; with one, a wait on the server.
+func (q *Queue) take(ctx context.Context, wait bool) (walq.Message, bool, error) {
+	if len(q.levels) > 1 {
+		m, ok, again, err := q.tryLevels(ctx)
+		if err != nil || ok || again {
+			return m, ok, err
+		}
+	}
+	expires := q.pull
+	if len(q.levels) > 1 {
+		expires = min(expires, q.o.PollInterval)
+	}
+	msg, t0, err := q.pullOne(ctx, q.levels[0], false, expires)
+	if err != nil || msg == nil {
+		return walq.Message{}, false, err
+	}
+	m, ok := q.accept(msg, t0, q.levels[0])
+	return m, ok, nil
+}
+
+// Receipts.
+
+func (q *Queue) receipt(n uint64) walq.Receipt { return walq.NewReceipt(q.issuer, q.qnum, n) }
+
+// lookup finds r's lease: ErrInvalid for a receipt of another queue,
+// ErrLeaseLost for one of this queue whose lease is not open here.
+func (q *Queue) lookup(r walq.Receipt, call string) (*lease, error) {
+	issuer, qn, n := r.Fields()
+	if issuer != q.issuer || qn != q.qnum || n == 0 {
+		return nil, fmt.Errorf("%w: %s with a receipt this queue did not issue", walq.ErrInvalid, call)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return nil, walq.ErrClosed
+	}
+	l := q.leases[n]
+	if l == nil {
+		return nil, fmt.Errorf("%w: %s: the lease has ended (or was another process's)", walq.ErrLeaseLost, call)
+	}
+	return l, nil
+}
+
+// hold locks r's lease for call and checks it is still open on the
+// client's clock.
+func (q *Queue) hold(r walq.Receipt, call string) (*lease, error) {
+	l, err := q.lookup(r, call)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s: the lease has ended", walq.ErrLeaseLost, call)
+	}
+	if !time.Now().Before(l.end) {
+		l.mu.Unlock()
+		q.expire(l)
+		return nil, fmt.Errorf("%w: %s: the lease ran out", walq.ErrLeaseLost, call)
+	}
+	return l, nil
+}
+
+// endLocked ends l, held, and forgets it.
+func (q *Queue) endLocked(l *lease) {
+	l.ended = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	q.mu.Lock()
+	delete(q.leases, l.n)
+	q.mu.Unlock()
+}
+
+// Extend moves the end of r's lease to d from now. d may not pass the
+// Visibility: JetStream's InProgress restarts the full AckWait, no more.
+func (q *Queue) Extend(r walq.Receipt, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("%w: Extend by %v", walq.ErrInvalid, d)
+	}
+	if d > q.o.Visibility {
+		return fmt.Errorf("%w: Extend by %v: past the Visibility %v (InProgress restarts the consumer's AckWait, it cannot extend by a chosen duration)", walq.ErrInvalid, d, q.o.Visibility)
+	}
+	l, err := q.hold(r, "extend")
+	if err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	sent := time.Now()
+	if err := q.ackRequest(l, "+WPI"); err != nil {
+		return q.failedSettle(l, "extend", err)
+	}
+	end := sent.Add(d)
+	if d > q.o.Visibility-q.o.Fence {
+		end = sent.Add(q.o.Visibility - q.o.Fence)
+	}
+	// As walq's Extend: the lease ends d from now, sooner or later than
+	// before. Sooner only makes the client give it up before the server
+	// would deliver it again.
+	l.end = end
+	l.timer.Reset(time.Until(end))
+	return nil
+}
+
+// failedSettle is the error of a settling call whose request did not
+// complete before the lease's end: the lease is lost (the outcome at the
+// server is not known), and the error says why.
+func (q *Queue) failedSettle(l *lease, call string, err error) error {
+	if !time.Now().Before(l.end) {
+		q.endLocked(l)
+		return fmt.Errorf("%w: %s: the server did not confirm before the lease's end: %w", walq.ErrLeaseLost, call, err)
+	}
+	return unavailable(call, err)
+}
+
+// Ack ends r's lease and removes its item.
+func (q *Queue) Ack(r walq.Receipt) error {
+	l, err := q.hold(r, "ack")
+	if err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	if err := q.ackRequest(l, "+ACK"); err != nil {
+		return q.failedSettle(l, "ack", err)
+	}
+	q.endLocked(l)
+	if l.attempt > 1 {
+		q.background(func(ctx context.Context) { q.dropHistory(ctx, l.id) })
+	}
+	return nil
+}
+
+// Nack ends r's lease with cause: the item comes back after Backoff, or
+// goes to the dead letters when it has had its attempts.
+func (q *Queue) Nack(r walq.Receipt, cause error) error {
+	l, err := q.hold(r, "nack")
+	if err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	if l.attempt >= q.o.MaxAttempts {
+		return q.deadLetterLocked(l, cause, "nack")
+	}
+	now := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), l.end)
+	if err := q.addHistory(ctx, l.id, attempt{Start: l.start.UnixNano(), End: now.UnixNano(), How: "nack", Error: errText(cause)}); err != nil {
+		q.d.log.Warn("walq/jetstream: nack: could not record the attempt in the history", "id", l.id, "err", err)
+	}
+	cancel()
+	body := "-NAK"
+	if delay := q.o.Backoff(l.attempt); delay > 0 {
+		body = fmt.Sprintf(`-NAK {"delay":%d}`, delay.Nanoseconds())
+	}
+	if err := q.ackRequest(l, body); err != nil {
+		return q.failedSettle(l, "nack", err)
+	}
+	q.endLocked(l)
+	return nil
+}
+
+// DeadLetter ends r's lease and moves its item to the dead letters.
+func (q *Queue) DeadLetter(r walq.Receipt, cause error) error {
+	l, err := q.hold(r, "dead-letter")
+	if err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
+	return q.deadLetterLocked(l, cause, "deadletter")
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return cutError(err.Error())
+}
+
+// ackRequest sends body on l's reply subject and waits for the server's
+// answer, trying again until the lease's end while the server cannot be
+// reached.
+func (q *Queue) ackRequest(l *lease, body string) error {
+	return q.replyUntil(l.msg.Reply, body, l.end)
+}
+
+func (q *Queue) replyUntil(reply, body string, until time.Time) error {
+	var last error
+	for {
+		left := time.Until(until)
+		if left <= 0 {
+			if last == nil {
+				last = context.DeadlineExceeded
+			}
+			return last
+		}
+		if err := q.d.connected("settle"); err != nil {
+			last = err
+			time.Sleep(min(20*time.Millisecond, time.Until(until)))
+			continue
+		}
+		_, err := q.d.nc.Request(reply, []byte(body), min(left, 2*time.Second))
+		if err == nil {
+			return nil
+		}
+		last = err
+		if !isUnavailable(err) {
+			return err
+		}
+		time.Sleep(min(20*time.Millisecond, time.Until(until)))
+	}
+}
+
+// expire ends l if its time has passed: on its last attempt the item goes
+// to the dead letters (nobody else will: the consumers have no
+// MaxDeliver), otherwise the expiry goes into its history.
+func (q *Queue) expire(l *lease) {
+	l.mu.Lock()
+	if l.ended {
+		l.mu.Unlock()
+		return
+	}
+	if left := time.Until(l.end); left > 0 {
+		l.timer.Reset(left)
+		l.mu.Unlock()
+		return
+	}
+	q.endLocked(l)
+	l.mu.Unlock()
+	end := time.Now()
+	q.background(func(ctx context.Context) {
+		if l.attempt >= q.o.MaxAttempts {
+			// The server delivers it again no sooner than AckWait after
+			// it sent it: time enough, in general, to move it first. If
+			// not, the next delivery moves it (its attempt is past
+			// MaxAttempts), deduplicated by ID and sequence.
+			until := l.start.Add(q.o.Visibility)
+			cause := fmt.Sprintf("walq/jetstream: the lease expired on the last attempt (%d of %d)", l.attempt, q.o.MaxAttempts)
+			if err := q.moveToDead(ctx, l.msg, l.meta, l.id, l.prio, l.attempt, l.deliv, l.hist,
+				attempt{Start: l.start.UnixNano(), End: end.UnixNano(), How: "expire"}, cause, until); err != nil {
+				q.d.log.Warn("walq/jetstream: could not dead-letter an item whose last lease expired; its next delivery will", "id", l.id, "err", err)
+			}
+			return
+		}
+		if err := q.addHistory(ctx, l.id, attempt{Start: l.start.UnixNano(), End: end.UnixNano(), How: "expire"}); err != nil {
+			q.d.log.Warn("walq/jetstream: could not record an expired lease in the history", "id", l.id, "err", err)
+		}
+	})
+}
+
+// background runs f on its own goroutine, with a context that ends at
+// Close (after a bound).
+func (q *Queue) background(f func(ctx context.Context)) {
+	q.bg.Add(1)
+	go func() {
+		defer q.bg.Done()
+		ctx, cancel := context.WithTimeout(q.ctx, 30*time.Second)
+		defer cancel()
+		f(ctx)
+	}()
+}
+
+// Close releases the queue: the leases it holds are sent back (Nak), so
+// that their items come back at once with their next attempt; receipts
+// it issued return walq.ErrClosed. Items stay in the stream.
+func (q *Queue) Close() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return walq.ErrClosed
+	}
+	q.closed = true
+	close(q.done)
+	q.cancel()
+	open := make([]*lease, 0, len(q.leases))
+	for _, l := range q.leases {
+		open = append(open, l)
+	}
+	q.mu.Unlock()
+	for _, l := range open {
+		l.mu.Lock()
+		if !l.ended {
+			l.ended = true
+			l.timer.Stop()
+			if time.Now().Before(l.end) {
+				q.d.nc.Publish(l.msg.Reply, []byte("-NAK"))
+			}
+		}
+		l.mu.Unlock()
+	}
+	q.d.nc.FlushTimeout(time.Second)
+	q.bg.Wait()
+	return nil
+}
+
+var errForeign = errors.New("walq/jetstream: a message walq did not write")
+
+var (
+	_ walq.Engine = (*Queue)(nil)
+	_ walq.Source = (*Queue)(nil)
+)
