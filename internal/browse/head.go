@@ -1,0 +1,75 @@
+package browse
+
+import (
+	"container/heap"
+	"slices"
+
+	"github.com/walq/walq/state"
+)
+
+// Before reports whether a is delivered before b among ready items: the
+// smaller priority, then the earlier due time, then the smaller Seq, then
+// the smaller ID (the order of the state's ready heaps).
+func Before(a, b *state.Item) bool {
+	switch {
+	case a.Priority != b.Priority:
+		return a.Priority < b.Priority
+	case a.Due != b.Due:
+		return a.Due < b.Due
+	case a.Seq != b.Seq:
+		return a.Seq < b.Seq
+	}
+	return a.ID < b.ID
+}
+
+// Head selects the first n ready items of a queue in delivery order from
+// items offered to it one at a time, keeping n copies at most: a walk
+// offers every ready item (the state shows only the very first, NextReady),
+// in as many steps as the caller likes, and Items gives the selection.
+type Head struct {
+	n     int
+	worst selection // max-heap by delivery order: the root is the last kept
+}
+
+// NewHead returns a selection of up to n items.
+func NewHead(n int) *Head { return &Head{n: n} }
+
+// Offer considers it, which the caller found ready.
+func (h *Head) Offer(it *state.Item) {
+	if h.n <= 0 {
+		return
+	}
+	if len(h.worst) < h.n {
+		heap.Push(&h.worst, it.Clone())
+		return
+	}
+	if Before(it, &h.worst[0]) {
+		h.worst[0] = it.Clone()
+		heap.Fix(&h.worst, 0)
+	}
+}
+
+// Items returns the selection in delivery order.
+func (h *Head) Items() []state.Item {
+	out := slices.Clone(h.worst)
+	slices.SortFunc(out, func(a, b state.Item) int {
+		if Before(&a, &b) {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+type selection []state.Item
+
+func (s selection) Len() int           { return len(s) }
+func (s selection) Less(i, j int) bool { return Before(&s[j], &s[i]) }
+func (s selection) Swap(i, j int)      { s[i], s[j] = s[j], s[i] }
+func (s *selection) Push(x any)        { *s = append(*s, x.(state.Item)) }
+func (s *selection) Pop() any {
+	old := *s
+	it := old[len(old)-1]
+	*s = old[:len(old)-1]
+	return it
+}
