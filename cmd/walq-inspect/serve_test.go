@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/walq/walq"
+)
+
+// dirPrint is every file of dir with its size, mode and content hash:
+// serve must leave it as it found it.
+func dirPrint(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %v %d %v", p, info.Mode(), info.Size(), info.ModTime().UnixNano())
+		if !d.IsDir() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, " %x", sha256.Sum256(data))
+		}
+		b.WriteByte('\n')
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+// serveGet asks srv for path with the Host header host.
+func serveGet(t *testing.T, srv *httptest.Server, host, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestServeLiveThenDead(t *testing.T) {
+	dir := t.TempDir()
+	q, err := walq.Open(dir, walq.Options{Sync: walq.SyncNever, MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mail, err := q.OpenQueue("mail", walq.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := mail.Put(ctx, []byte(fmt.Sprintf("<b>mail %d</b>", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _, err := mail.TryGet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mail.Nack(m.Receipt, errors.New("smtp: refused")); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := newServer(dir, time.Hour) // refreshed by hand below
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	defer s.close()
+	host := srv.Listener.Addr().String()
+
+	code, body := serveGet(t, srv, host, "/")
+	if code != http.StatusOK || !strings.Contains(body, `id="row-mail"`) || !strings.Contains(body, `data-count="ready">2<`) {
+		t.Fatalf("overview over a live queue: %d\n%s", code, body)
+	}
+	code, body = serveGet(t, srv, host, fmt.Sprintf("/q/mail/item/%d", m.ID))
+	if code != http.StatusOK || !strings.Contains(body, "smtp: refused") || !strings.Contains(body, "&lt;b&gt;mail 0&lt;/b&gt;") {
+		t.Fatalf("item page: %d\n%s", code, body)
+	}
+	if strings.Contains(body, "<form") {
+		t.Fatalf("a read-only page offers a form:\n%s", body)
+	}
+
+	// The queue goes on; a refresh shows it.
+	if _, err := mail.Put(ctx, []byte("more")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.src.refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if _, body = serveGet(t, srv, host, "/"); !strings.Contains(body, `data-count="ready">3<`) {
+		t.Fatalf("after a put and a refresh:\n%s", body)
+	}
+
+	// Closed: the directory is dead, and serve shows what it left.
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := dirPrint(t, dir)
+	if err := s.src.refresh(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/", "/q/mail/", "/q/mail/?state=dead", "/q/mail/head", fmt.Sprintf("/q/mail/item/%d/raw", m.ID), "/q/_default/"} {
+		if code, body := serveGet(t, srv, host, p); code != http.StatusOK {
+			t.Errorf("%s over a dead directory: %d\n%s", p, code, body)
+		}
+	}
+	_, body = serveGet(t, srv, host, "/q/mail/?state=dead")
+	if !strings.Contains(body, fmt.Sprintf(`id="item-%d"`, m.ID)) {
+		t.Fatalf("dead letters over a dead directory:\n%s", body)
+	}
+
+	// Nothing to act with: every action is refused, and nothing on disk
+	// changed.
+	for _, p := range []string{"/q/mail/redrive", "/q/mail/purge", "/q/mail/pause", "/q/mail/resume", "/q/mail/bulk"} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+p, strings.NewReader(url.Values{"id": {fmt.Sprint(m.ID)}, "action": {"purge"}, "state": {"dead"}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("POST %s: %d, want 403", p, resp.StatusCode)
+		}
+	}
+	if after := dirPrint(t, dir); after != before {
+		t.Fatalf("serve changed the directory:\nbefore\n%s\nafter\n%s", before, after)
+	}
+}
+
+func TestServeRefusesForeignHosts(t *testing.T) {
+	dir := t.TempDir()
+	q, err := walq.Open(dir, walq.Options{Sync: walq.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	s, err := newServer(dir, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	defer s.close()
+	for host, want := range map[string]int{
+		"127.0.0.1:8080":          http.StatusOK,
+		"localhost:8080":          http.StatusOK,
+		"LOCALHOST.":              http.StatusOK,
+		"[::1]:8080":              http.StatusOK,
+		"127.3.4.5":               http.StatusOK,
+		"dash.localhost:1":        http.StatusOK,
+		"evil.example":            http.StatusMisdirectedRequest,
+		"evil.example:8080":       http.StatusMisdirectedRequest,
+		"127.0.0.1.evil.example":  http.StatusMisdirectedRequest,
+		"localhost.evil.example":  http.StatusMisdirectedRequest,
+		"10.0.0.1:8080":           http.StatusMisdirectedRequest,
+		"[::ffff:10.0.0.1]:8080":  http.StatusMisdirectedRequest,
+		"[2001:db8::1]:80":        http.StatusMisdirectedRequest,
+		"0.0.0.0:8080":            http.StatusMisdirectedRequest,
+		"evil.example#127.0.0.1":  http.StatusMisdirectedRequest,
+		"127.0.0.1@evil.example":  http.StatusMisdirectedRequest,
+		"evil.example/127.0.0.1/": http.StatusMisdirectedRequest,
+	} {
+		if code, body := serveGet(t, srv, host, "/"); code != want {
+			t.Errorf("Host %q: %d, want %d\n%.200s", host, code, want, body)
+		}
+	}
+}
+
+func TestServeAddrMustBeLoopback(t *testing.T) {
+	dir := t.TempDir()
+	for _, addr := range []string{"0.0.0.0:8080", ":8080", "192.0.2.1:80", "example.com:80", "nonsense"} {
+		_, stderr, code := inspect("serve", "--addr", addr, dir)
+		if code != exitUsage || !strings.Contains(stderr, "--addr") {
+			t.Errorf("--addr %s: exit %d, stderr %q", addr, code, stderr)
+		}
+	}
+}
