@@ -258,14 +258,16 @@ const MaxHead = 1_000
 
 // Head returns the first n ready items of the queue (at most MaxHead) in
 // the order deliveries would take them, paused or not. The state keeps
-// ready items in heaps that show only their first, so Head looks at every
-// item of the directory, in steps that each hold the lock for about a
-// millisecond; an item that changes during the walk is shown as the step
-// that looked at it found it.
+// ready items in heaps that show only their first, so Head walks the
+// items in ID order, in steps that each hold the lock for about a
+// millisecond, and stops as soon as no later item can come before those
+// it holds (see internal/browse's Head.Walk): soon after n items on a
+// queue of one priority; with several, it may look at every item. An item
+// that changes during the walk is shown as the step that looked at it
+// found it.
 func (q *Queue) Head(n int) ([]ItemView, error) {
 	n = min(max(n, 0), MaxHead)
 	sel := browse.NewHead(n)
-	ready := browse.Filter{State: browse.Ready}
 	var after uint64
 	var now int64
 	var off offset
@@ -277,12 +279,16 @@ func (q *Queue) Head(n int) ([]ItemView, error) {
 		}
 		now = q.qt.now()
 		off = q.qt.offset()
-		w := browse.Each(q.st, q.rt.id, ready, after, listStep, now, func(it *state.Item) bool {
-			sel.Offer(it)
-			return true
-		})
+		qs := q.st.Queue(q.rt.id)
+		qs.Promote(now) // what a Get would do: due items join the ready heaps
+		first := qs.NextReady()
+		if first == nil {
+			q.mu.Unlock()
+			break
+		}
+		w, done := sel.Walk(q.st, q.rt.id, after, listStep, now, first.Priority)
 		q.mu.Unlock()
-		if w.Next == 0 {
+		if done {
 			break
 		}
 		after = w.Next

@@ -268,10 +268,10 @@ func (s *dirSource) Head(queue string, n int) ([]walq.ItemView, error) {
 	}
 	now := time.Now().UnixNano()
 	sel := browse.NewHead(min(max(n, 0), walq.MaxHead))
-	browse.Each(s.st, q.ID(), browse.Filter{State: browse.Ready}, 0, math.MaxInt, now, func(it *state.Item) bool {
-		sel.Offer(it)
-		return true
-	})
+	q.Promote(now)
+	if first := q.NextReady(); first != nil {
+		sel.Walk(s.st, q.ID(), 0, math.MaxInt, now, first.Priority)
+	}
 	items := sel.Items()
 	out := make([]walq.ItemView, len(items))
 	for i := range items {

@@ -73,3 +73,52 @@ func (s *selection) Pop() any {
 	*s = old[:len(old)-1]
 	return it
 }
+
+// Walk offers h the ready items of queue above after in ID order, looking
+// at budget stored items at most, and stops early once no item further on
+// can enter the selection. That is known without looking: a waiting item
+// is never due before it was put (a put, a retry, a redrive or a move
+// only ever sets its due time at or after that moment), and put times
+// grow with IDs; so once the selection is full, its last item has the
+// queue's smallest ready priority (minPriority, from NextReady after a
+// Promote) and is due before the put time of the item the walk reached,
+// every item from there on comes after it. On a queue of one priority
+// that stops the walk soon after n items; with several priorities it may
+// have to look at them all. done reports that the selection is final.
+func (h *Head) Walk(st *state.State, queue, after uint64, budget int, now, minPriority int64) (w Walk, done bool) {
+	stopped := false
+	st.EachFrom(after+1, func(it *state.Item) bool {
+		if w.Scanned >= budget {
+			stopped = true
+			return false
+		}
+		if h.complete(it, minPriority) {
+			done = true
+			return false
+		}
+		w.Scanned++
+		w.Next = it.ID
+		if it.Queue == queue && it.Status == state.Waiting && it.Due <= now {
+			h.Offer(it)
+		}
+		return true
+	})
+	if !stopped {
+		w.Next = 0
+		done = true
+	}
+	return w, done
+}
+
+// complete reports whether no item from next on in ID order can enter the
+// selection (see Walk).
+func (h *Head) complete(next *state.Item, minPriority int64) bool {
+	if h.n <= 0 {
+		return true
+	}
+	if len(h.worst) < h.n {
+		return false
+	}
+	last := &h.worst[0]
+	return last.Priority == minPriority && last.Due < next.EnqueuedAt
+}
