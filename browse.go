@@ -75,7 +75,7 @@ type ListOptions struct {
 // page.
 const (
 	DefaultListBudget = 100_000
-	DefaultBodyBudget = 10_000
+	DefaultBodyBudget = 5_000
 	MaxListLimit      = 1_000
 	defaultListLimit  = 50
 	// listStep is how many stored items a walk looks at under the lock
@@ -136,6 +136,10 @@ func (q *Queue) ListItems(opts ListOptions) (ItemPage, error) {
 		}
 		now := q.qt.now()
 		off := q.qt.offset()
+		if browse.None(q.st.Queue(q.rt.id), f, now) {
+			q.mu.Unlock()
+			return page, nil
+		}
 		q.bodies.drainLocked(q.st)
 		w := browse.Each(q.st, q.rt.id, f, after, step, now, func(it *state.Item) bool {
 			if f.Text != "" && !f.InBody && !browse.ErrorMatches(it, f.Text) {
@@ -286,7 +290,7 @@ func (q *Queue) Head(n int) ([]ItemView, error) {
 			q.mu.Unlock()
 			break
 		}
-		w, done := sel.Walk(q.st, q.rt.id, after, listStep, now, first.Priority)
+		w, done := sel.Walk(q.st, q.rt.id, after, listStep, now, first.Priority, qs.Gauges().Ready)
 		q.mu.Unlock()
 		if done {
 			break

@@ -1,6 +1,7 @@
 package walq
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -242,5 +243,75 @@ func TestStatsNowCountsDueItemsReady(t *testing.T) {
 	clock.Advance(time.Minute)
 	if st := q.StatsNow(); st.Ready != 2 || st.Delayed != 0 {
 		t.Fatalf("a minute later: ready %d delayed %d, want 2 and 0", st.Ready, st.Delayed)
+	}
+}
+
+func TestSmallQueueInABigDirectory(t *testing.T) {
+	q, _, _ := testQueue(t, Options{})
+	small := mustOpenQueue(t, q, "small", QueueOptions{})
+	a := mustPut(t, small, "a")
+	items := make([]Item, 5000)
+	for i := range items {
+		items[i].Body = []byte("x")
+	}
+	if _, err := q.PutBatch(context.Background(), items); err != nil {
+		t.Fatal(err)
+	}
+	b := mustPut(t, small, "b", WithPriority(-1))
+	head, err := small.Head(MaxHead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(head) != 2 || head[0].ID != b || head[1].ID != a {
+		t.Fatalf("head of the small queue: %+v", head)
+	}
+	p, err := small.ListItems(ListOptions{Filter: ItemFilter{State: "dead"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Items) != 0 || p.Next != 0 || p.Scanned != 0 {
+		t.Fatalf("dead letters of a queue with none: %d items, next %d, scanned %d; want none, 0, 0", len(p.Items), p.Next, p.Scanned)
+	}
+}
+
+func TestLateQueueWalksFromItsCreation(t *testing.T) {
+	q, clock, _ := testQueue(t, Options{MaxAttempts: 1})
+	items := make([]Item, 3000)
+	for i := range items {
+		items[i].Body = []byte("x")
+	}
+	if _, err := q.PutBatch(context.Background(), items); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Millisecond)
+	late := mustOpenQueue(t, q, "late", QueueOptions{})
+	mustPut(t, late, "l1")
+	mustPut(t, late, "l2")
+	p, err := late.ListItems(ListOptions{Filter: ItemFilter{State: "ready"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Items) != 2 || p.Scanned != 2 || p.Next != 0 {
+		t.Fatalf("late queue: %d items, scanned %d, next %d; want 2, 2, 0", len(p.Items), p.Scanned, p.Next)
+	}
+	// A dead letter moved in keeps its older ID: the walk starts from the
+	// first item again, and finds it.
+	m := mustTryGet(t, q)
+	if err := q.Nack(m.Receipt, errors.New("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.RedriveTo(late, m.ID); err != nil {
+		t.Fatal(err)
+	}
+	p, err = late.ListItems(ListOptions{Filter: ItemFilter{State: "ready"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := pageIDs(p); len(ids) != 3 || ids[0] != m.ID {
+		t.Fatalf("after a move: %v, want the moved item %d first", ids, m.ID)
+	}
+	head, err := late.Head(10)
+	if err != nil || len(head) != 3 || head[2].ID != m.ID {
+		t.Fatalf("head after a move: %+v %v", head, err)
 	}
 }

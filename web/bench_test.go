@@ -77,13 +77,24 @@ func BenchmarkPages1M(b *testing.B) {
 		}
 		someKey = m.ID + 5
 	}
+	// A small queue in the big directory: its pages must not walk the
+	// other queue's items.
+	small, err := q.OpenQueue("small", walq.QueueOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := small.Put(ctx, fmt.Appendf(nil, "small %d", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
 	st := q.StatsNow()
 	b.Logf("filled in %v: %d items: %d ready, %d delayed, %d leased, %d dead", time.Since(start).Round(time.Millisecond),
 		st.Items, st.Ready, st.Delayed, st.Leased, st.Dead)
 	if st.Items != total {
 		b.Fatalf("%d items stored, want %d", st.Items, total)
 	}
-	src, err := Queues(q)
+	src, err := Queues(q, small)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -109,6 +120,9 @@ func BenchmarkPages1M(b *testing.B) {
 		{"body-search-none", "/q/_default/?state=&q=nowhere&body=1"},
 		{"head-100", "/q/_default/head"},
 		{"head-1000", "/q/_default/head?n=1000"},
+		{"small-ready", "/q/small/?state=ready"},
+		{"small-dead", "/q/small/?state=dead"},
+		{"small-head-1000", "/q/small/head?n=1000"},
 		{"item", fmt.Sprintf("/q/_default/item/%d", someDead)},
 		{"raw", fmt.Sprintf("/q/_default/item/%d/raw", someDead)},
 	}

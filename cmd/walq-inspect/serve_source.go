@@ -241,6 +241,9 @@ func (s *dirSource) ListItems(queue string, opts walq.ListOptions) (walq.ItemPag
 	}
 	now := time.Now().UnixNano()
 	page := walq.ItemPage{Stored: s.st.TotalLen()}
+	if browse.None(q, f, now) {
+		return page, nil
+	}
 	w := browse.Each(s.st, q.ID(), f, opts.After, budget, now, func(it *state.Item) bool {
 		if f.Text != "" && !browse.ErrorMatches(it, f.Text) {
 			if !f.InBody {
@@ -270,7 +273,7 @@ func (s *dirSource) Head(queue string, n int) ([]walq.ItemView, error) {
 	sel := browse.NewHead(min(max(n, 0), walq.MaxHead))
 	q.Promote(now)
 	if first := q.NextReady(); first != nil {
-		sel.Walk(s.st, q.ID(), 0, math.MaxInt, now, first.Priority)
+		sel.Walk(s.st, q.ID(), 0, math.MaxInt, now, first.Priority, q.Gauges().Ready)
 	}
 	items := sel.Items()
 	out := make([]walq.ItemView, len(items))

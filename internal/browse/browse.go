@@ -108,12 +108,26 @@ type Walk struct {
 	Scanned int
 }
 
+// QueueStart returns an ID at or below the queue's smallest: that of the
+// first item put after the queue was created, when no item ever moved in
+// from another queue (a move keeps the item's older ID), else 1. A walk
+// over a queue created late in a big directory starts there instead of
+// at the directory's first item.
+func QueueStart(st *state.State, queue uint64) uint64 {
+	qs := st.Queue(queue)
+	if qs == nil || qs.Created() == 0 || qs.Counters().MovedIn != 0 {
+		return 1
+	}
+	return FirstAt(st, qs.Created())
+}
+
 // Each calls fn, in ID order, for the items of queue above after that
 // pass f's exact fields at now, until fn returns false or budget stored
 // items have been looked at. It starts at the item f names when f is
-// exact, and at the first item put at or after f.From otherwise (IDs are
-// handed out in the order of put times, which never go back). It stops at
-// the first item put at or after f.To.
+// exact, and otherwise at the first item put at or after f.From or the
+// queue's creation, whichever is later (IDs are handed out in the order
+// of put times, which never go back; see QueueStart). It stops at the
+// first item put at or after f.To.
 func Each(st *state.State, queue uint64, f Filter, after uint64, budget int, now int64, fn func(*state.Item) bool) Walk {
 	var w Walk
 	if f.Exact() {
@@ -124,10 +138,10 @@ func Each(st *state.State, queue uint64, f Filter, after uint64, budget int, now
 		}
 		return w
 	}
-	start := after + 1
 	if after == math.MaxUint64 {
 		return w
 	}
+	start := max(after+1, QueueStart(st, queue))
 	if f.From != 0 {
 		start = max(start, FirstAt(st, f.From))
 	}
@@ -193,4 +207,27 @@ func FirstAt(st *state.State, t int64) uint64 {
 		}
 	}
 	return lo
+}
+
+// None reports whether f can match no item of qs at now because the queue
+// holds none in f's state: a walk need not look. It promotes the items
+// whose due time has come, as a Get would, so that the counts of ready
+// and delayed items are those of StateOf.
+func None(qs *state.QueueState, f Filter, now int64) bool {
+	if f.State == "" {
+		return qs.Len() == 0
+	}
+	qs.Promote(now)
+	g := qs.Gauges()
+	switch f.State {
+	case Ready:
+		return g.Ready == 0
+	case Delayed:
+		return g.Delayed == 0
+	case Leased:
+		return g.Leased == 0
+	case Dead:
+		return g.Dead == 0
+	}
+	return false
 }

@@ -27,8 +27,9 @@ func Before(a, b *state.Item) bool {
 // offers every ready item (the state shows only the very first, NextReady),
 // in as many steps as the caller likes, and Items gives the selection.
 type Head struct {
-	n     int
-	worst selection // max-heap by delivery order: the root is the last kept
+	n       int
+	worst   selection // max-heap by delivery order: the root is the last kept
+	offered int       // ready items offered
 }
 
 // NewHead returns a selection of up to n items.
@@ -36,6 +37,7 @@ func NewHead(n int) *Head { return &Head{n: n} }
 
 // Offer considers it, which the caller found ready.
 func (h *Head) Offer(it *state.Item) {
+	h.offered++
 	if h.n <= 0 {
 		return
 	}
@@ -82,17 +84,20 @@ func (s *selection) Pop() any {
 // grow with IDs; so once the selection is full, its last item has the
 // queue's smallest ready priority (minPriority, from NextReady after a
 // Promote) and is due before the put time of the item the walk reached,
-// every item from there on comes after it. On a queue of one priority
-// that stops the walk soon after n items; with several priorities it may
-// have to look at them all. done reports that the selection is final.
-func (h *Head) Walk(st *state.State, queue, after uint64, budget int, now, minPriority int64) (w Walk, done bool) {
+// every item from there on comes after it. It stops too once it has been
+// offered ready items (the queue's count of ready items: all of them).
+// On a queue of one priority that stops the walk soon after n items, and
+// on a small queue after its last ready item; with several priorities it
+// may have to look at every item. done reports that the selection is
+// final.
+func (h *Head) Walk(st *state.State, queue, after uint64, budget int, now, minPriority int64, ready int) (w Walk, done bool) {
 	stopped := false
-	st.EachFrom(after+1, func(it *state.Item) bool {
+	st.EachFrom(max(after+1, QueueStart(st, queue)), func(it *state.Item) bool {
 		if w.Scanned >= budget {
 			stopped = true
 			return false
 		}
-		if h.complete(it, minPriority) {
+		if h.offered >= ready || h.complete(it, minPriority) {
 			done = true
 			return false
 		}

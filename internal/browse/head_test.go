@@ -89,7 +89,7 @@ func TestHeadWalkMatchesASortOfEveryReadyItem(t *testing.T) {
 				h := NewHead(n)
 				var after uint64
 				for {
-					w, done := h.Walk(st, state.DefaultQueue, after, step, now, first.Priority)
+					w, done := h.Walk(st, state.DefaultQueue, after, step, now, first.Priority, qs.Gauges().Ready)
 					if done {
 						break
 					}
