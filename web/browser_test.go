@@ -203,8 +203,9 @@ func TestBrowserBulkPurgeAsksThenRemovesWhatMatched(t *testing.T) {
 	// Matched after T: must stay.
 	late := f.put(f.named, "late")[0]
 	f.kill(f.named, 1, "smtp: 550 mailbox full")
+	action := eval[string](t, ctx, `document.getElementById("confirm").form.getAttribute("action")`)
+	job := strings.TrimSuffix(strings.TrimPrefix(action, "/ops/queues/jobs/"), "/run")
 	load(t, ctx, chromedp.Click(chromedp.ID("confirm")))
-	job := strings.TrimPrefix(eval[string](t, ctx, `location.pathname`), "/ops/queues/jobs/")
 	waitJob(t, f, job)
 	dead := deadIDs(f.named)
 	for _, id := range matched {
@@ -217,9 +218,12 @@ func TestBrowserBulkPurgeAsksThenRemovesWhatMatched(t *testing.T) {
 			t.Errorf("item %d did not match at T and was purged", id)
 		}
 	}
-	load(t, ctx, chromedp.Reload())
-	waitFor(t, ctx, `document.getElementById("job-progress").dataset.state === "done" &&
-		document.getElementById("job-progress").textContent.includes("4 done, 0 skipped")`)
+	// The job is done: its page, loaded afresh, says so (while it ran, the
+	// page reloaded itself every second).
+	do(t, ctx, chromedp.Navigate(f.url("/jobs/"+job)))
+	if got := eval[string](t, ctx, `document.getElementById("job-progress").dataset.state + ": " + document.getElementById("job-progress").textContent`); !strings.HasPrefix(got, "done: ") || !strings.Contains(got, "4 done, 0 skipped") {
+		t.Fatalf("the job page says %q", got)
+	}
 }
 
 func TestBrowserReadOnlyRefusesEveryAction(t *testing.T) {

@@ -61,6 +61,8 @@ type progress struct {
 	Matched, Done, Skipped                           int
 }
 
+func (p progress) refresh() bool { return p.State == "running" }
+
 func (j *job) progress() progress {
 	j.mu.Lock()
 	defer j.mu.Unlock()

@@ -253,7 +253,13 @@ type page struct {
 	Actor  bool // the source can act at all
 	Now    time.Time
 	Data   any
+	// Refresh asks the browser to load the page again every second (a
+	// bulk action's progress, which reads without script).
+	Refresh bool
 }
+
+// refresher is data whose page reloads itself while it changes.
+type refresher interface{ refresh() bool }
 
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string, data any) {
 	h.renderCode(w, r, http.StatusOK, name, data)
@@ -263,6 +269,9 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string, da
 func (h *Handler) renderCode(w http.ResponseWriter, r *http.Request, code int, name string, data any) {
 	acc := h.opts.Access(r)
 	p := page{Title: h.opts.Title, Base: base(r), Access: acc, Actor: h.actor != nil, Now: time.Now(), Data: data}
+	if rf, ok := data.(refresher); ok {
+		p.Refresh = rf.refresh()
+	}
 	var buf bytes.Buffer
 	if err := h.tmpl.ExecuteTemplate(&buf, name, p); err != nil {
 		http.Error(w, "page failed: "+err.Error(), http.StatusInternalServerError)

@@ -216,8 +216,9 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	if err := rc.Flush(); err != nil {
 		return
 	}
-	// One goroutine per queue would do; a select over the subscribers'
-	// channels is simpler as a merge loop.
+	// Merge the queues' subscriptions into one channel, one goroutine per
+	// queue watched, so the loop below waits on one channel whatever their
+	// number.
 	stop := make(chan struct{})
 	defer close(stop)
 	for _, s := range subs {

@@ -242,8 +242,24 @@ func TestActionsAreLogged(t *testing.T) {
 	if st := f.named.StatsNow(); !st.Paused {
 		t.Fatal("not paused")
 	}
+	until := time.Now().Add(time.Hour).UTC().Truncate(time.Minute).Add(30 * time.Second)
+	if code, _ := f.post("/q/mail/pause", url.Values{"until": {until.Format(time.RFC3339)}}); code != http.StatusSeeOther {
+		t.Fatalf("pause until: %d", code)
+	}
+	// Translated to queue time and back: the same to well under a second.
+	if _, _, page := f.get("/q/mail/"); !strings.Contains(page, "paused until "+until.Format("2006-01-02 15:04")) {
+		t.Fatalf("the page does not show the pause until %s", when(until))
+	}
+	for _, bad := range []url.Values{{"for": {"-5m"}}, {"for": {"soon"}}, {"until": {"tomorrow"}}, {"until": {"2001-01-01T00:00:00Z"}}} {
+		if code, _ := f.post("/q/mail/pause", bad); code != http.StatusBadRequest {
+			t.Errorf("pause %v: %d, want 400", bad, code)
+		}
+	}
 	if code, _ := f.post("/q/mail/resume", nil); code != http.StatusSeeOther {
 		t.Fatalf("resume: %d", code)
+	}
+	if f.named.StatsNow().Paused {
+		t.Fatal("still paused after resume")
 	}
 	if code, _ := f.post("/q/mail/purge", url.Values{"id": {fmt.Sprint(dead[0])}}); code != http.StatusNotFound {
 		t.Fatalf("purge of a redriven item: %d, want 404", code)
@@ -296,7 +312,7 @@ func TestBulkPurgeTouchesOnlyWhatMatchedAtT(t *testing.T) {
 		}
 	}
 	_, _, jp := f.get("/jobs/" + job)
-	if !strings.Contains(jp, "4 done, 1 skipped") {
+	if !strings.Contains(jp, "4 done, 1 skipped") || strings.Contains(jp, `http-equiv="refresh"`) {
 		t.Fatalf("job page:\n%s", jp)
 	}
 	if code, _ := f.post("/jobs/"+job+"/run", nil); code != http.StatusConflict {

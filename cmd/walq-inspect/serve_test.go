@@ -121,6 +121,22 @@ func TestServeLiveThenDead(t *testing.T) {
 	if _, body = serveGet(t, srv, host, "/"); !strings.Contains(body, `data-count="ready">3<`) {
 		t.Fatalf("after a put and a refresh:\n%s", body)
 	}
+	// The charts come from the record times in the log.
+	minutes, err := s.src.History("mail", time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var put, failed uint64
+	for _, m := range minutes {
+		put += m.Put
+		failed += m.Failed
+	}
+	if put != 4 || failed != 1 {
+		t.Fatalf("history of mail: %d put, %d failed; want 4 and 1", put, failed)
+	}
+	if _, body = serveGet(t, srv, host, "/"); !strings.Contains(body, `aria-label="last hour: 0 done, 1 failed`) {
+		t.Fatalf("the overview's chart does not show the log's minutes:\n%s", body)
+	}
 
 	// Closed: the directory is dead, and serve shows what it left.
 	if err := q.Close(); err != nil {
