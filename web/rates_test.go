@@ -15,7 +15,7 @@ func TestRatesSpreadCountsOverTheMinutes(t *testing.T) {
 	}
 	r.observe(sum(100, 50, 0), now.Add(-4*time.Minute))
 	r.observe(sum(101, 51, 1), now.Add(-4*time.Minute+time.Second)) // too soon: not kept
-	r.observe(sum(220, 170, 4), now.Add(-2*time.Minute))           // 120 done over two minutes
+	r.observe(sum(220, 170, 4), now.Add(-2*time.Minute))            // 120 done over two minutes
 	ms := r.minutes("q", now)
 	if len(ms) != chartBins+1 {
 		t.Fatalf("%d bins", len(ms))
