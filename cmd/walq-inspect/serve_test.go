@@ -223,3 +223,87 @@ func TestServeAddrMustBeLoopback(t *testing.T) {
 		}
 	}
 }
+
+// serve follows a queue that works while it reads: puts, leases, acks and
+// compactions with small segments, so that segments roll and go under
+// the replay. Every page answers, and the count of puts never goes back.
+func TestServeFollowsAWorkingQueue(t *testing.T) {
+	dir := t.TempDir()
+	q, err := walq.Open(dir, walq.Options{Sync: walq.SyncNever, SegmentSize: 4096, DisableAutoCompact: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if _, err := q.Put(context.Background(), []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	s, err := newServer(dir, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	defer s.close()
+
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- work(q, stop) }()
+	host := srv.Listener.Addr().String()
+	var lastPut uint64
+	for i := range 40 {
+		if err := s.src.refresh(); err != nil {
+			t.Fatalf("refresh %d: %v", i, err)
+		}
+		sum, err := s.src.Queue("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.Stats.Put < lastPut {
+			t.Fatalf("refresh %d: %d puts, after %d", i, sum.Stats.Put, lastPut)
+		}
+		lastPut = sum.Stats.Put
+		for _, p := range []string{"/", "/q/_default/", "/q/_default/head"} {
+			if code, body := serveGet(t, srv, host, p); code != http.StatusOK {
+				t.Fatalf("refresh %d: %s: %d\n%s", i, p, code, body)
+			}
+		}
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if lastPut < 2 {
+		t.Fatalf("the queue put %d items while serve read it", lastPut)
+	}
+}
+
+// work puts, leases and acks on q, compacting now and then, until stop.
+func work(q *walq.Queue, stop chan struct{}) error {
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+		if _, err := q.Put(ctx, fmt.Appendf(nil, "item %d", i)); err != nil {
+			return err
+		}
+		if i%2 == 0 {
+			m, ok, err := q.TryGet()
+			if err != nil {
+				return err
+			}
+			if ok {
+				if err := q.Ack(m.Receipt); err != nil {
+					return err
+				}
+			}
+		}
+		if i%200 == 199 {
+			if err := q.Compact(); err != nil {
+				return err
+			}
+		}
+	}
+}
