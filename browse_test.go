@@ -315,3 +315,39 @@ func TestLateQueueWalksFromItsCreation(t *testing.T) {
 		t.Fatalf("head after a move: %+v %v", head, err)
 	}
 }
+
+func TestActivityFromTheLog(t *testing.T) {
+	q, clock, _ := testQueue(t, Options{MaxAttempts: 1})
+	other := mustOpenQueue(t, q, "other", QueueOptions{})
+	start := clock.Now().Truncate(time.Minute)
+	mustPut(t, q, "a")
+	mustPut(t, other, "not this queue")
+	clock.Advance(time.Minute)
+	if _, err := q.PutBatch(context.Background(), []Item{{Body: []byte("b")}, {Body: []byte("c")}}); err != nil {
+		t.Fatal(err)
+	}
+	m := mustTryGet(t, q)
+	if err := q.Ack(m.Receipt); err != nil {
+		t.Fatal(err)
+	}
+	m = mustTryGet(t, q)
+	if err := q.Nack(m.Receipt, errors.New("x")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := q.Activity(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ActivityMinute{{Start: start, Put: 1}, {Start: start.Add(time.Minute), Put: 2, Acked: 1, Failed: 1}}
+	if len(got) != len(want) {
+		t.Fatalf("activity %+v, want %+v", got, want)
+	}
+	for i := range got {
+		if !got[i].Start.Equal(want[i].Start) || got[i].Put != want[i].Put || got[i].Acked != want[i].Acked || got[i].Failed != want[i].Failed {
+			t.Fatalf("activity %+v, want %+v", got, want)
+		}
+	}
+	if got, _ := q.Activity(start.Add(time.Minute)); len(got) != 1 {
+		t.Fatalf("activity since the second minute: %+v", got)
+	}
+}

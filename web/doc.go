@@ -5,7 +5,8 @@
 // Pages are rendered on the server with html/template from the queues'
 // in-memory state and counters: an overview with one row per queue
 // (counts by state, the oldest ready item's age, leases in flight against
-// the cap, the pause, and the last hour of work as a small chart), each
+// the cap, the pause, and the last hour of work as a small chart, from the
+// record times in the log and then from sampled counters), each
 // queue's items by state in ID order with keyset paging, the head of a
 // queue in delivery order, exact filters (ID, key, put time) and a bounded
 // search in errors and bodies that says how much it looked at, an item's

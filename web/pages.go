@@ -38,27 +38,29 @@ func (h *Handler) row(s QueueSummary, now time.Time) row {
 	h.rates.observe(s, now)
 	ms := h.rates.minutes(s.Name, now)
 	if hist, ok := h.src.(Historian); ok {
-		if logged, err := hist.History(s.Name, now.Add(-chartSpan)); err == nil {
-			ms = onBins(logged, now)
+		if logged, upTo, err := hist.History(s.Name, now.Add(-chartSpan)); err == nil && !upTo.IsZero() {
+			ms = withLogged(ms, logged, upTo)
 		}
 	}
 	return row{QueueSummary: s, Path: queuePath(s.Name), Label: queueLabel(s.Name), Chart: newChart(ms)}
 }
 
-// onBins lays minutes a Historian gave onto the chart's bins.
-func onBins(logged []Minute, now time.Time) []Minute {
-	start := now.Add(-chartSpan).Truncate(time.Minute)
-	out := make([]Minute, chartBins+1)
-	for i := range out {
-		out[i].Start = start.Add(time.Duration(i) * time.Minute)
-	}
+// withLogged takes the chart's minutes that start before upTo from the
+// log, and keeps the sampled ones after it. (The minute upTo falls in is
+// the log's: over a directory the log is complete to the last refresh;
+// for live queues the samples of the rest of that minute are left out.)
+func withLogged(sampled, logged []Minute, upTo time.Time) []Minute {
+	byStart := make(map[int64]Minute, len(logged))
 	for _, m := range logged {
-		i := int(m.Start.Sub(start) / time.Minute)
-		if i >= 0 && i < len(out) {
-			out[i].Put += m.Put
-			out[i].Acked += m.Acked
-			out[i].Failed += m.Failed
+		byStart[m.Start.UnixNano()] = m
+	}
+	out := make([]Minute, len(sampled))
+	for i, m := range sampled {
+		if m.Start.Before(upTo) {
+			l := byStart[m.Start.UnixNano()]
+			m.Put, m.Acked, m.Failed = l.Put, l.Acked, l.Failed
 		}
+		out[i] = m
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/walq/walq"
@@ -48,13 +49,16 @@ type Minute struct {
 }
 
 // Historian is a Source that knows the activity of its queues from the
-// record times in their logs (walq-inspect serve reads them from the
-// directory). A Source that is not one gets its charts from the counters
-// the dashboard samples while it runs.
+// record times in their logs: Queues reads a queue's log once, in the
+// background, when its chart is first drawn; walq-inspect serve counts the
+// records as it replays them. The charts take the minutes before upTo from
+// it, and the later ones from the counters the dashboard samples while it
+// runs.
 type Historian interface {
 	// History returns the queue's activity per minute from since on,
-	// oldest first, for the minutes its log still holds.
-	History(queue string, since time.Time) ([]Minute, error)
+	// oldest first, for the minutes its log still holds, and the time up
+	// to which they are complete (the zero Time: none yet).
+	History(queue string, since time.Time) (minutes []Minute, upTo time.Time, err error)
 }
 
 // QueueSummary is one row of the overview.
@@ -74,7 +78,7 @@ var ErrUnknownQueue = errors.New("web: no such queue")
 // one or more directories, the default queue's or named ones. Each name
 // must be given once.
 func Queues(queues ...*walq.Queue) (Actor, error) {
-	s := &liveSource{byName: make(map[string]*walq.Queue)}
+	s := &liveSource{byName: make(map[string]*walq.Queue), history: make(map[string]*logHistory)}
 	for _, q := range queues {
 		if q == nil {
 			return nil, fmt.Errorf("web: a nil queue")
@@ -83,14 +87,59 @@ func Queues(queues ...*walq.Queue) (Actor, error) {
 			return nil, fmt.Errorf("web: queue %q given twice (the dashboard names queues by name)", q.Name())
 		}
 		s.byName[q.Name()] = q
+		s.history[q.Name()] = &logHistory{done: make(chan struct{})}
 		s.order = append(s.order, q)
 	}
 	return s, nil
 }
 
 type liveSource struct {
-	order  []*walq.Queue
-	byName map[string]*walq.Queue
+	order   []*walq.Queue
+	byName  map[string]*walq.Queue
+	history map[string]*logHistory
+}
+
+// logHistory is a queue's activity as its log held it when the dashboard
+// first drew its chart.
+type logHistory struct {
+	once    sync.Once
+	done    chan struct{} // closed once the log was read
+	minutes []Minute
+	upTo    time.Time
+	err     error
+}
+
+// History reads the queue's log once, in the background (Queue.Activity),
+// and returns nothing until that is done.
+func (s *liveSource) History(queue string, since time.Time) ([]Minute, time.Time, error) {
+	q, err := s.queue(queue)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	lh := s.history[queue]
+	lh.once.Do(func() {
+		go func() {
+			defer close(lh.done)
+			lh.upTo = time.Now()
+			ms, err := q.Activity(since)
+			for _, m := range ms {
+				lh.minutes = append(lh.minutes, Minute{Start: m.Start, Put: m.Put, Acked: m.Acked, Failed: m.Failed})
+			}
+			lh.err = err
+		}()
+	})
+	select {
+	case <-lh.done:
+	default:
+		return nil, time.Time{}, nil
+	}
+	var out []Minute
+	for _, m := range lh.minutes {
+		if !m.Start.Before(since.Truncate(time.Minute)) {
+			out = append(out, m)
+		}
+	}
+	return out, lh.upTo, lh.err
 }
 
 func (s *liveSource) queue(name string) (*walq.Queue, error) {

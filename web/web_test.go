@@ -420,3 +420,24 @@ func TestLiveUpdatesShareOneBroadcaster(t *testing.T) {
 		s.resp.Body.Close()
 	}
 }
+
+// The charts of live queues start from their logs: work done before the
+// dashboard started shows.
+func TestChartsStartFromTheLog(t *testing.T) {
+	f := newFixture(t, ReadOnlyAccess)
+	f.put(f.named, "a", "b", "c")
+	m, _, err := f.named.TryGet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.named.Ack(m.Receipt); err != nil {
+		t.Fatal(err)
+	}
+	f.kill(f.named, 1, "x")
+	f.get("/") // the first chart starts the log's reading
+	<-f.h.src.(*liveSource).history["mail"].done
+	_, _, page := f.get("/")
+	if !strings.Contains(page, `aria-label="last hour: 1 done, 1 failed`) {
+		t.Fatalf("the chart does not show the log's work:\n%s", page)
+	}
+}

@@ -107,8 +107,9 @@ func (s *dirSource) prune() {
 	}
 }
 
-// History gives the minutes of the queue's records from since on.
-func (s *dirSource) History(queue string, since time.Time) ([]web.Minute, error) {
+// History gives the minutes of the queue's records from since on, complete
+// up to the last refresh.
+func (s *dirSource) History(queue string, since time.Time) ([]web.Minute, time.Time, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []web.Minute
@@ -117,7 +118,7 @@ func (s *dirSource) History(queue string, since time.Time) ([]web.Minute, error)
 			out = append(out, *m)
 		}
 	}
-	return out, nil
+	return out, s.loadedAt, nil
 }
 
 // queueLocked finds a queue by its dashboard name ("" for the default).

@@ -122,7 +122,7 @@ func TestServeLiveThenDead(t *testing.T) {
 		t.Fatalf("after a put and a refresh:\n%s", body)
 	}
 	// The charts come from the record times in the log.
-	minutes, err := s.src.History("mail", time.Now().Add(-time.Hour))
+	minutes, _, err := s.src.History("mail", time.Now().Add(-time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
