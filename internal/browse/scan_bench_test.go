@@ -6,6 +6,7 @@ import (
 	"github.com/walq/walq/state"
 )
 
+// bigState returns a state holding n ready items of the default queue.
 func bigState(tb testing.TB, n int) *state.State {
 	st := state.New()
 	lsn := uint64(0)
@@ -22,6 +23,9 @@ func bigState(tb testing.TB, n int) *state.State {
 	return st
 }
 
+// BenchmarkFullScan is the floor of any walk that looks at every item: one
+// pass over 1,000,000 items in ID order, doing nothing with them (about
+// 20 ms on the 2 cores of the README's figures).
 func BenchmarkFullScan(b *testing.B) {
 	st := bigState(b, 1_000_000)
 	b.ResetTimer()
