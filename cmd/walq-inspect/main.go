@@ -16,7 +16,8 @@
 //	walq-inspect [command] [flags] DIR [ARG]
 //
 // The commands are summary (the default), log (with --frames, the frames
-// and their watermarks), item, state, dead, verify and space;
+// and their watermarks), item, state, dead, verify, space and serve (the
+// web dashboard, read-only, on loopback);
 // "walq-inspect COMMAND -h" describes each. Every command but verify shows
 // the whole directory, every queue in it, unless --queue NAME picks one
 // queue ("(default)" for the default queue); verify checks the files and
@@ -89,7 +90,7 @@ func (c *cmdEnv) notef(format string, args ...any) {
 var commands []*command
 
 func init() {
-	commands = []*command{summaryCmd, logCmd, itemCmd, stateCmd, deadCmd, verifyCmd, spaceCmd}
+	commands = []*command{summaryCmd, logCmd, itemCmd, stateCmd, deadCmd, verifyCmd, spaceCmd, serveCmd}
 }
 
 func lookup(name string) *command {

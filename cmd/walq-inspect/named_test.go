@@ -17,6 +17,9 @@ func TestBadQueueEveryCommand(t *testing.T) {
 	named := fixtureNamed(t, "named").dir
 	n := 0
 	for _, c := range commands {
+		if c.name == "serve" {
+			continue // the dashboard shows every queue, and picks one per page
+		}
 		args := []string{c.name, "--queue", "nope", named}
 		if c.name == "item" {
 			args = append(args, "4")

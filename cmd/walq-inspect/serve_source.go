@@ -1,0 +1,318 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/walq/walq"
+	"github.com/walq/walq/internal/browse"
+	"github.com/walq/walq/state"
+	"github.com/walq/walq/web"
+)
+
+// dirSource is the dashboard's Source over a queue directory: a state
+// rebuilt from the directory's snapshot and log, read-only, and brought up
+// to date by replaying the records appended since (refresh). Record times
+// are wall-clock times, so the state's times are shown as they are.
+type dirSource struct {
+	qf *queueFiles
+
+	mu       sync.Mutex
+	r        *replayer
+	st       *state.State
+	loadedAt time.Time
+	loadErr  error // of the last refresh; the state before it is still shown
+	minutes  map[string]map[int64]*web.Minute
+	newest   int64 // the newest record time seen
+}
+
+// newDirSource rebuilds the state of the directory qf describes.
+func newDirSource(qf *queueFiles) (*dirSource, error) {
+	s := &dirSource{qf: qf, minutes: make(map[string]map[int64]*web.Minute)}
+	s.r = newReplayer(qf, 1, 0, s.count)
+	if err := s.refresh(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// refresh replays the records appended since the last refresh (or, when a
+// compaction removed records not read yet, rebuilds from the newest
+// snapshot).
+func (s *dirSource) refresh() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.r.run()
+	if err == nil {
+		var st *state.State
+		if st, err = s.r.state(); err == nil {
+			s.st = st
+			s.loadedAt = time.Now()
+		}
+	}
+	s.loadErr = err
+	return err
+}
+
+// count adds a record to the minutes of its queue.
+func (s *dirSource) count(ev *event) error {
+	if ev.Rec == nil || !ev.QueueKnown {
+		return nil
+	}
+	at := ev.Rec.At()
+	s.newest = max(s.newest, at)
+	var put, acked, failed uint64
+	switch r := ev.Rec.(type) {
+	case *state.Put:
+		put = uint64(len(r.Items))
+	case *state.Ack:
+		acked = 1
+	case *state.End:
+		failed = 1
+	default:
+		return nil
+	}
+	minute := at / int64(time.Minute)
+	byMin := s.minutes[ev.QueueName]
+	if byMin == nil {
+		byMin = make(map[int64]*web.Minute)
+		s.minutes[ev.QueueName] = byMin
+	}
+	m := byMin[minute]
+	if m == nil {
+		m = &web.Minute{Start: time.Unix(0, minute*int64(time.Minute))}
+		byMin[minute] = m
+		s.prune()
+	}
+	m.Put += put
+	m.Acked += acked
+	m.Failed += failed
+	return nil
+}
+
+// keepMinutes is how far behind the newest record the minutes are kept.
+const keepMinutes = 2 * 60
+
+func (s *dirSource) prune() {
+	oldest := s.newest/int64(time.Minute) - keepMinutes
+	for _, byMin := range s.minutes {
+		for m := range byMin {
+			if m < oldest {
+				delete(byMin, m)
+			}
+		}
+	}
+}
+
+// History gives the minutes of the queue's records from since on, complete
+// up to the last refresh.
+func (s *dirSource) History(queue string, since time.Time) ([]web.Minute, time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []web.Minute
+	for _, m := range s.minutes[queue] {
+		if !m.Start.Before(since.Truncate(time.Minute)) {
+			out = append(out, *m)
+		}
+	}
+	return out, s.loadedAt, nil
+}
+
+// queueLocked finds a queue by its dashboard name ("" for the default).
+func (s *dirSource) queueLocked(name string) (*state.QueueState, error) {
+	if s.st == nil {
+		return nil, s.loadErr
+	}
+	if name == "" {
+		return s.st.Default(), nil
+	}
+	if q := s.st.QueueByName(name); q != nil {
+		return q, nil
+	}
+	return nil, fmt.Errorf("%w: %q", web.ErrUnknownQueue, name)
+}
+
+func (s *dirSource) Queues() ([]web.QueueSummary, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st == nil {
+		return nil, s.loadErr
+	}
+	var out []web.QueueSummary
+	for _, q := range s.st.Queues() {
+		out = append(out, s.summaryLocked(q))
+	}
+	return out, nil
+}
+
+func (s *dirSource) Queue(name string) (web.QueueSummary, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, err := s.queueLocked(name)
+	if err != nil {
+		return web.QueueSummary{}, err
+	}
+	return s.summaryLocked(q), nil
+}
+
+// summaryLocked describes q now. It promotes the items whose due time has
+// come, as a Get would: the state is this process's own copy.
+func (s *dirSource) summaryLocked(q *state.QueueState) web.QueueSummary {
+	now := time.Now().UnixNano()
+	q.Promote(now)
+	g := q.Gauges()
+	c := q.Counters()
+	set := q.Settings()
+	st := walq.Stats{
+		Queue: q.Name(), Paused: q.Paused(now), MaxInFlight: int(set.MaxInFlight),
+		Ready: g.Ready, Delayed: g.Delayed, Leased: g.Leased, Dead: g.Dead, Items: g.Items, Bytes: g.Bytes, Keys: g.Keys,
+		Put: c.Put, Delivered: c.Delivered, Acked: c.Acked, Nacked: c.Nacked, Expired: c.Expired,
+		DeadLettered: c.DeadLettered, Discarded: c.Discarded, Redriven: c.Redriven, Purged: c.Purged,
+		MovedIn: c.MovedIn, MovedOut: c.MovedOut, LastLSN: s.st.LastLSN(),
+	}
+	if g.OldestReadyDue != 0 && g.OldestReadyDue < now {
+		st.OldestReady = time.Duration(now - g.OldestReadyDue)
+	}
+	sum := web.QueueSummary{Name: q.Name(), Stats: st, Paused: st.Paused}
+	if u := q.PausedUntil(); st.Paused && u != math.MaxInt64 {
+		sum.PausedUntil = time.Unix(0, u)
+	}
+	return sum
+}
+
+// view describes an item of queue name at now.
+func view(it *state.Item, name string, now int64) walq.ItemView {
+	at := func(t int64) time.Time {
+		if t == 0 {
+			return time.Time{}
+		}
+		return time.Unix(0, t)
+	}
+	v := walq.ItemView{
+		ID: it.ID, Queue: name, State: browse.StateOf(it, now), Priority: int(it.Priority), Key: it.Key(),
+		BodyLen: int(it.Body.Len), Attempts: int(it.Attempts), Deliveries: int(it.Deliveries),
+		EnqueuedAt: at(it.EnqueuedAt), Deadline: at(it.Deadline()), LastError: it.LastError(), EndedAt: at(it.EndedAt()),
+	}
+	switch it.Status {
+	case state.Waiting:
+		v.Due = at(it.Due)
+	case state.Leased:
+		v.LeaseStart, v.LeaseEnd, v.Receipt = at(it.Due), at(it.LeaseEnd), it.Receipt
+	}
+	for _, a := range it.History() {
+		v.History = append(v.History, walq.Attempt{Start: at(a.Start), End: at(a.End), How: state.TypeName(a.How), Error: a.Error})
+	}
+	return v
+}
+
+// ListItems is walq.Queue.ListItems over the rebuilt state. The state is
+// this process's own, so the walk holds its lock throughout.
+func (s *dirSource) ListItems(queue string, opts walq.ListOptions) (walq.ItemPage, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, err := s.queueLocked(queue)
+	if err != nil {
+		return walq.ItemPage{}, err
+	}
+	in := opts.Filter
+	if !browse.ValidState(in.State) {
+		return walq.ItemPage{}, fmt.Errorf("%w: item state %q", walq.ErrInvalid, in.State)
+	}
+	f := browse.Filter{State: in.State, ID: in.ID, Key: in.Key, Text: in.Text, InBody: in.InBody}
+	if !in.From.IsZero() {
+		f.From = max(in.From.UnixNano(), 1)
+	}
+	if !in.To.IsZero() {
+		f.To = max(in.To.UnixNano(), 1)
+	}
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = 50
+	}
+	limit = min(limit, walq.MaxListLimit)
+	budget := opts.Budget
+	if budget <= 0 {
+		budget = walq.DefaultListBudget
+		if f.InBody && f.Text != "" {
+			budget = walq.DefaultBodyBudget
+		}
+	}
+	now := time.Now().UnixNano()
+	page := walq.ItemPage{Stored: s.st.TotalLen()}
+	if browse.None(q, f, now) {
+		return page, nil
+	}
+	w := browse.Each(s.st, q.ID(), f, opts.After, budget, now, func(it *state.Item) bool {
+		if f.Text != "" && !browse.ErrorMatches(it, f.Text) {
+			if !f.InBody {
+				return true
+			}
+			page.Searched++
+			body, err := storedBody(s.qf.Dir, s.st, it)
+			if err != nil || !bytes.Contains(body, []byte(f.Text)) {
+				return true
+			}
+		}
+		page.Items = append(page.Items, view(it, queue, now))
+		return len(page.Items) < limit
+	})
+	page.Next, page.Scanned = w.Next, w.Scanned
+	return page, nil
+}
+
+func (s *dirSource) Head(queue string, n int) ([]walq.ItemView, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, err := s.queueLocked(queue)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UnixNano()
+	sel := browse.NewHead(min(max(n, 0), walq.MaxHead))
+	q.Promote(now)
+	if first := q.NextReady(); first != nil {
+		sel.Walk(s.st, q.ID(), 0, math.MaxInt, now, first.Priority, q.Gauges().Ready)
+	}
+	items := sel.Items()
+	out := make([]walq.ItemView, len(items))
+	for i := range items {
+		out[i] = view(&items[i], queue, now)
+	}
+	return out, nil
+}
+
+// itemLocked finds a stored item of the queue.
+func (s *dirSource) itemLocked(queue string, id uint64) (*state.Item, error) {
+	q, err := s.queueLocked(queue)
+	if err != nil {
+		return nil, err
+	}
+	it := s.st.Item(id)
+	if it == nil || it.Queue != q.ID() {
+		return nil, fmt.Errorf("%w: item %d", walq.ErrNoItem, id)
+	}
+	return it, nil
+}
+
+func (s *dirSource) Item(queue string, id uint64) (walq.ItemView, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it, err := s.itemLocked(queue, id)
+	if err != nil {
+		return walq.ItemView{}, err
+	}
+	return view(it, queue, time.Now().UnixNano()), nil
+}
+
+func (s *dirSource) ItemBody(queue string, id uint64) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it, err := s.itemLocked(queue, id)
+	if err != nil {
+		return nil, err
+	}
+	return storedBody(s.qf.Dir, s.st, it)
+}

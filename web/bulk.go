@@ -1,0 +1,361 @@
+package web
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/walq/walq"
+)
+
+// A bulk action applies redrive or purge to the dead letters a filter
+// matches, in three steps, so that it never touches an item the operator
+// did not see counted:
+//
+//  1. prepare: the filter is matched at a moment T and the IDs it matched
+//     are kept with the job; the page shows their count and asks;
+//  2. run (the operator confirms): the job starts in the background;
+//  3. each batch takes, of the IDs matched at T, those that still match
+//     the filter now, and acts on them; the others are counted as
+//     skipped. The job page shows the progress.
+//
+// An item put after T is never touched, even if it matches.
+
+// MaxBulk is the most items one bulk action matches: a filter that
+// matches more is refused, to be narrowed.
+const MaxBulk = 1_000_000
+
+// bulkBatch is how many items one step of a job acts on.
+const bulkBatch = 500
+
+// job is one bulk action.
+type job struct {
+	ID        string
+	Queue     string
+	Action    action
+	Filter    walq.ItemFilter
+	Form      filterForm
+	MatchedAt time.Time
+	ids       []uint64
+	Matched   int
+
+	mu      sync.Mutex
+	State   string // "confirm", "running", "done", "cancelled", "failed"
+	Done    int    // acted on
+	Skipped int    // matched at T, no longer matching
+	Err     string
+	cancel  chan struct{}
+	// finished is closed when the job stops running.
+	finished chan struct{}
+}
+
+// progress is a copy of a job's figures for a page.
+type progress struct {
+	ID, Queue, QueuePath, Action, Filter, State, Err string
+	MatchedAt                                        time.Time
+	Matched, Done, Skipped                           int
+}
+
+func (p progress) refresh() bool { return p.State == "running" }
+
+func (j *job) progress() progress {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return progress{ID: j.ID, Queue: queueLabel(j.Queue), QueuePath: queuePath(j.Queue), Action: j.Action.name,
+		Filter: j.Form.Describe(), State: j.State, Err: j.Err, MatchedAt: j.MatchedAt,
+		Matched: j.Matched, Done: j.Done, Skipped: j.Skipped}
+}
+
+// jobs holds the bulk actions of a handler: the last maxJobs.
+type jobs struct {
+	mu    sync.Mutex
+	byID  map[string]*job
+	order []string
+	wg    sync.WaitGroup
+}
+
+const maxJobs = 64
+
+func newJobs() *jobs { return &jobs{byID: make(map[string]*job)} }
+
+func (js *jobs) add(j *job) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	for len(js.order) >= maxJobs {
+		old := js.byID[js.order[0]]
+		old.mu.Lock()
+		running := old.State == "running"
+		old.mu.Unlock()
+		if running {
+			break
+		}
+		delete(js.byID, js.order[0])
+		js.order = js.order[1:]
+	}
+	js.byID[j.ID] = j
+	js.order = append(js.order, j.ID)
+}
+
+func (js *jobs) get(id string) *job {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	return js.byID[id]
+}
+
+// wait cancels every running job and waits for it to stop.
+func (js *jobs) wait() {
+	js.mu.Lock()
+	for _, j := range js.byID {
+		j.mu.Lock()
+		if j.State == "running" {
+			close(j.cancel)
+			j.State = "cancelled"
+		}
+		j.mu.Unlock()
+	}
+	js.mu.Unlock()
+	js.wg.Wait()
+}
+
+func newJobID() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// bulkPrepare matches the filter now and asks for confirmation.
+func (h *Handler) bulkPrepare(w http.ResponseWriter, r *http.Request) {
+	queue, err := queueParam(r)
+	if err != nil {
+		h.fail(w, r, http.StatusNotFound, err)
+		return
+	}
+	if err := r.ParseForm(); err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	var a action
+	switch r.PostFormValue("action") {
+	case "redrive":
+		a = actBulkRedrive
+	case "purge":
+		a = actBulkPurge
+	default:
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: bulk action %q: want redrive or purge", errBadInput, r.PostFormValue("action")))
+		return
+	}
+	if err := h.allowed(r, a); err != nil {
+		h.fail(w, r, http.StatusForbidden, err)
+		return
+	}
+	f, ff, err := parseFilter(r.PostForm)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	if f.State != "dead" {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: bulk %s applies to dead letters: filter state dead", errBadInput, a.name))
+		return
+	}
+	j := &job{ID: newJobID(), Queue: queue, Action: a, Filter: f, Form: ff, State: "confirm", cancel: make(chan struct{}), finished: make(chan struct{})}
+	j.MatchedAt = time.Now()
+	if j.ids, err = h.match(queue, f); err != nil {
+		h.fail(w, r, status(err), err)
+		return
+	}
+	j.Matched = len(j.ids)
+	h.jobs.add(j)
+	h.render(w, r, "confirm", j.progress())
+}
+
+var errTooMany = errors.New("the filter matches too many items")
+
+// match returns the IDs of the queue's items that f matches now.
+func (h *Handler) match(queue string, f walq.ItemFilter) ([]uint64, error) {
+	var ids []uint64
+	var after uint64
+	for {
+		p, err := h.src.ListItems(queue, walq.ListOptions{Filter: f, After: after, Limit: walq.MaxListLimit, Budget: math.MaxInt})
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range p.Items {
+			ids = append(ids, it.ID)
+		}
+		if len(ids) > MaxBulk {
+			return nil, fmt.Errorf("%w: %w: more than %d; narrow it", errBadInput, errTooMany, MaxBulk)
+		}
+		if p.Next == 0 {
+			return ids, nil
+		}
+		after = p.Next
+	}
+}
+
+func (h *Handler) jobOf(w http.ResponseWriter, r *http.Request) *job {
+	j := h.jobs.get(r.PathValue("job"))
+	if j == nil {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no bulk action %q (the dashboard keeps the last %d)", r.PathValue("job"), maxJobs))
+	}
+	return j
+}
+
+// bulkRun starts a confirmed job.
+func (h *Handler) bulkRun(w http.ResponseWriter, r *http.Request) {
+	j := h.jobOf(w, r)
+	if j == nil {
+		return
+	}
+	if err := h.allowed(r, j.Action); err != nil {
+		h.fail(w, r, http.StatusForbidden, err)
+		return
+	}
+	j.mu.Lock()
+	if j.State != "confirm" {
+		state := j.State
+		j.mu.Unlock()
+		h.fail(w, r, http.StatusConflict, fmt.Errorf("bulk action %s is %s, not waiting for confirmation", j.ID, state))
+		return
+	}
+	select {
+	case <-h.done:
+		j.mu.Unlock()
+		h.fail(w, r, http.StatusServiceUnavailable, errors.New("the dashboard is closing"))
+		return
+	default:
+	}
+	j.State = "running"
+	h.jobs.wg.Add(1)
+	j.mu.Unlock()
+	h.logAction(r, j.Queue, j.Action.name, nil, "job", j.ID, "filter", j.Form.Describe(), "matched", j.Matched,
+		"matched_at", j.MatchedAt.UTC())
+	go h.runJob(r, j)
+	http.Redirect(w, r, base(r)+"/jobs/"+j.ID, http.StatusSeeOther)
+}
+
+// bulkCancel stops a job that waits for confirmation or runs.
+func (h *Handler) bulkCancel(w http.ResponseWriter, r *http.Request) {
+	j := h.jobOf(w, r)
+	if j == nil {
+		return
+	}
+	if err := h.allowed(r, j.Action); err != nil {
+		h.fail(w, r, http.StatusForbidden, err)
+		return
+	}
+	j.mu.Lock()
+	switch j.State {
+	case "confirm":
+		j.State = "cancelled"
+	case "running":
+		j.State = "cancelled"
+		close(j.cancel)
+	}
+	j.mu.Unlock()
+	http.Redirect(w, r, base(r)+"/jobs/"+j.ID, http.StatusSeeOther)
+}
+
+func (h *Handler) runJob(r *http.Request, j *job) {
+	defer h.jobs.wg.Done()
+	defer close(j.finished)
+	err := h.applyJob(j)
+	j.mu.Lock()
+	switch {
+	case err != nil:
+		j.State, j.Err = "failed", err.Error()
+	case j.State == "running":
+		j.State = "done"
+	}
+	j.mu.Unlock()
+	pr := j.progress()
+	h.logAction(r, j.Queue, j.Action.name+" finished", err, "job", j.ID, "state", pr.State, "done", pr.Done, "skipped", pr.Skipped)
+	h.hub.poke(j.Queue)
+}
+
+// applyJob acts on the job's items, batch by batch, on those that still
+// match its filter.
+func (h *Handler) applyJob(j *job) error {
+	for start := 0; start < len(j.ids); start += bulkBatch {
+		select {
+		case <-j.cancel:
+			return nil
+		default:
+		}
+		batch := j.ids[start:min(start+bulkBatch, len(j.ids))]
+		still := make([]uint64, 0, len(batch))
+		for _, id := range batch {
+			ok, err := h.stillMatches(j, id)
+			if err != nil {
+				return err
+			}
+			if ok {
+				still = append(still, id)
+			}
+		}
+		done, err := h.apply(j, still)
+		if err != nil {
+			return err
+		}
+		j.mu.Lock()
+		j.Done += done
+		j.Skipped += len(batch) - done
+		j.mu.Unlock()
+	}
+	return nil
+}
+
+// stillMatches reports whether item id matches the job's filter now.
+func (h *Handler) stillMatches(j *job, id uint64) (bool, error) {
+	f := j.Filter
+	f.ID = id
+	p, err := h.src.ListItems(j.Queue, walq.ListOptions{Filter: f, Limit: 1})
+	if err != nil {
+		return false, err
+	}
+	return len(p.Items) == 1, nil
+}
+
+// apply acts on ids at once; when one of them changed since it was
+// checked (the call refuses the whole batch), it acts on each alone and
+// counts those it could.
+func (h *Handler) apply(j *job, ids []uint64) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	do := func(ids ...uint64) error {
+		if j.Action == actBulkRedrive {
+			return h.actor.Redrive(j.Queue, ids...)
+		}
+		return h.actor.Purge(j.Queue, ids...)
+	}
+	err := do(ids...)
+	if err == nil {
+		return len(ids), nil
+	}
+	if !errors.Is(err, walq.ErrNotFound) {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		switch err := do(id); {
+		case err == nil:
+			n++
+		case !errors.Is(err, walq.ErrNotFound):
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
+	j := h.jobOf(w, r)
+	if j == nil {
+		return
+	}
+	h.render(w, r, "job", j.progress())
+}

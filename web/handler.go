@@ -1,0 +1,293 @@
+package web
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/walq/walq"
+)
+
+// Options configure a Handler. The zero value serves a read-only
+// dashboard.
+type Options struct {
+	// Access says what a request may do [ReadOnlyAccess]. A source that
+	// is not an Actor allows no action whatever it says.
+	Access func(r *http.Request) Access
+	// FormatBody, when set, gives the bytes shown and downloaded for an
+	// item's body: a formatter (indent JSON, decode a protocol buffer) or
+	// a redactor. It sees every body the dashboard serves, raw downloads
+	// included, so a redacted field never leaves the service. What it
+	// returns is shown escaped, like any body.
+	FormatBody func(queue string, item walq.ItemView, body []byte) []byte
+	// BodyCut is how many bytes of a body an item page shows [4 KiB];
+	// the rest is cut, with the full length given.
+	BodyCut int
+	// Title heads every page ["walq"].
+	Title string
+	// LiveInterval is how often a watched queue is read for the pages'
+	// live updates [1s].
+	LiveInterval time.Duration
+}
+
+// Handler serves the dashboard: an http.Handler to mount under any path
+// prefix (with http.StripPrefix; links follow the prefix the request came
+// through). Close stops its live updates and its bulk actions.
+type Handler struct {
+	src   Source
+	actor Actor // nil for a read-only source
+	opts  Options
+	tmpl  *template.Template
+	mux   *http.ServeMux
+	h     http.Handler // mux behind the cross-origin protection
+	hub   *hub
+	jobs  *jobs
+	rates *rates
+
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// New returns a Handler over src.
+func New(src Source, opts Options) (*Handler, error) {
+	if src == nil {
+		return nil, errors.New("web: New with a nil Source")
+	}
+	if opts.Access == nil {
+		opts.Access = ReadOnlyAccess
+	}
+	if opts.BodyCut <= 0 {
+		opts.BodyCut = 4 << 10
+	}
+	if opts.LiveInterval <= 0 {
+		opts.LiveInterval = time.Second
+	}
+	if opts.Title == "" {
+		opts.Title = "walq"
+	}
+	tmpl, err := template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("web: templates: %w", err)
+	}
+	h := &Handler{src: src, opts: opts, tmpl: tmpl, mux: http.NewServeMux(), done: make(chan struct{})}
+	if a, ok := src.(Actor); ok {
+		h.actor = a
+	}
+	h.rates = newRates()
+	h.hub = newHub(h)
+	h.jobs = newJobs()
+	h.routes()
+	cop := http.NewCrossOriginProtection()
+	h.h = cop.Handler(h.mux)
+	return h, nil
+}
+
+// Close stops the live updates (every open event stream ends) and waits
+// for bulk actions in progress to stop.
+func (h *Handler) Close() error {
+	h.closeOnce.Do(func() {
+		close(h.done)
+		h.hub.close()
+		h.jobs.wait()
+	})
+	return nil
+}
+
+// ServeHTTP serves one request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hdr := w.Header()
+	hdr.Set("Content-Security-Policy", pageCSP)
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("Referrer-Policy", "same-origin")
+	hdr.Set("X-Frame-Options", "DENY")
+	hdr.Set("Cache-Control", "no-store")
+	h.h.ServeHTTP(w, r)
+}
+
+// pageCSP allows the dashboard's own script, styles and event stream and
+// nothing else: no inline script, no other host, no framing.
+const pageCSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+// rawCSP is the policy of a raw body download: should a browser render it
+// after all, it runs sandboxed, with no script and no origin.
+const rawCSP = "sandbox; default-src 'none'"
+
+func (h *Handler) routes() {
+	static, _ := fs.Sub(staticFS, "static")
+	files := http.FileServerFS(static)
+	m := h.mux
+	m.Handle("GET /static/", h.read(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		http.StripPrefix("/static", files).ServeHTTP(w, r)
+	}))
+	m.Handle("GET /{$}", h.read(h.overview))
+	m.Handle("GET /q/{queue}/{$}", h.read(h.queuePage))
+	m.Handle("GET /q/{queue}/head", h.read(h.headPage))
+	m.Handle("GET /q/{queue}/item/{id}", h.read(h.itemPage))
+	m.Handle("GET /q/{queue}/item/{id}/raw", h.read(h.rawBody))
+	m.Handle("GET /events", h.read(h.events))
+	m.Handle("GET /jobs/{job}", h.read(h.jobPage))
+	m.Handle("POST /q/{queue}/redrive", h.act(actRedrive, h.redrive))
+	m.Handle("POST /q/{queue}/purge", h.act(actPurge, h.purge))
+	m.Handle("POST /q/{queue}/pause", h.act(actPause, h.pause))
+	m.Handle("POST /q/{queue}/resume", h.act(actResume, h.resume))
+	m.Handle("POST /q/{queue}/bulk", h.read(h.bulkPrepare))
+	m.Handle("POST /jobs/{job}/run", h.read(h.bulkRun))
+	m.Handle("POST /jobs/{job}/cancel", h.read(h.bulkCancel))
+}
+
+// read guards a page: the request must be allowed to read.
+func (h *Handler) read(fn http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.opts.Access(r).Has(AccessRead) {
+			h.fail(w, r, http.StatusForbidden, errors.New("this dashboard is not open to you"))
+			return
+		}
+		fn(w, r)
+	})
+}
+
+// act guards an action: the source must be an Actor and the request allowed
+// to take the action.
+func (h *Handler) act(a action, fn func(w http.ResponseWriter, r *http.Request, queue string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h.allowed(r, a); err != nil {
+			h.fail(w, r, http.StatusForbidden, err)
+			return
+		}
+		queue, err := queueParam(r)
+		if err != nil {
+			h.fail(w, r, http.StatusNotFound, err)
+			return
+		}
+		fn(w, r, queue)
+	})
+}
+
+// allowed says why r may not take a, or returns nil.
+func (h *Handler) allowed(r *http.Request, a action) error {
+	switch {
+	case h.actor == nil:
+		return fmt.Errorf("%s refused: this dashboard is read-only", a.name)
+	case !h.opts.Access(r).Has(a.need):
+		return fmt.Errorf("%s refused: you may not %s here", a.name, a.name)
+	}
+	return nil
+}
+
+// defaultQueueName stands for the default queue (whose name is "") in
+// paths: queue names start with a letter or digit, so it names no other.
+const defaultQueueName = "_default"
+
+func queuePath(name string) string {
+	if name == "" {
+		return defaultQueueName
+	}
+	return name
+}
+
+func queueParam(r *http.Request) (string, error) {
+	name := r.PathValue("queue")
+	if name == defaultQueueName {
+		return "", nil
+	}
+	if name == "" || strings.ContainsAny(name, "/?#") {
+		return "", fmt.Errorf("%w: %q", ErrUnknownQueue, name)
+	}
+	return name, nil
+}
+
+// base is the path prefix the dashboard is mounted under, from the
+// request as it arrived and as the handler sees it ("" at the root).
+func base(r *http.Request) string {
+	full := r.RequestURI
+	if i := strings.IndexAny(full, "?#"); i >= 0 {
+		full = full[:i]
+	}
+	if p := r.URL.EscapedPath(); strings.HasSuffix(full, p) {
+		return full[:len(full)-len(p)]
+	}
+	return ""
+}
+
+// fail answers with an error page.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
+	h.renderCode(w, r, code, "error", map[string]any{"Code": code, "Status": http.StatusText(code), "Error": err.Error()})
+}
+
+// status maps an error of a source to an HTTP status.
+func status(err error) int {
+	switch {
+	case errors.Is(err, ErrUnknownQueue), errors.Is(err, walq.ErrNoItem), errors.Is(err, walq.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, walq.ErrInvalid), errors.Is(err, errBadInput):
+		return http.StatusBadRequest
+	case errors.Is(err, walq.ErrClosed), errors.Is(err, walq.ErrFailed), errors.Is(err, walq.ErrQueueDeleted):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+var errBadInput = errors.New("bad input")
+
+// page is what every template gets.
+type page struct {
+	Title  string
+	Base   string
+	Nav    string // which part of the dashboard: "overview", a queue's name
+	Access Access
+	Actor  bool // the source can act at all
+	Now    time.Time
+	Data   any
+	// Refresh asks the browser to load the page again every second (a
+	// bulk action's progress, which reads without script).
+	Refresh bool
+}
+
+// refresher is data whose page reloads itself while it changes.
+type refresher interface{ refresh() bool }
+
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string, data any) {
+	h.renderCode(w, r, http.StatusOK, name, data)
+}
+
+// renderCode renders the template name with data, answering code.
+func (h *Handler) renderCode(w http.ResponseWriter, r *http.Request, code int, name string, data any) {
+	acc := h.opts.Access(r)
+	p := page{Title: h.opts.Title, Base: base(r), Access: acc, Actor: h.actor != nil, Now: time.Now(), Data: data}
+	if rf, ok := data.(refresher); ok {
+		p.Refresh = rf.refresh()
+	}
+	var buf bytes.Buffer
+	if err := h.tmpl.ExecuteTemplate(&buf, name, p); err != nil {
+		http.Error(w, "page failed: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	w.Write(buf.Bytes())
+}
+
+// Can reports whether the page may offer the action named.
+func (p page) Can(name string) bool {
+	for _, a := range []action{actRedrive, actPurge, actPause, actResume, actBulkRedrive, actBulkPurge} {
+		if a.name == name {
+			return p.Actor && p.Access.Has(a.need)
+		}
+	}
+	return false
+}
