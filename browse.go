@@ -147,7 +147,7 @@ func (q *Queue) ListItems(opts ListOptions) (ItemPage, error) {
 			}
 			found = append(found, it.Clone())
 			if f.Text != "" && f.InBody {
-				srcs = append(srcs, q.sourceLocked(it, false))
+				srcs = append(srcs, q.sourceLocked(it.ID, it.Body, false))
 			}
 			return len(page.Items)+len(found) < limit
 		})
@@ -252,7 +252,7 @@ func (q *Queue) ItemBody(id uint64) ([]byte, error) {
 		return nil, fmt.Errorf("%w: item %d in %s", ErrNoItem, id, q.rt.label())
 	}
 	q.bodies.drainLocked(q.st)
-	src := q.sourceLocked(it, false)
+	src := q.sourceLocked(it.ID, it.Body, false)
 	q.mu.Unlock()
 	return q.loadBody(src)
 }
