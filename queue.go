@@ -714,6 +714,44 @@ func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
 	return q.wait(commit)
 }
 
+// DeleteItems removes stored items of this queue for good, whatever their
+// state: waiting, delayed, leased or dead. A lease on one ends with it (an
+// Ack, Nack or Extend with its receipt then returns ErrLeaseLost, and Work
+// cancels its handler's context at the next heartbeat); its key is released
+// as on an ack. It is an operator's call (the dashboard's delete), counted
+// in Stats.Purged. An ID that is not an item of this queue is ErrNoItem,
+// and then nothing is deleted.
+func (q *Queue) DeleteItems(ids ...uint64) error {
+	if len(ids) == 0 {
+		return fmt.Errorf("%w: delete of no items", ErrInvalid)
+	}
+	q.mu.Lock()
+	if err := q.callLocked(); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	seen := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		if it := q.st.Item(id); it == nil || it.Queue != q.rt.id {
+			q.mu.Unlock()
+			return fmt.Errorf("%w: item %d in %s", ErrNoItem, id, q.rt.label())
+		}
+		if seen[id] {
+			q.mu.Unlock()
+			return fmt.Errorf("%w: item %d named twice", ErrInvalid, id)
+		}
+		seen[id] = true
+	}
+	rec := &state.Delete{Time: q.qt.now(), IDs: append([]uint64(nil), ids...)}
+	_, commit, err := q.appendToLocked(q.rt.id, rec)
+	q.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	q.opts.Logger.Info("walq: items deleted", "queue", q.rt.label(), "items", len(ids))
+	return q.wait(commit)
+}
+
 func (q *Queue) checkDeadLocked(ids []uint64) error {
 	if err := q.callLocked(); err != nil {
 		return err

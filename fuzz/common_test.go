@@ -92,6 +92,9 @@ func queueRecords() []queued {
 		{jobs, &state.DeleteQueue{Time: 7100, Force: true}},
 		{0, &state.CreateQueue{Time: 7200, Name: "jobs", Settings: state.Settings{Visibility: 1000, MaxAttempts: 1}}}, // queue 25
 		{25, &state.PauseQueue{Time: 7300, Until: 9000}},
+		{0, &state.Put{Time: 7400, Items: []state.NewItem{{Body: []byte("d1"), Due: 7400, Key: "kd"}, {Body: []byte("d2"), Due: 7400}}}}, // items 6, 7
+		{0, &state.Lease{Time: 7500, ID: 7, LeaseEnd: 8500}},                                                                             // lsn 29
+		{0, &state.Delete{Time: 7600, IDs: []uint64{6, 7}}},                                                                              // a waiting and a leased item
 	}
 }
 

@@ -170,3 +170,40 @@ func TestReadSnapshotInPieces(t *testing.T) {
 		t.Fatalf("a snapshot with a byte after it decodes")
 	}
 }
+
+// DeleteItems deletes stored items of a queue in any state (waiting,
+// leased or dead), or shows that a delete naming an item of another queue,
+// or one not stored, is refused.
+func (mc *machine) DeleteItems(t *rapid.T) {
+	m := mc.m
+	q := mc.drawQueue(t, "queue")
+	stored := m.in(q, func(it *mItem) bool { return it.status.stored() })
+	if len(stored) == 0 {
+		t.Skip("nothing stored in the queue")
+	}
+	var ids []uint64
+	for _, it := range stored {
+		ids = append(ids, it.id)
+	}
+	del := drawSubset(t, ids, "delete")
+	if rapid.Bool().Draw(t, "name a stranger") {
+		stranger := uint64(len(m.items) + 1) // never put
+		for _, it := range m.items {
+			if it.queue != q.id || !it.status.stored() {
+				stranger = it.id
+				break
+			}
+		}
+		mc.mustReject(t, m.lsn+1, q.id, &state.Delete{Time: m.now, IDs: append(slices.Clone(del), stranger)}, "delete of an item not stored in the queue")
+		return
+	}
+	mc.apply(t, q.id, &state.Delete{Time: m.now, IDs: del})
+	for _, id := range del {
+		it := m.item(id)
+		if it.status == mDead {
+			q.undead(id)
+		}
+		m.remove(it, mPurged)
+		q.counters.Purged++
+	}
+}

@@ -29,9 +29,12 @@ const (
 	// (queue field 0): it may name items of any queue.
 	TypeRelocate byte = 16 // stored bodies are copied forward in the log
 
+	// TypeDelete removes stored items in any state (an operator's call).
+	TypeDelete byte = 17
+
 	// LastType is the highest record type this build knows. A record of a
 	// higher type, in a frame that verified, was written by a newer walq.
-	LastType = TypeRelocate
+	LastType = TypeDelete
 )
 
 // TypeName names a record type for logs and tools.
@@ -69,6 +72,8 @@ func TypeName(t byte) string {
 		return "move"
 	case TypeRelocate:
 		return "relocate"
+	case TypeDelete:
+		return "delete"
 	}
 	return fmt.Sprintf("type%d", t)
 }
@@ -168,6 +173,15 @@ type Purge struct {
 	All  bool
 }
 
+// Delete removes stored items of its queue, whatever their state: waiting,
+// leased (the lease ends with it: an ack or nack with its receipt finds no
+// lease) or dead. Their keys are released as on an ack. It is an
+// operator's call, counted with the purges.
+type Delete struct {
+	Time int64
+	IDs  []uint64
+}
+
 // CreateQueue creates the named queue Name with its settings.
 type CreateQueue struct {
 	Time     int64
@@ -244,6 +258,7 @@ func (r *End) Type() byte   { return r.Kind }
 func (*Discard) Type() byte { return TypeDiscard }
 func (*Redrive) Type() byte { return TypeRedrive }
 func (*Purge) Type() byte   { return TypePurge }
+func (*Delete) Type() byte  { return TypeDelete }
 
 func (r *Put) At() int64     { return r.Time }
 func (r *Lease) At() int64   { return r.Time }
@@ -253,6 +268,7 @@ func (r *End) At() int64     { return r.Time }
 func (r *Discard) At() int64 { return r.Time }
 func (r *Redrive) At() int64 { return r.Time }
 func (r *Purge) At() int64   { return r.Time }
+func (r *Delete) At() int64  { return r.Time }
 
 // Encode appends the msgpack body of rec to dst.
 func Encode(dst []byte, rec Record) ([]byte, error) {
@@ -307,6 +323,10 @@ func Encode(dst []byte, rec Record) ([]byte, error) {
 		b = appendInt(b, r.Time)
 		b = appendIDs(b, r.IDs)
 		b = appendBool(b, r.All)
+	case *Delete:
+		b = appendArrayLen(b, 2)
+		b = appendInt(b, r.Time)
+		b = appendIDs(b, r.IDs)
 	case *CreateQueue:
 		b = appendArrayLen(b, 3)
 		b = appendInt(b, r.Time)
@@ -410,6 +430,9 @@ func decode(typ byte, body []byte, alias bool) (Record, error) {
 	case TypePurge:
 		d.arrayLen(3)
 		rec = &Purge{Time: d.int(), IDs: d.ids(), All: d.bool()}
+	case TypeDelete:
+		d.arrayLen(2)
+		rec = &Delete{Time: d.int(), IDs: d.ids()}
 	case TypeCreateQueue:
 		d.arrayLen(3)
 		rec = &CreateQueue{Time: d.int(), Name: d.str(), Settings: d.settings()}

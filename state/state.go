@@ -571,6 +571,8 @@ func (s *State) ApplyAt(lsn, queue uint64, rec Record, at int64) error {
 			err = s.applyRedrive(lsn, q, r)
 		case *Purge:
 			err = s.applyPurge(q, r)
+		case *Delete:
+			err = s.applyDeleteItems(q, r)
 		case *SetQueue:
 			err = s.applySet(q, r)
 		case *PauseQueue:
@@ -970,6 +972,34 @@ func (s *State) applyPurge(q *QueueState, r *Purge) error {
 	for _, id := range ids {
 		e := s.entry(id)
 		q.leaveDead(id, e)
+		s.remove(q, id, e, r.Time)
+		q.counters.Purged++
+	}
+	return nil
+}
+
+func (s *State) applyDeleteItems(q *QueueState, r *Delete) error {
+	if len(r.IDs) == 0 {
+		return invalid("delete of no items")
+	}
+	for _, id := range r.IDs {
+		if s.item(q, id) == nil {
+			return invalid("delete of item %d that is not stored in queue %d", id, q.id)
+		}
+	}
+	if err := noRepeats(r.IDs); err != nil {
+		return err
+	}
+	for _, id := range r.IDs {
+		e := s.entry(id)
+		switch e.status {
+		case Waiting:
+			q.removeWaiting(id, e)
+		case Leased:
+			s.endLease(q, s.leaseOf[id])
+		case Dead:
+			q.leaveDead(id, e)
+		}
 		s.remove(q, id, e, r.Time)
 		q.counters.Purged++
 	}

@@ -21,13 +21,15 @@ const (
 	// AccessBulk applies redrive or purge to every item a filter matches
 	// (with AccessRedrive or AccessPurge as well).
 	AccessBulk
+	// AccessDelete deletes a stored item in any state for good.
+	AccessDelete
 
 	// NoAccess refuses every request (403).
 	NoAccess Access = 0
 	// ReadOnly shows everything and changes nothing.
 	ReadOnly = AccessRead
 	// FullAccess allows every action.
-	FullAccess = AccessRead | AccessRedrive | AccessPurge | AccessPause | AccessBulk
+	FullAccess = AccessRead | AccessRedrive | AccessPurge | AccessPause | AccessBulk | AccessDelete
 )
 
 // Has reports whether a holds every bit of b.
@@ -50,4 +52,5 @@ var (
 	actResume      = action{"resume", AccessRead | AccessPause}
 	actBulkRedrive = action{"bulk redrive", AccessRead | AccessBulk | AccessRedrive}
 	actBulkPurge   = action{"bulk purge", AccessRead | AccessBulk | AccessPurge}
+	actDelete      = action{"delete", AccessRead | AccessDelete}
 )

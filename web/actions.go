@@ -55,8 +55,8 @@ func (h *Handler) back(w http.ResponseWriter, r *http.Request, queue string, id 
 		} else {
 			to += "?state=dead"
 		}
-	case "dead":
-		to += "?state=dead"
+	case "dead", "ready", "delayed", "leased":
+		to += "?state=" + r.PostFormValue("back")
 	}
 	http.Redirect(w, r, to, http.StatusSeeOther)
 }
@@ -69,6 +69,24 @@ func (h *Handler) redrive(w http.ResponseWriter, r *http.Request, queue string) 
 	}
 	err = h.actor.Redrive(queue, ids...)
 	h.logAction(r, queue, actRedrive.name, err, "ids", ids)
+	if err != nil {
+		h.fail(w, r, status(err), err)
+		return
+	}
+	h.hub.poke(queue)
+	h.back(w, r, queue, ids[0])
+}
+
+// delete deletes items in any state; the browser goes back to the list of
+// the state the item was in (there is no item page any more).
+func (h *Handler) delete(w http.ResponseWriter, r *http.Request, queue string) {
+	ids, err := formIDs(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	err = h.actor.Delete(queue, ids...)
+	h.logAction(r, queue, actDelete.name, err, "ids", ids)
 	if err != nil {
 		h.fail(w, r, status(err), err)
 		return

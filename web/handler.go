@@ -143,6 +143,7 @@ func (h *Handler) routes() {
 	m.Handle("GET /jobs/{job}", h.read(h.jobPage))
 	m.Handle("POST /q/{queue}/redrive", h.act(actRedrive, h.redrive))
 	m.Handle("POST /q/{queue}/purge", h.act(actPurge, h.purge))
+	m.Handle("POST /q/{queue}/delete", h.act(actDelete, h.delete))
 	m.Handle("POST /q/{queue}/pause", h.act(actPause, h.pause))
 	m.Handle("POST /q/{queue}/resume", h.act(actResume, h.resume))
 	m.Handle("POST /q/{queue}/bulk", h.read(h.bulkPrepare))
@@ -284,7 +285,7 @@ func (h *Handler) renderCode(w http.ResponseWriter, r *http.Request, code int, n
 
 // Can reports whether the page may offer the action named.
 func (p page) Can(name string) bool {
-	for _, a := range []action{actRedrive, actPurge, actPause, actResume, actBulkRedrive, actBulkPurge} {
+	for _, a := range []action{actRedrive, actPurge, actPause, actResume, actBulkRedrive, actBulkPurge, actDelete} {
 		if a.name == name {
 			return p.Actor && p.Access.Has(a.need)
 		}

@@ -34,6 +34,8 @@ type Actor interface {
 	Source
 	Redrive(queue string, ids ...uint64) error
 	Purge(queue string, ids ...uint64) error
+	// Delete deletes stored items in any state (walq.Queue.DeleteItems).
+	Delete(queue string, ids ...uint64) error
 	// Pause pauses the queue until the wall-clock time until (zero: until
 	// Resume).
 	Pause(queue string, until time.Time) error
@@ -247,6 +249,14 @@ func (s *liveSource) Purge(queue string, ids ...uint64) error {
 		return fmt.Errorf("%w: purge of no item (the dashboard names what it purges)", walq.ErrInvalid)
 	}
 	return q.PurgeDeadLetters(ids...)
+}
+
+func (s *liveSource) Delete(queue string, ids ...uint64) error {
+	q, err := s.queue(queue)
+	if err != nil {
+		return err
+	}
+	return q.DeleteItems(ids...)
 }
 
 func (s *liveSource) Pause(queue string, until time.Time) error {

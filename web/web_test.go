@@ -160,6 +160,7 @@ func actionForms(f *fixture, dead uint64) map[string]url.Values {
 	return map[string]url.Values{
 		"/q/mail/redrive":  id,
 		"/q/mail/purge":    id,
+		"/q/mail/delete":   id,
 		"/q/mail/pause":    {"for": {"1h"}},
 		"/q/mail/resume":   {},
 		"/q/mail/bulk":     {"action": {"purge"}, "state": {"dead"}},
@@ -439,5 +440,34 @@ func TestChartsStartFromTheLog(t *testing.T) {
 	_, _, page := f.get("/")
 	if !strings.Contains(page, `aria-label="last hour: 1 done, 1 failed`) {
 		t.Fatalf("the chart does not show the log's work:\n%s", page)
+	}
+}
+
+// TestDeleteAction: the item page offers Delete for an item in any state
+// to a request allowed it; the POST deletes it for good and goes back to
+// the list of its state; the action is logged.
+func TestDeleteAction(t *testing.T) {
+	f := newFixture(t, fullAccess)
+	ids := f.put(f.named, "a", "b")
+	dead := f.kill(f.named, 1, "x")[0]
+	for _, id := range []uint64{ids[len(ids)-1], dead} {
+		_, _, page := f.get(fmt.Sprintf("/q/mail/item/%d", id))
+		if !strings.Contains(page, "/q/mail/delete") {
+			t.Fatalf("the page of item %d offers no delete:\n%s", id, page)
+		}
+	}
+	before := f.named.StatsNow()
+	code, _ := f.post("/q/mail/delete", url.Values{"id": {fmt.Sprint(dead)}, "back": {"dead"}})
+	if code != http.StatusSeeOther {
+		t.Fatalf("delete: %d", code)
+	}
+	if st := f.named.StatsNow(); st.Items != before.Items-1 || st.Dead != before.Dead-1 {
+		t.Fatalf("after delete: %d items, %d dead; before %d, %d", st.Items, st.Dead, before.Items, before.Dead)
+	}
+	if code, _, _ := f.get(fmt.Sprintf("/q/mail/item/%d", dead)); code != http.StatusNotFound {
+		t.Fatalf("the deleted item's page: %d, want 404", code)
+	}
+	if logs := f.log.String(); !strings.Contains(logs, `msg="walq: dashboard action" action=delete queue=mail`) {
+		t.Fatalf("no delete in the log:\n%s", logs)
 	}
 }

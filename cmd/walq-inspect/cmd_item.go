@@ -229,6 +229,8 @@ func goneStatus(history []*event, logFirst uint64) string {
 			return fmt.Sprintf("acked at %s (index %d)", at, ev.Pos.Index)
 		case *state.Discard:
 			return fmt.Sprintf("discarded at its deadline at %s (index %d)", at, ev.Pos.Index)
+		case *state.Delete:
+			return fmt.Sprintf("deleted at %s (index %d)", at, ev.Pos.Index)
 		case *state.End:
 			if ev.Discarded {
 				return fmt.Sprintf("discarded at %s (index %d): its deadline came before the retry", at, ev.Pos.Index)

@@ -163,6 +163,8 @@ func eventDetails(ev *event, bodyMax int) string {
 		fmt.Fprintf(&b, "%s: deadline reached", itemsRef(ev, r.IDs))
 	case *state.Redrive:
 		b.WriteString(itemsRef(ev, r.IDs))
+	case *state.Delete:
+		b.WriteString(itemsRef(ev, r.IDs))
 	case *state.Purge:
 		if r.All {
 			b.WriteString("all dead letters")
@@ -316,7 +318,7 @@ func newJSONEvent(ev *event) jsonEvent {
 		default:
 			j.Outcome, j.Due = "retry", jsonTime(r.Due)
 		}
-	case *state.Discard, *state.Redrive:
+	case *state.Discard, *state.Redrive, *state.Delete:
 		many()
 	case *state.Purge:
 		j.All = r.All

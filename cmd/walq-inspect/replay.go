@@ -499,6 +499,8 @@ func (r *replayer) annotate(pos wal.Position, rec wal.Record) *event {
 		ev.IDs, ev.IDsKnown = x.IDs, true
 	case *state.Redrive:
 		ev.IDs, ev.IDsKnown = x.IDs, true
+	case *state.Delete:
+		ev.IDs, ev.IDsKnown = x.IDs, true
 	case *state.Purge:
 		switch {
 		case !x.All:

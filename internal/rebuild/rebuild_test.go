@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -284,7 +285,7 @@ func TestApplyRefusesNewerRecords(t *testing.T) {
 		newer string // "" for corruption
 	}{
 		{"a queue that does not exist", wal.Record{Type: state.TypeAck, Queue: 3, LSN: 7, Body: body}, ""},
-		{"the type after the last", wal.Record{Type: state.LastType + 1, LSN: 7, Body: body}, "has type 17"},
+		{"the type after the last", wal.Record{Type: state.LastType + 1, LSN: 7, Body: body}, fmt.Sprintf("has type %d", state.LastType+1)},
 		{"type 255", wal.Record{Type: 255, LSN: 7, Body: body}, "has type 255"},
 		{"type 0", wal.Record{Type: 0, LSN: 7, Body: body}, ""},
 	} {
