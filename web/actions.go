@@ -62,47 +62,29 @@ func (h *Handler) back(w http.ResponseWriter, r *http.Request, queue string, id 
 }
 
 func (h *Handler) redrive(w http.ResponseWriter, r *http.Request, queue string) {
-	ids, err := formIDs(r)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err)
-		return
-	}
-	err = h.actor.Redrive(queue, ids...)
-	h.logAction(r, queue, actRedrive.name, err, "ids", ids)
-	if err != nil {
-		h.fail(w, r, status(err), err)
-		return
-	}
-	h.hub.poke(queue)
-	h.back(w, r, queue, ids[0])
+	h.onItems(w, r, queue, actRedrive, h.actor.Redrive)
+}
+
+func (h *Handler) purge(w http.ResponseWriter, r *http.Request, queue string) {
+	h.onItems(w, r, queue, actPurge, h.actor.Purge)
 }
 
 // delete deletes items in any state; the browser goes back to the list of
 // the state the item was in (there is no item page any more).
 func (h *Handler) delete(w http.ResponseWriter, r *http.Request, queue string) {
-	ids, err := formIDs(r)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err)
-		return
-	}
-	err = h.actor.Delete(queue, ids...)
-	h.logAction(r, queue, actDelete.name, err, "ids", ids)
-	if err != nil {
-		h.fail(w, r, status(err), err)
-		return
-	}
-	h.hub.poke(queue)
-	h.back(w, r, queue, ids[0])
+	h.onItems(w, r, queue, actDelete, h.actor.Delete)
 }
 
-func (h *Handler) purge(w http.ResponseWriter, r *http.Request, queue string) {
+// onItems applies an action to the items the form names, logs it, and
+// sends the browser on.
+func (h *Handler) onItems(w http.ResponseWriter, r *http.Request, queue string, act action, do func(queue string, ids ...uint64) error) {
 	ids, err := formIDs(r)
 	if err != nil {
 		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	err = h.actor.Purge(queue, ids...)
-	h.logAction(r, queue, actPurge.name, err, "ids", ids)
+	err = do(queue, ids...)
+	h.logAction(r, queue, act.name, err, "ids", ids)
 	if err != nil {
 		h.fail(w, r, status(err), err)
 		return
