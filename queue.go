@@ -318,6 +318,13 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 		case <-rt.deleted:
 			return Message{}, fmt.Errorf("%w: %s", ErrQueueDeleted, rt.label())
 		case <-q.detached: // nil for the default queue: never ready
+			// A handle closed after its queue was deleted says the
+			// queue was deleted, whichever the wait saw first.
+			select {
+			case <-rt.deleted:
+				return Message{}, fmt.Errorf("%w: %s", ErrQueueDeleted, rt.label())
+			default:
+			}
 			return Message{}, fmt.Errorf("%w: the handle on %s", ErrClosed, rt.label())
 		}
 	}
