@@ -130,6 +130,13 @@ func (x *idIndex) set(id uint64, e entry) *entry {
 	if ch == nil {
 		for c-x.base >= uint64(len(x.chunks)) {
 			x.chunks = append(x.chunks, nil)
+			// The chunk that stops being hot may hold few items: let
+			// maintain make it sparse.
+			if n := len(x.chunks); n >= 3 {
+				if cc := x.chunks[n-3]; cc != nil && cc.dense != nil && cc.live < toSparse {
+					x.pending = append(x.pending, x.base+uint64(n-3))
+				}
+			}
 		}
 		if ch = x.chunks[c-x.base]; ch == nil {
 			ch = new(idChunk)
@@ -137,7 +144,17 @@ func (x *idIndex) set(id uint64, e entry) *entry {
 		}
 	}
 	x.n++
+	if ch.dense == nil && ch.live > 0 && x.hot(c) {
+		ch.densify() // where puts go: lookups there are the hottest
+	}
 	return ch.put(uint16(id%chunkIDs), e)
+}
+
+// hot reports whether chunk number c is one of the two newest of the
+// slice: where puts go, and where a queue consumed as fast as it is fed
+// does all its lookups. Those stay dense however few items they hold.
+func (x *idIndex) hot(c uint64) bool {
+	return c >= x.base && c-x.base+2 >= uint64(len(x.chunks))
 }
 
 // put stores e at low ID i, which holds no item.
@@ -227,7 +244,7 @@ func (x *idIndex) del(id uint64) {
 	ch.live--
 	x.n--
 	if ch.live > 0 {
-		if ch.dense != nil && ch.live < toSparse || ch.dense == nil && ch.live < len(ch.ids)/2 {
+		if ch.dense != nil && ch.live < toSparse && !x.hot(c) || ch.dense == nil && ch.live < len(ch.ids)/2 {
 			x.pending = append(x.pending, c)
 		}
 		return
@@ -259,7 +276,7 @@ func (x *idIndex) maintain() {
 		if ch == nil {
 			continue
 		}
-		if ch.dense != nil && ch.live < toSparse || ch.dense == nil && ch.live < len(ch.ids)/2 {
+		if ch.dense != nil && ch.live < toSparse && !x.hot(c) || ch.dense == nil && ch.live < len(ch.ids)/2 {
 			ch.sparsify()
 		}
 	}

@@ -229,3 +229,41 @@ func TestIndexMemoryGivenBack(t *testing.T) {
 		t.Fatalf("mapped bytes %d after the state was dropped, %d before", got, before)
 	}
 }
+
+// TestIndexHotChunks: the two newest chunks stay dense however few items
+// they hold (a queue consumed as fast as it is fed does its lookups
+// there), and a chunk left with a few stragglers goes sparse once newer
+// chunks take its place, without another removal from it.
+func TestIndexHotChunks(t *testing.T) {
+	var x idIndex
+	id := uint64(1)
+	put := func(n int) {
+		for range n {
+			x.set(id, entry{status: Waiting})
+			id++
+		}
+		x.maintain()
+	}
+	drain := func(from, to uint64, keepEvery uint64) {
+		for i := from; i < to; i++ {
+			if keepEvery == 0 || i%keepEvery != 0 {
+				x.del(i)
+			}
+		}
+		x.maintain()
+	}
+	put(chunkIDs / 2)
+	drain(1, id, 0)
+	put(10) // a few items in flight, in the newest chunk
+	if ch := x.chunk((id - 1) / chunkIDs); ch.dense == nil {
+		t.Fatalf("the newest chunk, with %d items, went sparse", ch.live)
+	}
+	first := id
+	put(chunkIDs)                // into the next chunk
+	drain(first, id, chunkIDs/8) // stragglers: 8 of its 4096
+	straggling := (first + chunkIDs/8) / chunkIDs
+	put(3 * chunkIDs) // newer chunks take its place
+	if ch := x.chunk(straggling); ch == nil || ch.dense != nil || ch.live > 16 {
+		t.Fatalf("a chunk of stragglers, no longer hot, is still dense")
+	}
+}
