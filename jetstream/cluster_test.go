@@ -129,9 +129,11 @@ func runCluster(t *testing.T, replicas int, items int, drainFor time.Duration) c
 	}
 	ctx := context.Background()
 	var dir *walqjs.Dir
-	deadline := time.Now().Add(60 * time.Second)
+	// The cluster needs a meta leader before it takes a stream; on a
+	// loaded 2-core machine the election of three fresh processes has
+	// taken over a minute.
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		// The cluster needs a meta leader before it takes a stream.
 		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		dir, err = walqjs.OpenDir(octx, js, "cluster", walqjs.Options{Replicas: replicas})
 		cancel()
