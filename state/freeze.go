@@ -287,21 +287,15 @@ func (f *Freeze) heldKey(k *keyEntry) bool {
 // as they are now when its chunk was not copied (no record changed it
 // since), its lease from the copy.
 func (f *Freeze) appendItem(b []byte, id uint64, e *entry, x *itemExtra) ([]byte, error) {
-	it := Item{
-		ID: id, Queue: e.queue, Body: e.body, Priority: e.priority,
-		EnqueuedAt: e.enqueued, Due: e.due, Seq: e.seq,
-		Attempts: e.attempts, Deliveries: e.attempts, Status: e.status, x: x,
-	}
-	if x != nil {
-		it.Deliveries += x.before
-	}
+	var l *lease
 	if e.status == Leased {
-		l, ok := f.leases[id]
+		c, ok := f.leases[id]
 		if !ok {
 			return b, fmt.Errorf("snapshot: leased item %d has no lease", id)
 		}
-		it.Receipt, it.LeaseEnd = l.receipt, l.end
+		l = &c
 	}
+	it := itemOf(id, e, x, l)
 	if it.Body.InLog() && it.Body.Off == 0 && !f.fp {
 		return b, fmt.Errorf("snapshot: the body of item %d has no place on disk yet", id)
 	}

@@ -244,7 +244,7 @@ func (x *idIndex) del(id uint64) {
 	ch.live--
 	x.n--
 	if ch.live > 0 {
-		if ch.dense != nil && ch.live < toSparse && !x.hot(c) || ch.dense == nil && ch.live < len(ch.ids)/2 {
+		if x.shrinks(c, ch) {
 			x.pending = append(x.pending, c)
 		}
 		return
@@ -267,6 +267,16 @@ func (x *idIndex) del(id uint64) {
 	}
 }
 
+// shrinks reports whether chunk number c, ch, should be made sparse (few
+// items left, and not one of the hot chunks) or compacted (sparse, with
+// more free places than items).
+func (x *idIndex) shrinks(c uint64, ch *idChunk) bool {
+	if ch.dense != nil {
+		return ch.live < toSparse && !x.hot(c)
+	}
+	return ch.live < len(ch.ids)/2
+}
+
 // maintain makes the chunks that lost many items since the last call
 // sparse, or compacts them: after it, entry pointers taken before are not
 // valid.
@@ -276,7 +286,7 @@ func (x *idIndex) maintain() {
 		if ch == nil {
 			continue
 		}
-		if ch.dense != nil && ch.live < toSparse && !x.hot(c) || ch.dense == nil && ch.live < len(ch.ids)/2 {
+		if x.shrinks(c, ch) {
 			ch.sparsify()
 		}
 	}
@@ -288,30 +298,30 @@ func (x *idIndex) maintain() {
 
 // release gives every chunk's memory back and empties x.
 func (x *idIndex) release() {
+	x.eachChunkOf(func(ch *idChunk) { ch.dropDense() })
+	*x = idIndex{}
+}
+
+// eachChunkOf calls fn for every chunk, in no order.
+func (x *idIndex) eachChunkOf(fn func(*idChunk)) {
 	for _, ch := range x.far {
-		ch.dropDense()
+		fn(ch)
 	}
 	for _, ch := range x.chunks {
 		if ch != nil {
-			ch.dropDense()
+			fn(ch)
 		}
 	}
-	*x = idIndex{}
 }
 
 // settle makes every chunk that holds few items sparse: for a state
 // loaded from a snapshot, whose items can lie far apart.
 func (x *idIndex) settle() {
-	for _, ch := range x.far {
+	x.eachChunkOf(func(ch *idChunk) {
 		if ch.dense != nil && ch.live < toSparse {
 			ch.sparsify()
 		}
-	}
-	for _, ch := range x.chunks {
-		if ch != nil && ch.dense != nil && ch.live < toSparse {
-			ch.sparsify()
-		}
-	}
+	})
 }
 
 func (x *idIndex) len() int { return x.n }
@@ -319,14 +329,7 @@ func (x *idIndex) len() int { return x.n }
 // mappedBytes is how much of x is in mapped memory, outside the heap.
 func (x *idIndex) mappedBytes() int64 {
 	var n int64
-	for _, ch := range x.far {
-		n += ch.mappedBytes()
-	}
-	for _, ch := range x.chunks {
-		if ch != nil {
-			n += ch.mappedBytes()
-		}
-	}
+	x.eachChunkOf(func(ch *idChunk) { n += ch.mappedBytes() })
 	return n
 }
 

@@ -238,19 +238,22 @@ func (s *State) deadSeq(e *entry) uint64 {
 
 // view returns a copy of the item id, whose entry is e.
 func (s *State) view(id uint64, e *entry) Item {
+	return itemOf(id, e, s.xOf(e), s.leaseOf[id])
+}
+
+// itemOf puts together the copy of item id from its entry, its extra
+// fields x and, while leased, its lease l (either may be nil).
+func itemOf(id uint64, e *entry, x *itemExtra, l *lease) Item {
 	it := Item{
 		ID: id, Queue: e.queue, Body: e.body, Priority: e.priority,
 		EnqueuedAt: e.enqueued, Due: e.due, Seq: e.seq,
-		Attempts: e.attempts, Deliveries: e.attempts, Status: e.status,
+		Attempts: e.attempts, Deliveries: e.attempts, Status: e.status, x: x,
 	}
-	if x := s.xOf(e); x != nil {
-		it.x = x
+	if x != nil {
 		it.Deliveries += x.before
 	}
-	if e.status == Leased {
-		if l := s.leaseOf[id]; l != nil {
-			it.Receipt, it.LeaseEnd = l.receipt, l.end
-		}
+	if e.status == Leased && l != nil {
+		it.Receipt, it.LeaseEnd = l.receipt, l.end
 	}
 	return it
 }
