@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -312,5 +313,28 @@ func TestHistQuantiles(t *testing.T) {
 	}
 	if i := histIndex(math.MaxInt64); i >= histBuckets {
 		t.Errorf("largest value in bucket %d of %d", i, histBuckets)
+	}
+}
+
+// TestColdGet runs the coldget workload small: every kept item is read
+// from disk (no body cache), none is left, and both figures are there.
+func TestColdGet(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("coldget drops the page cache with posix_fadvise, on Linux only")
+	}
+	t.Parallel()
+	r := bench(t, "coldget", "-n", "2000", "-body", "4096", "-batch", "50", "-sync", "never")
+	cg := r.ColdGet
+	if cg == nil {
+		t.Fatal("no coldget section")
+	}
+	if cg.Items != 2000 || cg.Gets != 100 || cg.Misses != 100 {
+		t.Errorf("items %d gets %d misses %d, want 2000 100 100", cg.Items, cg.Gets, cg.Misses)
+	}
+	if !(0 < cg.GetP50Us && cg.GetP50Us <= cg.GetP99Us && 0 < cg.ReadP50Us && cg.ReadP50Us <= cg.ReadP99Us && cg.Ratio > 0) {
+		t.Errorf("figures %+v", cg)
+	}
+	if cg.DiskBytes < 2000*4096 {
+		t.Errorf("%d bytes on disk for 2000 bodies of 4 KiB", cg.DiskBytes)
 	}
 }
