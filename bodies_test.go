@@ -8,10 +8,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
 
@@ -296,4 +298,94 @@ func TestOpenVerifiesKeptHeaders(t *testing.T) {
 	if got := len(storedBodies(t, q)); got != 200 {
 		t.Fatalf("%d items with bodies after the repair, want the 200 put", got)
 	}
+}
+
+// TestOpenVerifiesCoveredSegments: the log segments that a clean Close's
+// snapshot covers are not replayed, but those that hold live bodies have
+// their frame headers verified at Open (in the background, beside the
+// snapshot's decoding). Damage in one of them is corruption; damage in one
+// whose items were all acked is garbage, which Open passes over and
+// removes.
+func TestOpenVerifiesCoveredSegments(t *testing.T) {
+	base := t.TempDir()
+	opts := Options{SegmentSize: 16 << 10, BodyCacheBytes: -1, DisableAutoCompact: true}
+	q, err := Open(base, opts)
+	must(t, err)
+	const n, acked = 1200, 300
+	for i := range n {
+		mustPut(t, q, fmt.Sprintf("item %04d %s", i, strings.Repeat("x", 80)))
+	}
+	for range acked {
+		m := mustTryGet(t, q)
+		must(t, q.Ack(m.Receipt))
+	}
+	// Which sealed segments hold live bodies, as Open will find them.
+	segs := q.log.Segments()
+	live := make([]bool, len(segs))
+	q.mu.Lock()
+	q.st.EachBody(0, func(_ uint64, b state.BodyRef) bool {
+		for i := range segs {
+			if b.InLog() && b.LSN >= segs[i].First && (i+1 == len(segs) || b.LSN < segs[i+1].First) {
+				live[i] = true
+			}
+		}
+		return true
+	})
+	q.mu.Unlock()
+	must(t, q.Close())
+	if q.snapLSN.Load() == 0 {
+		t.Fatal("Close wrote no snapshot")
+	}
+	garbage, held := -1, -1
+	for i := range len(segs) - 2 { // sealed, and covered by the snapshot
+		switch {
+		case !live[i] && garbage < 0:
+			garbage = i
+		case live[i] && i > 0 && live[i-1]:
+			held = i
+		}
+	}
+	if garbage < 0 || held < 0 {
+		t.Fatalf("no covered segment of each kind among %d (live %v)", len(segs), live)
+	}
+	damage := func(t *testing.T, seg int) (dir, path string, bad []byte) {
+		dir = copyDir(t, base)
+		path = filepath.Join(dir, "log", segs[seg].Name)
+		good, err := os.ReadFile(path)
+		must(t, err)
+		bad = append([]byte(nil), good...)
+		bad[wal.SegmentHeaderSize+9] ^= 1 // the first frame's header
+		must(t, os.WriteFile(path, bad, 0o600))
+		return dir, path, bad
+	}
+	t.Run("a segment that holds live bodies", func(t *testing.T) {
+		dir, path, bad := damage(t, held)
+		if q, err := Open(dir, opts); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), segs[held].Name) {
+			if err == nil {
+				q.Close()
+			}
+			t.Fatalf("Open with a damaged frame header in %s: %v, want ErrCorrupt naming it", segs[held].Name, err)
+		}
+		if now, _ := os.ReadFile(path); !bytes.Equal(now, bad) {
+			t.Fatal("the refused open changed the segment")
+		}
+	})
+	t.Run("a segment of acked items only", func(t *testing.T) {
+		dir, path, _ := damage(t, garbage)
+		q, err := Open(dir, opts)
+		must(t, err)
+		defer q.Close()
+		bodies := storedBodies(t, q)
+		if len(bodies) != n-acked {
+			t.Fatalf("%d items after the open, want %d", len(bodies), n-acked)
+		}
+		for id, b := range bodies {
+			if want := fmt.Sprintf("item %04d %s", id-1, strings.Repeat("x", 80)); string(b) != want {
+				t.Fatalf("item %d: body %q, want %q", id, b, want)
+			}
+		}
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the garbage segment %s is still there after the open (%v)", segs[garbage].Name, err)
+		}
+	})
 }

@@ -132,6 +132,14 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 			}
 		}
 	}
+	// The files that hold live bodies are verified below, once the log is
+	// open; most of that reading happens now, beside the snapshot's
+	// decoding, which takes one CPU.
+	var pre *preverify
+	if migration == nil {
+		pre = startPreverify(fsys, dir, format.id)
+		defer pre.wait()
+	}
 	base, err := rebuild.Newest(dir, format.id)
 	if err != nil {
 		return nil, fmt.Errorf("walq: list snapshots: %w", err)
@@ -226,7 +234,8 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	// segments the snapshot covers, kept segments) have their headers
 	// verified: damage there is corruption, as in the replayed log; each
 	// body is still checked by its own CRC when it is read.
-	if err := q.verifyBodyFiles(st, snap); err != nil {
+	floor, err := q.verifyBodyFiles(st, snap, pre)
+	if err != nil {
 		log.Close()
 		return nil, err
 	}
@@ -237,7 +246,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	// that fails harmlessly, the next compaction tries again. The others
 	// hold live bodies, read when their items are delivered.
 	keep := snap
-	if floor := st.BodyFloor(); floor > 0 {
+	if floor > 0 {
 		keep = min(keep, floor-1)
 	}
 	if info.Covered > 0 && keep > 0 {
@@ -460,47 +469,158 @@ func writeReserve(fsys wal.FS, dir string, perm os.FileMode) error {
 // verifyBodyFiles verifies the headers of the files that hold live bodies
 // and were not replayed: log segments wholly covered by the snapshot at
 // snap, and kept segments (wal.VerifyHeaders). Its cost is that of their
-// headers, not of their bodies.
-func (q *Queue) verifyBodyFiles(st *state.State, snap uint64) error {
+// headers, not of their bodies. A file that pre verified as it is now
+// listed is not read again, and when every file did, which of them hold
+// live bodies does not matter: the pass over the items that tells is
+// skipped. It returns a floor for truncation: no live body lies in a
+// record below it (the state's BodyFloor, or, when the pass was skipped,
+// the lower SnapshotBodyFloor).
+func (q *Queue) verifyBodyFiles(st *state.State, snap uint64, pre *preverify) (floor uint64, err error) {
 	files, err := q.bodyFiles(snap)
 	if err != nil {
-		return fmt.Errorf("walq: %w", err)
+		return 0, fmt.Errorf("walq: %w", err)
 	}
-	if len(files) == 0 {
-		return nil
+	all := true
+	for _, f := range files {
+		if !pre.verified(f) {
+			all = false
+			break
+		}
 	}
+	if all {
+		return st.SnapshotBodyFloor(), nil
+	}
+	var f *bodyFile // the file of the last body: the next is most often there too
 	st.EachBody(0, func(_ uint64, b state.BodyRef) bool {
-		if f := fileHolding(files, b.LSN); f != nil && b.InLog() {
+		if !b.InLog() {
+			return true
+		}
+		if floor == 0 || b.LSN < floor {
+			floor = b.LSN
+		}
+		if f == nil || b.LSN < f.first || b.LSN > f.last {
+			f = fileHolding(files, b.LSN)
+		}
+		if f != nil {
 			f.live += int64(b.Len)
 		}
 		return true
 	})
-	// The files are verified side by side, one per CPU: the cost is
-	// reading them (a log of small records is headers all through).
-	var live []*bodyFile
+	var live []verifyJob
 	for _, f := range files {
-		if f.live > 0 { // the others are garbage the next compaction removes; nothing reads them
-			live = append(live, f)
+		// The others are garbage the next compaction removes; nothing
+		// reads them.
+		if f.live > 0 && !pre.verified(f) {
+			live = append(live, verifyJob{path: f.path, first: f.first, last: f.last, size: f.size})
 		}
 	}
-	errs := make([]error, len(live))
+	for _, err := range verifyFiles(q.opts.fs, q.dirID, live) { // the first file's error, as one by one
+		if err != nil {
+			return 0, fmt.Errorf("walq: a file that holds live bodies does not verify: %w", err)
+		}
+	}
+	return floor, nil
+}
+
+// verifyJob is a file whose headers are to be verified: its path, its
+// records first..last and its size when it was listed.
+type verifyJob struct {
+	path        string
+	first, last uint64
+	size        int64
+}
+
+// verifyFiles verifies the headers of the files side by side, one per
+// CPU (the cost is reading them: a log of small records is headers all
+// through), and returns each file's error.
+func verifyFiles(fsys wal.FS, dir wal.DirID, jobs []verifyJob) []error {
+	errs := make([]error, len(jobs))
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(live)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < len(live); i = int(next.Add(1) - 1) {
-				f := live[i]
-				errs[i] = wal.VerifyHeaders(q.opts.fs, f.path, q.dirID, f.first, f.last)
+	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(jobs); i = int(next.Add(1) - 1) {
+				j := jobs[i]
+				errs[i] = wal.VerifyHeaders(fsys, j.path, dir, j.first, j.last)
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	for _, err := range errs { // the first file's error, as one by one
-		if err != nil {
-			return fmt.Errorf("walq: a file that holds live bodies does not verify: %w", err)
+	return errs
+}
+
+// preverify verifies, while the snapshot is decoded (on one CPU), the
+// headers of the files that will likely need it: every kept segment and
+// every sealed log segment that the newest snapshot covers wholly, as
+// listed before the log is opened. Which of them hold live bodies is known
+// only once the snapshot is loaded; verifyBodyFiles then takes the result
+// of each such file that was verified as it is listed then (same records,
+// same size) and verifies the rest itself, so a guess that was wrong (an
+// older snapshot loaded, a file that changed) costs time, never a check.
+// An error found here is not reported: the file is verified again if it
+// matters.
+type preverify struct {
+	done   chan struct{}
+	jobs   []verifyJob
+	byPath map[string]int // index in jobs
+	errs   []error
+}
+
+// startPreverify starts verifying the files of dir in the background; nil
+// when there is nothing to verify.
+func startPreverify(fsys wal.FS, dir string, id wal.DirID) *preverify {
+	snaps, err := wal.ListSnapshots(dir)
+	if err != nil || len(snaps) == 0 {
+		return nil
+	}
+	covered := snaps[0].LSN
+	var jobs []verifyJob
+	keepDir := filepath.Join(dir, layout.BodiesDirName)
+	if kept, _, err := wal.ListKept(fsys, keepDir); err == nil {
+		for _, k := range kept {
+			path := filepath.Join(keepDir, k.Name)
+			if info, err := fsys.Stat(path); err == nil {
+				jobs = append(jobs, verifyJob{path: path, first: k.First, last: k.Last, size: info.Size()})
+			}
 		}
 	}
-	return nil
+	if segs, _, err := wal.ListSegments(filepath.Join(dir, layout.LogDirName)); err == nil {
+		for i := 0; i+1 < len(segs) && segs[i+1].First <= covered+1; i++ {
+			jobs = append(jobs, verifyJob{path: segs[i].Path, first: segs[i].First, last: segs[i+1].First - 1, size: segs[i].Size})
+		}
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	p := &preverify{done: make(chan struct{}), jobs: jobs, byPath: make(map[string]int, len(jobs))}
+	for i, j := range jobs {
+		p.byPath[j.path] = i
+	}
+	go func() {
+		defer close(p.done)
+		p.errs = verifyFiles(fsys, id, jobs)
+	}()
+	return p
+}
+
+// wait waits until the background verification has finished.
+func (p *preverify) wait() {
+	if p != nil {
+		<-p.done
+	}
+}
+
+// verified reports whether f verified in the background as it is listed
+// now. It waits for the background verification.
+func (p *preverify) verified(f *bodyFile) bool {
+	if p == nil {
+		return false
+	}
+	p.wait()
+	i, ok := p.byPath[f.path]
+	if !ok {
+		return false
+	}
+	j := p.jobs[i]
+	return j.first == f.first && j.last == f.last && j.size == f.size && p.errs[i] == nil
 }

@@ -207,14 +207,27 @@ const bulkPromote = 256
 func (q *QueueState) promoteAll() {
 	ids := q.delayed.items
 	// Items of one priority (the usual case) whose ready heap is empty
-	// become that heap as they are: no copy.
+	// become that heap as they are: no copy. Loaded from a snapshot they
+	// are in ID order, which is most often their due order too, and a
+	// sorted slice is a heap already: one pass checks it, marking them
+	// ready and setting their places as it goes (right for a sorted heap;
+	// the other paths set both again).
 	p := q.st.items.get(ids[0]).priority
 	one := q.ready[p] == nil || q.ready[p].Len() == 0
-	for _, id := range ids {
+	sorted := true
+	var prev *entry
+	var prevID uint64
+	for i, id := range ids {
 		if !one {
 			break
 		}
-		one = q.st.items.get(id).priority == p
+		e := q.st.items.get(id)
+		one = e.priority == p
+		if sorted && prev != nil && entryDueLess(e, id, prev, prevID) {
+			sorted = false
+		}
+		e.ready, e.heapPos = true, int32(i)
+		prev, prevID = e, id
 	}
 	if one {
 		h := q.ready[p]
@@ -223,11 +236,10 @@ func (q *QueueState) promoteAll() {
 			*h = q.st.dueHeap()
 			q.ready[p] = h
 		}
-		for _, id := range ids {
-			q.st.items.get(id).ready = true
-		}
 		h.items = ids
-		h.init()
+		if !sorted {
+			h.init()
+		}
 		i := sort.Search(len(q.levels), func(i int) bool { return q.levels[i] >= p })
 		q.levels = slices.Insert(q.levels, i, p)
 		q.nready += len(ids)

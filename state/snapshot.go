@@ -549,6 +549,9 @@ func (s *State) load(it *Item, x *itemExtra) error {
 		return fmt.Errorf("item %d has unknown status %d", it.ID, it.Status)
 	}
 	s.loaded = max(s.loaded, it.ID)
+	if it.Body.InLog() && (s.loadFloor == 0 || it.Body.LSN < s.loadFloor) {
+		s.loadFloor = it.Body.LSN
+	}
 	x.before = it.Deliveries - it.Attempts
 	e := s.store(q, it.ID, entry{
 		queue: it.Queue, body: it.Body, priority: it.Priority, enqueued: it.EnqueuedAt,

@@ -88,6 +88,9 @@ type State struct {
 	epoch uint64
 
 	loaded uint64 // the highest ID a snapshot load has stored so far
+	// loadFloor is the lowest LSN of a body in the log among the items a
+	// snapshot load stored (0: none).
+	loadFloor uint64
 
 	nextID   uint64 // ID of the next item put
 	lastLSN  uint64 // LSN of the last record applied (or covered by the snapshot)
@@ -156,7 +159,11 @@ func (s *State) dueHeap() heap[uint64] {
 // the ID their order would depend on the heap's history (not FIFO, and not the
 // same after a snapshot).
 func (s *State) dueLess(a, b uint64) bool {
-	ea, eb := s.items.get(a), s.items.get(b)
+	return entryDueLess(s.items.get(a), a, s.items.get(b), b)
+}
+
+// entryDueLess is dueLess of the entries ea of item a and eb of item b.
+func entryDueLess(ea *entry, a uint64, eb *entry, b uint64) bool {
 	if ea.due != eb.due {
 		return ea.due < eb.due
 	}
@@ -1113,6 +1120,14 @@ func (s *State) BodyFloor() uint64 {
 	})
 	return floor
 }
+
+// SnapshotBodyFloor returns the lowest LSN of a record that held the body
+// of an item the snapshot this state was loaded from stored (0 when none
+// was in the log). No body the state names since lies below it, or below
+// the snapshot's LSN: records applied after the load only add bodies of
+// later records or take bodies away. It costs nothing, where BodyFloor
+// passes over the items.
+func (s *State) SnapshotBodyFloor() uint64 { return s.loadFloor }
 
 // Each calls fn for a copy of every stored item of every queue in ID
 // order; fn must not modify the state. Each call gets its own copy.

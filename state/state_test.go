@@ -2,6 +2,7 @@ package state_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -1096,4 +1097,75 @@ func BenchmarkSnapshot(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestPromoteAllAfterLoad promotes at once every item a snapshot load
+// left delayed, in the shapes that take each path of promoteAll (one
+// priority in due order, which is taken as the heap as it is; one
+// priority out of order; several priorities), then deletes items from
+// the middle of the heaps, which needs every item's place in its heap to
+// be right, and leases the rest: the order must be priority, due time,
+// Seq, ID.
+func TestPromoteAllAfterLoad(t *testing.T) {
+	const n = 2000
+	for _, tc := range []struct {
+		name string
+		item func(r *rand.Rand, i int) state.NewItem
+	}{
+		{"one priority in due order", func(_ *rand.Rand, i int) state.NewItem { return state.NewItem{Due: t0 + int64(i)} }},
+		{"one priority, same due time", func(_ *rand.Rand, i int) state.NewItem { return state.NewItem{Due: t0} }},
+		{"one priority out of order", func(r *rand.Rand, _ int) state.NewItem { return state.NewItem{Due: t0 + r.Int64N(100)} }},
+		{"one item out of order at the end", func(_ *rand.Rand, i int) state.NewItem {
+			if i == n-1 {
+				return state.NewItem{Due: t0 - 1}
+			}
+			return state.NewItem{Due: t0 + int64(i)}
+		}},
+		{"several priorities", func(r *rand.Rand, i int) state.NewItem {
+			return state.NewItem{Due: t0 + int64(i), Priority: r.Int64N(3)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, 2))
+			tp := newTape(t)
+			for i := 0; i < n; i += 100 { // puts of 100: items of one put share a Seq
+				items := make([]state.NewItem, 100)
+				for j := range items {
+					items[j] = tc.item(r, i+j)
+				}
+				tp.put(t0-sec, items...)
+			}
+			s := roundTrip(t, tp.s)
+			now := t0 + 10*n // every item is due
+			s.Promote(now)
+			var doomed []uint64
+			for id := uint64(1); id <= n; id++ {
+				if r.IntN(4) == 0 {
+					doomed = append(doomed, id)
+				}
+			}
+			if err := s.ApplyAt(s.LastLSN()+1, state.DefaultQueue, &state.Delete{Time: now, IDs: doomed}, 4096); err != nil {
+				t.Fatal(err)
+			}
+			var want []*state.Item
+			for id := uint64(1); id <= n; id++ {
+				if !slices.Contains(doomed, id) {
+					want = append(want, s.Item(id))
+				}
+			}
+			slices.SortFunc(want, func(a, b *state.Item) int {
+				return cmp.Or(cmp.Compare(a.Priority, b.Priority), cmp.Compare(a.Due, b.Due),
+					cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.ID, b.ID))
+			})
+			got := drain(t, s, now)
+			if len(got) != len(want) {
+				t.Fatalf("%d items leased, want %d", len(got), len(want))
+			}
+			for i := range got {
+				if got[i] != want[i].ID {
+					t.Fatalf("lease %d took item %d, want %d", i, got[i], want[i].ID)
+				}
+			}
+		})
+	}
 }
