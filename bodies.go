@@ -370,7 +370,27 @@ func (q *Queue) relocateInline() error {
 // it is skipped when fewer than closeSnapshotMin records, or fewer than an
 // eighth of the items, came after the last snapshot, and the log holds
 // less than closeSnapshotLog bytes.
+//
+// Before such a snapshot, or when the last one covers every record
+// already (a compaction just ran), the log moves to a new segment (one
+// more file, one fsync) if its tail holds records: that segment is then
+// sealed and wholly covered, so the next Open reads an empty tail where it
+// would read the last segment whole from the disk, bodies and all (tens
+// of megabytes when large batches made it long), and it verifies only the
+// sealed segment's headers.
 func (q *Queue) closeLog() error {
+	q.mu.Lock()
+	last, snap := q.st.LastLSN(), q.snapLSN.Load()
+	replayCost := last-snap >= max(closeSnapshotMin, uint64(q.st.TotalLen())/8) || q.logBytes >= closeSnapshotLog
+	healthy := q.failure() == nil && !q.opts.noCloseSnapshot
+	write := healthy && last > snap && replayCost
+	covered := healthy && last == snap && snap > 0
+	q.mu.Unlock()
+	if write || covered {
+		if _, err := q.log.SyncRoll(); err != nil {
+			q.opts.Logger.Warn("walq: could not start a new segment at close; the next open reads the last one", "err", err)
+		}
+	}
 	err := q.log.Close()
 	if err != nil {
 		return err
@@ -378,9 +398,7 @@ func (q *Queue) closeLog() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.bodies.drainLocked(q.st) // the log is closed: every frame was written and placed
-	last, snap := q.st.LastLSN(), q.snapLSN.Load()
-	replayCost := last-snap >= max(closeSnapshotMin, uint64(q.st.TotalLen())/8) || q.logBytes >= closeSnapshotLog
-	if q.failure() != nil || q.opts.noCloseSnapshot || last <= snap || !replayCost {
+	if !write || q.failure() != nil || q.st.LastLSN() != last {
 		return nil
 	}
 	f, ferr := q.st.Freeze()

@@ -389,3 +389,72 @@ func TestOpenVerifiesCoveredSegments(t *testing.T) {
 		}
 	})
 }
+
+// TestCloseSealsCoveredTail: a Close after which a snapshot covers every
+// record (one it writes, or a compaction's) leaves an empty tail segment
+// after the snapshot's LSN, so the next Open reads no body to find the
+// log's end; a Close with nothing new adds no segment.
+func TestCloseSealsCoveredTail(t *testing.T) {
+	opts := Options{SegmentSize: 1 << 20, DisableAutoCompact: true, Sync: SyncNever}
+	tail := func(t *testing.T, dir string) (wal.Segment, int) {
+		t.Helper()
+		segs, _, err := wal.ListSegments(filepath.Join(dir, "log"))
+		must(t, err)
+		return segs[len(segs)-1], len(segs)
+	}
+	check := func(t *testing.T, dir string, n int) {
+		t.Helper()
+		snaps, err := wal.ListSnapshots(dir)
+		must(t, err)
+		last, _ := tail(t, dir)
+		if len(snaps) == 0 || last.First != snaps[0].LSN+1 || last.Size != wal.SegmentHeaderSize {
+			t.Fatalf("after Close: tail %s of %d bytes, snapshots %v: want an empty tail after the snapshot's LSN", last.Name, last.Size, snaps)
+		}
+		q, err := Open(dir, opts)
+		must(t, err)
+		defer q.Close()
+		if r := q.Stats().Recovery; r.Replayed != 0 {
+			t.Errorf("%d records replayed, want 0", r.Replayed)
+		}
+		if got := len(storedBodies(t, q)); got != n {
+			t.Errorf("%d items after the reopen, want %d", got, n)
+		}
+	}
+	fill := func(t *testing.T, q *Queue, n int) {
+		t.Helper()
+		for i := range n { // one record each: Close writes a snapshot past 1,000
+			mustPut(t, q, fmt.Sprintf("item %d %s", i, strings.Repeat("y", 300)))
+		}
+	}
+	t.Run("snapshot written by Close", func(t *testing.T) {
+		dir := t.TempDir()
+		q, err := Open(dir, opts)
+		must(t, err)
+		fill(t, q, 2000)
+		must(t, q.Close())
+		check(t, dir, 2000)
+	})
+	t.Run("snapshot written by a compaction", func(t *testing.T) {
+		dir := t.TempDir()
+		q, err := Open(dir, opts)
+		must(t, err)
+		fill(t, q, 500)
+		must(t, q.Compact())
+		must(t, q.Close())
+		check(t, dir, 500)
+	})
+	t.Run("nothing new", func(t *testing.T) {
+		dir := t.TempDir()
+		q, err := Open(dir, opts)
+		must(t, err)
+		fill(t, q, 2000)
+		must(t, q.Close())
+		_, before := tail(t, dir)
+		q, err = Open(dir, opts)
+		must(t, err)
+		must(t, q.Close())
+		if _, after := tail(t, dir); after != before {
+			t.Errorf("%d segments after an open and close with nothing new, %d before", after, before)
+		}
+	})
+}
