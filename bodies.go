@@ -386,7 +386,15 @@ func (q *Queue) closeLog() error {
 	write := healthy && last > snap && replayCost
 	covered := healthy && last == snap && snap > 0
 	q.mu.Unlock()
-	if write || covered {
+	roll := write || covered
+	if free, ok := diskFree(q.dir); roll && ok && free < closeRollRoom {
+		// A new segment takes a file and a block: on a disk without room
+		// for them the roll would fail the log, and Close would report a
+		// failure where nothing was lost. The next Open reads the last
+		// segment instead.
+		roll = false
+	}
+	if roll {
 		if _, err := q.log.SyncRoll(); err != nil {
 			q.opts.Logger.Warn("walq: could not start a new segment at close; the next open reads the last one", "err", err)
 		}
@@ -424,3 +432,7 @@ const (
 	closeSnapshotMin = 1000
 	closeSnapshotLog = 64 << 20
 )
+
+// closeRollRoom is the free disk below which Close does not start a new
+// segment.
+const closeRollRoom = 1 << 20

@@ -3,6 +3,7 @@ package walq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
@@ -126,7 +127,11 @@ func TestFullDisk(t *testing.T) {
 		t.Fatalf("reopen on the full disk: %v", err)
 	}
 	led.check(t, q, "reopen on the full disk")
-	q.Close()
+	// Close on the full disk loses nothing, and says nothing failed: it
+	// does not start a segment it has no room for.
+	if err := q.Close(); err != nil {
+		t.Errorf("Close on the full disk: %v", err)
+	}
 
 	// Free space, reopen, and go on.
 	if err := os.Remove(filler); err != nil {
@@ -434,6 +439,45 @@ func TestFullDiskReopenWithOpenLeases(t *testing.T) {
 		t.Logf("round %d: expired %d leases at open, leased %d, items %d", round, st.Recovery.LeasesExpired, leased, st.Items)
 		if st.Items != 40 {
 			t.Fatalf("round %d: %d items, want 40", round, st.Items)
+		}
+	}
+}
+
+// TestCloseOnFullDisk: a Close that would start a new segment (a snapshot
+// is due) on a disk with no room left loses nothing and reports no
+// failure: it leaves the tail as it is.
+func TestCloseOnFullDisk(t *testing.T) {
+	mnt := mountTmpfs(t, "8m")
+	dir := filepath.Join(mnt, "queue")
+	opts := Options{Sync: SyncNever, DisableAutoCompact: true}
+	q, err := Open(dir, opts)
+	must(t, err)
+	const n = 1200 // records past closeSnapshotMin: Close wants a snapshot
+	for i := range n {
+		mustPut(t, q, fmt.Sprintf("item %d", i))
+	}
+	if _, err := q.log.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	filler := filepath.Join(mnt, "filler")
+	writeFile(t, filler, freeBytes(t, mnt))
+	if free := freeBytes(t, mnt); free != 0 {
+		t.Fatalf("%d bytes still free", free)
+	}
+	if err := q.Close(); err != nil {
+		t.Errorf("Close on the full disk: %v", err)
+	}
+	must(t, os.Remove(filler))
+	q, err = Open(dir, opts)
+	must(t, err)
+	defer q.Close()
+	bodies := storedBodies(t, q)
+	if len(bodies) != n {
+		t.Fatalf("%d items after the reopen, want %d", len(bodies), n)
+	}
+	for id, b := range bodies {
+		if want := fmt.Sprintf("item %d", id-1); string(b) != want {
+			t.Fatalf("item %d: %q, want %q", id, b, want)
 		}
 	}
 }
