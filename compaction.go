@@ -346,16 +346,21 @@ func (q *Queue) bodyFiles(covered uint64) ([]*bodyFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list kept segments: %w", err)
 	}
+	return listBodyFiles(q.opts.fs, q.dir, kept, q.log.Segments(), covered)
+}
+
+// listBodyFiles is bodyFiles of the directory dir from its kept segments
+// and its log segments as listed.
+func listBodyFiles(fsys wal.FS, dir string, kept []wal.KeptFile, segs []wal.Segment, covered uint64) ([]*bodyFile, error) {
 	var files []*bodyFile
 	for _, k := range kept {
-		path := filepath.Join(q.dir, layout.BodiesDirName, k.Name)
-		info, err := q.opts.fs.Stat(path)
+		path := filepath.Join(dir, layout.BodiesDirName, k.Name)
+		info, err := fsys.Stat(path)
 		if err != nil {
 			return nil, err
 		}
 		files = append(files, &bodyFile{first: k.First, last: k.Last, size: info.Size(), kept: true, name: k.Name, path: path})
 	}
-	segs := q.log.Segments()
 	for i := 0; i+1 < len(segs) && segs[i+1].First <= covered+1; i++ {
 		s := segs[i]
 		files = append(files, &bodyFile{first: s.First, last: segs[i+1].First - 1, size: s.Size, name: s.Name, path: s.Path})

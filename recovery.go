@@ -506,12 +506,12 @@ func (q *Queue) verifyBodyFiles(st *state.State, snap uint64, pre *preverify) (f
 		}
 		return true
 	})
-	var live []verifyJob
+	var live []*bodyFile
 	for _, f := range files {
 		// The others are garbage the next compaction removes; nothing
 		// reads them.
 		if f.live > 0 && !pre.verified(f) {
-			live = append(live, verifyJob{path: f.path, first: f.first, last: f.last, size: f.size})
+			live = append(live, f)
 		}
 	}
 	for _, err := range verifyFiles(q.opts.fs, q.dirID, live) { // the first file's error, as one by one
@@ -522,26 +522,18 @@ func (q *Queue) verifyBodyFiles(st *state.State, snap uint64, pre *preverify) (f
 	return floor, nil
 }
 
-// verifyJob is a file whose headers are to be verified: its path, its
-// records first..last and its size when it was listed.
-type verifyJob struct {
-	path        string
-	first, last uint64
-	size        int64
-}
-
 // verifyFiles verifies the headers of the files side by side, one per
 // CPU (the cost is reading them: a log of small records is headers all
 // through), and returns each file's error.
-func verifyFiles(fsys wal.FS, dir wal.DirID, jobs []verifyJob) []error {
-	errs := make([]error, len(jobs))
+func verifyFiles(fsys wal.FS, dir wal.DirID, files []*bodyFile) []error {
+	errs := make([]error, len(files))
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
+	for range min(runtime.GOMAXPROCS(0), len(files)) {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(jobs); i = int(next.Add(1) - 1) {
-				j := jobs[i]
-				errs[i] = wal.VerifyHeaders(fsys, j.path, dir, j.first, j.last)
+			for i := int(next.Add(1) - 1); i < len(files); i = int(next.Add(1) - 1) {
+				f := files[i]
+				errs[i] = wal.VerifyHeaders(fsys, f.path, dir, f.first, f.last)
 			}
 		})
 	}
@@ -561,8 +553,8 @@ func verifyFiles(fsys wal.FS, dir wal.DirID, jobs []verifyJob) []error {
 // matters.
 type preverify struct {
 	done   chan struct{}
-	jobs   []verifyJob
-	byPath map[string]int // index in jobs
+	files  []*bodyFile
+	byPath map[string]int // index in files
 	errs   []error
 }
 
@@ -573,32 +565,25 @@ func startPreverify(fsys wal.FS, dir string, id wal.DirID) *preverify {
 	if err != nil || len(snaps) == 0 {
 		return nil
 	}
-	covered := snaps[0].LSN
-	var jobs []verifyJob
-	keepDir := filepath.Join(dir, layout.BodiesDirName)
-	if kept, _, err := wal.ListKept(fsys, keepDir); err == nil {
-		for _, k := range kept {
-			path := filepath.Join(keepDir, k.Name)
-			if info, err := fsys.Stat(path); err == nil {
-				jobs = append(jobs, verifyJob{path: path, first: k.First, last: k.Last, size: info.Size()})
-			}
-		}
-	}
-	if segs, _, err := wal.ListSegments(filepath.Join(dir, layout.LogDirName)); err == nil {
-		for i := 0; i+1 < len(segs) && segs[i+1].First <= covered+1; i++ {
-			jobs = append(jobs, verifyJob{path: segs[i].Path, first: segs[i].First, last: segs[i+1].First - 1, size: segs[i].Size})
-		}
-	}
-	if len(jobs) == 0 {
+	kept, _, err := wal.ListKept(fsys, filepath.Join(dir, layout.BodiesDirName))
+	if err != nil {
 		return nil
 	}
-	p := &preverify{done: make(chan struct{}), jobs: jobs, byPath: make(map[string]int, len(jobs))}
-	for i, j := range jobs {
-		p.byPath[j.path] = i
+	segs, _, err := wal.ListSegments(filepath.Join(dir, layout.LogDirName))
+	if err != nil {
+		return nil
+	}
+	files, err := listBodyFiles(fsys, dir, kept, segs, snaps[0].LSN)
+	if err != nil || len(files) == 0 {
+		return nil
+	}
+	p := &preverify{done: make(chan struct{}), files: files, byPath: make(map[string]int, len(files))}
+	for i, f := range files {
+		p.byPath[f.path] = i
 	}
 	go func() {
 		defer close(p.done)
-		p.errs = verifyFiles(fsys, id, jobs)
+		p.errs = verifyFiles(fsys, id, files)
 	}()
 	return p
 }
@@ -621,6 +606,6 @@ func (p *preverify) verified(f *bodyFile) bool {
 	if !ok {
 		return false
 	}
-	j := p.jobs[i]
-	return j.first == f.first && j.last == f.last && j.size == f.size && p.errs[i] == nil
+	g := p.files[i]
+	return g.first == f.first && g.last == f.last && g.size == f.size && p.errs[i] == nil
 }

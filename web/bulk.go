@@ -205,14 +205,24 @@ func (h *Handler) jobOf(w http.ResponseWriter, r *http.Request) *job {
 	return j
 }
 
-// bulkRun starts a confirmed job.
-func (h *Handler) bulkRun(w http.ResponseWriter, r *http.Request) {
+// allowedJobOf is jobOf for a request that acts on the job: it also fails
+// the request, and returns nil, when the job's action is not allowed.
+func (h *Handler) allowedJobOf(w http.ResponseWriter, r *http.Request) *job {
 	j := h.jobOf(w, r)
 	if j == nil {
-		return
+		return nil
 	}
 	if err := h.allowed(r, j.Action); err != nil {
 		h.fail(w, r, http.StatusForbidden, err)
+		return nil
+	}
+	return j
+}
+
+// bulkRun starts a confirmed job.
+func (h *Handler) bulkRun(w http.ResponseWriter, r *http.Request) {
+	j := h.allowedJobOf(w, r)
+	if j == nil {
 		return
 	}
 	j.mu.Lock()
@@ -240,12 +250,8 @@ func (h *Handler) bulkRun(w http.ResponseWriter, r *http.Request) {
 
 // bulkCancel stops a job that waits for confirmation or runs.
 func (h *Handler) bulkCancel(w http.ResponseWriter, r *http.Request) {
-	j := h.jobOf(w, r)
+	j := h.allowedJobOf(w, r)
 	if j == nil {
-		return
-	}
-	if err := h.allowed(r, j.Action); err != nil {
-		h.fail(w, r, http.StatusForbidden, err)
 		return
 	}
 	j.mu.Lock()

@@ -320,15 +320,23 @@ func (h *Handler) body(queue string, it walq.ItemView) ([]byte, error) {
 	return b, nil
 }
 
-func (h *Handler) itemPage(w http.ResponseWriter, r *http.Request) {
+// itemOf returns the queue and item the request's path names, or fails
+// the request and returns ok false.
+func (h *Handler) itemOf(w http.ResponseWriter, r *http.Request) (name string, it walq.ItemView, ok bool) {
 	name, id, err := h.itemParams(r)
-	if err != nil {
-		h.fail(w, r, status(err), err)
-		return
+	if err == nil {
+		it, err = h.src.Item(name, id)
 	}
-	it, err := h.src.Item(name, id)
 	if err != nil {
 		h.fail(w, r, status(err), err)
+		return "", walq.ItemView{}, false
+	}
+	return name, it, true
+}
+
+func (h *Handler) itemPage(w http.ResponseWriter, r *http.Request) {
+	name, it, ok := h.itemOf(w, r)
+	if !ok {
 		return
 	}
 	rw, err := h.summary(name, time.Now())
@@ -350,14 +358,8 @@ func (h *Handler) itemPage(w http.ResponseWriter, r *http.Request) {
 // rawBody serves a body as a download that no browser renders: an opaque
 // type, an attachment, no sniffing, and a sandbox should it be opened.
 func (h *Handler) rawBody(w http.ResponseWriter, r *http.Request) {
-	name, id, err := h.itemParams(r)
-	if err != nil {
-		h.fail(w, r, status(err), err)
-		return
-	}
-	it, err := h.src.Item(name, id)
-	if err != nil {
-		h.fail(w, r, status(err), err)
+	name, it, ok := h.itemOf(w, r)
+	if !ok {
 		return
 	}
 	b, err := h.body(name, it)
@@ -367,7 +369,7 @@ func (h *Handler) rawBody(w http.ResponseWriter, r *http.Request) {
 	}
 	hdr := w.Header()
 	hdr.Set("Content-Type", "application/octet-stream")
-	hdr.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-item-%d.bin"`, queuePath(name), id))
+	hdr.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-item-%d.bin"`, queuePath(name), it.ID))
 	hdr.Set("Content-Security-Policy", rawCSP)
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Content-Length", strconv.Itoa(len(b)))
