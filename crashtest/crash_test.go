@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/walq/walq/internal/testrule"
 )
 
 // The test binary is also the child: the harness starts it again with the
@@ -16,7 +18,7 @@ func TestMain(m *testing.M) {
 	if IsChild() {
 		os.Exit(ChildMain())
 	}
-	os.Exit(m.Run())
+	testrule.Main(m)
 }
 
 // Environment knobs for longer or different runs of the tests:

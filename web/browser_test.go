@@ -19,6 +19,8 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	cdpage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+
+	"github.com/walq/walq/internal/testrule"
 )
 
 // The tests in this file drive the dashboard in a real browser: Chromium
@@ -49,12 +51,14 @@ func findBrowser() string {
 }
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	code := m.Run()
-	if browserCancel != nil {
-		browserCancel()
-	}
-	os.Exit(code)
+	testrule.MainFunc(func() int {
+		flag.Parse()
+		code := m.Run()
+		if browserCancel != nil {
+			browserCancel()
+		}
+		return code
+	})
 }
 
 // tab opens a new tab of the shared browser, closed when the test ends.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/walq/walq"
 	"github.com/walq/walq/internal/layout"
+	"github.com/walq/walq/internal/testrule"
 	"github.com/walq/walq/wal"
 )
 
@@ -60,11 +61,14 @@ func fixtureNamed(t *testing.T, name string) *fixture {
 	return nil
 }
 
-func TestMain(m *testing.M) {
+func TestMain(m *testing.M) { testrule.MainFunc(func() int { return runWithFixtures(m) }) }
+
+// runWithFixtures builds the fixtures, runs the tests and removes them.
+func runWithFixtures(m *testing.M) int {
 	root, err := os.MkdirTemp("", "walq-inspect-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
 	code := func() int {
 		for _, f := range fixtures {
@@ -77,7 +81,7 @@ func TestMain(m *testing.M) {
 		return m.Run()
 	}()
 	os.RemoveAll(root)
-	os.Exit(code)
+	return code
 }
 
 // testOptions are the options of every fixture queue.
