@@ -1,4 +1,4 @@
-package jetstream
+package jetstream_test
 
 import (
 	"testing"
