@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/walq/walq"
+	"github.com/walq/walq/internal/testrule"
 	"github.com/walq/walq/walqtest"
 )
 
@@ -47,30 +48,46 @@ func walqTarget(sync walq.SyncPolicy) walqtest.Target {
 // TestConformance holds walq's own Queue to the suite of package walqtest,
 // under every sync policy, and once more behind a wrapper that hides its
 // fast path, so that Work runs on the Engine methods alone, as it does on
-// another engine.
+// another engine. The default run leaves out the behaviours that take
+// seconds of real time (walqtest.Target.Quick), the policies other than
+// SyncAlways and the wrapper; the long tests run them all, and the suite
+// once more on the system clock.
 func TestConformance(t *testing.T) {
+	quick := func(tg walqtest.Target) walqtest.Target {
+		tg.Quick = !testrule.Long
+		return tg
+	}
 	for _, p := range syncPolicies {
+		if !testrule.Long && p.sync != walq.SyncAlways {
+			continue
+		}
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
-			walqtest.Run(t, walqTarget(p.sync))
+			walqtest.Run(t, quick(walqTarget(p.sync)))
 		})
 	}
-	t.Run("real-time", func(t *testing.T) {
-		// As an engine that takes no injected clock is run: every
-		// time-based behaviour on the system clock.
-		t.Parallel()
-		tg := walqTarget(walq.SyncAlways)
-		tg.Caps.ManualClock = false
-		walqtest.Run(t, tg)
-	})
+	if testrule.Long {
+		t.Run("real-time", func(t *testing.T) {
+			// As an engine that takes no injected clock is run: every
+			// time-based behaviour on the system clock.
+			t.Parallel()
+			tg := walqTarget(walq.SyncAlways)
+			tg.Caps.ManualClock = false
+			walqtest.Run(t, tg)
+		})
+	}
 	t.Run("named", func(t *testing.T) {
 		t.Parallel()
-		walqtest.Run(t, namedTarget(walq.SyncAlways))
+		walqtest.Run(t, quick(namedTarget(walq.SyncAlways)))
 	})
-	t.Run("engine-methods-only", func(t *testing.T) {
-		t.Parallel()
-		walqtest.Run(t, wrappedTarget(walq.SyncAlways, func(q walqtest.Queue) walqtest.Queue { return methodsOnly{q} }))
-	})
+	if testrule.Long {
+		// Work is what the wrapper changes, and only the slow behaviours
+		// run it.
+		t.Run("engine-methods-only", func(t *testing.T) {
+			t.Parallel()
+			walqtest.Run(t, wrappedTarget(walq.SyncAlways, func(q walqtest.Queue) walqtest.Queue { return methodsOnly{q} }))
+		})
+	}
 }
 
 // namedTarget gives the suite a named queue, "subject", of a directory in

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/walq/walq/internal/testrule"
 	"github.com/walq/walq/state"
 )
 
@@ -225,7 +226,11 @@ func TestBodyToken(t *testing.T) {
 func TestLargeAndEmptyBodyToken(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2, 2))
 	sawMax, sawPage := false, false
-	for i := range 300 {
+	rounds := 70 // every boundary size of the table below, at i%10 == 0
+	if testrule.Long {
+		rounds = 300
+	}
+	for i := range rounds {
 		size := largeSize(rng)
 		if size < minLargeBody || size > maxLargeBody {
 			t.Fatalf("largeSize = %d, outside [%d, %d]", size, minLargeBody, maxLargeBody)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/walq/walq/internal/testrule"
 )
 
 // TestEntrySize: what the state keeps of an item without key, deadline or
@@ -75,7 +77,11 @@ func checkIndex(t *testing.T, x *idIndex, live map[uint64]uint64, where string) 
 // index allocate a slice of 2^48 entries (found by FuzzUnmarshalSnapshot).
 func TestIDIndexSparse(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for round := range 200 {
+	rounds := 10 // 3,000 random steps; the long tests take 60,000
+	if testrule.Long {
+		rounds = 200
+	}
+	for round := range rounds {
 		var x idIndex
 		live := map[uint64]uint64{}
 		for step := range 300 {

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/walq/walq/internal/testrule"
 )
 
 // want is what Scan and Open must do with a damaged log.
@@ -998,9 +1000,16 @@ func TestRecoveryCorruptionTable(t *testing.T) {
 			t.Fatalf("two cases named %s", tc.name)
 		}
 		seen[tc.name] = true
+	}
+	if !testrule.Long {
+		cases = sampleCases(cases, 2)
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case damages a copy of its own
 			ll := layouts[tc.base]
 			ll.dir = copyDir(t, templates[tc.base])
+			ll.segs = slices.Clone(ll.segs)
 			for i := range ll.segs {
 				ll.segs[i].Path = ll.path(ll.segs[i].Name)
 			}
@@ -1008,6 +1017,32 @@ func TestRecoveryCorruptionTable(t *testing.T) {
 			checkCase(t, ll.dir, w)
 		})
 	}
+}
+
+// sampleCases keeps, of each family of cases (the cases whose names differ
+// only after the last slash: one damage at every byte of a field, say), its
+// first and last case and an even spread between them, perFamily in all;
+// families that small are kept whole. The default run takes this sample
+// (every kind of damage, at its boundaries) and the long tests every case.
+func sampleCases(cases []corruptionCase, perFamily int) []corruptionCase {
+	family := func(name string) string { return name[:max(strings.LastIndexByte(name, '/'), 0)] }
+	size := map[string]int{}
+	for _, tc := range cases {
+		size[family(tc.name)]++
+	}
+	var kept []corruptionCase
+	index := map[string]int{}
+	for _, tc := range cases {
+		f := family(tc.name)
+		i, n := index[f], size[f]
+		index[f]++
+		// The i-th of n is kept when it is the first of its share of the
+		// family: perFamily shares, the last ending at the last case.
+		if n <= perFamily || i == n-1 || i*(perFamily-1)/(n-1) != (i-1)*(perFamily-1)/(n-1) || i == 0 {
+			kept = append(kept, tc)
+		}
+	}
+	return kept
 }
 
 // checkRecordsWith is checkRecords with bodies of some LSNs given.

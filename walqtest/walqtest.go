@@ -90,6 +90,11 @@ type Target struct {
 	Open func(name string, cfg Config) (Queue, error)
 	// Caps declares what the engine offers.
 	Caps Capabilities
+	// Quick leaves out the behaviours that take seconds of real time
+	// whatever the clock (ReferenceScenario, about 25 s, and KilledWorker,
+	// which starts a process and kills it), for a test run that must stay
+	// short. They are skipped with the reason; a full run needs them.
+	Quick bool
 }
 
 // behaviour is one subtest of Run.
@@ -97,6 +102,8 @@ type behaviour struct {
 	name  string
 	needs []capability
 	run   func(t *testing.T, tg Target)
+	// slow: the behaviour takes seconds of real time on any clock.
+	slow bool
 }
 
 type capability struct {
@@ -114,8 +121,8 @@ var (
 
 // behaviours in the order Run runs them.
 var behaviours = []behaviour{
-	{name: "ReferenceScenario/Work", run: testScenarioWork},
-	{name: "ReferenceScenario/NoHeartbeat", run: testScenarioNoHeartbeat},
+	{name: "ReferenceScenario/Work", run: testScenarioWork, slow: true},
+	{name: "ReferenceScenario/NoHeartbeat", run: testScenarioNoHeartbeat, slow: true},
 	{name: "AckEndsItem", run: testAckEndsItem},
 	{name: "ExtendHoldsLease", run: testExtendHoldsLease},
 	{name: "StaleReceiptAfterExpiry", run: testStaleAfterExpiry},
@@ -131,7 +138,7 @@ var behaviours = []behaviour{
 	{name: "DeadlineAfterDelay", needs: []capability{capDeadlines}, run: testDeadlineAfterDelay},
 	{name: "PriorityThenReadyOrder", needs: []capability{capPriority}, run: testPriorityOrder},
 	{name: "KeysAcrossReopen", needs: []capability{capKeys, capReopen}, run: testKeysAcrossReopen},
-	{name: "KilledWorker", needs: []capability{capProcesses}, run: testKilledWorker},
+	{name: "KilledWorker", needs: []capability{capProcesses}, run: testKilledWorker, slow: true},
 }
 
 // Run runs each behaviour as a subtest of t, on queues tg.Open makes. A
@@ -146,6 +153,9 @@ func Run(t *testing.T, tg Target) {
 	}
 	for _, b := range behaviours {
 		t.Run(b.name, func(t *testing.T) {
+			if b.slow && tg.Quick {
+				t.Skipf("walqtest: Target.Quick leaves out %s, which takes seconds of real time", b.name)
+			}
 			for _, c := range b.needs {
 				if !c.has(tg.Caps) {
 					t.Skipf("walqtest: the engine does not declare Capabilities.%s, which %s needs", c.name, b.name)

@@ -172,7 +172,7 @@ func watch(binary string, args []string, limit time.Duration, out io.Writer) int
 		}
 	}()
 
-	f := &filter{limit: limit, quiet: quiet, out: out}
+	f := &filter{limit: limit, quiet: quiet, out: out, now: time.Now}
 	r := bufio.NewReader(stdout)
 	for {
 		line, err := r.ReadString('\n')
@@ -213,22 +213,49 @@ func (v Violation) String() string {
 
 // resultLine matches the line a test binary prints when a test or subtest
 // ends, in -test.v and in -test.v=test2json (whose markers start with ^V).
-// Subtests are held to the limit too: a test whose subtests run in
-// parallel reports no time of its own.
 var resultLine = regexp.MustCompile(`^ *\x16?--- (PASS|FAIL|SKIP): (\S+) \(([0-9.]+)s\)`)
 
-// filter reads the child's output line by line.
+// startLine matches the line a test binary prints when a test starts, and
+// pauseLine the one it prints when the test calls t.Parallel.
+var (
+	startLine = regexp.MustCompile(`^\x16?=== RUN +(\S+)`)
+	pauseLine = regexp.MustCompile(`^\x16?=== PAUSE +(\S+)`)
+)
+
+// filter reads the child's output line by line, as the child writes it.
+//
+// A test's time is what the binary reports, and for a top-level test that
+// does not call t.Parallel, the larger of that and the time the filter saw
+// pass between its start and its end: the binary reports no time of its
+// own for a test whose subtests run in parallel, which would otherwise let
+// any number of them through. (A test that calls t.Parallel waits for a
+// slot after it resumes, so only its report counts.)
 type filter struct {
-	limit  time.Duration
-	quiet  bool // the run did not ask for -v: drop what -v added
-	out    io.Writer
-	broken []Violation
-	ended  bool // the binary's final PASS or FAIL was seen
+	limit   time.Duration
+	quiet   bool // the run did not ask for -v: drop what -v added
+	out     io.Writer
+	now     func() time.Time
+	started map[string]time.Time // top-level tests running, not paused
+	broken  []Violation
+	ended   bool // the binary's final PASS or FAIL was seen
 }
 
 func (f *filter) line(line string) {
+	if m := startLine.FindStringSubmatch(line); m != nil && f.now != nil && !strings.Contains(m[1], "/") {
+		if f.started == nil {
+			f.started = map[string]time.Time{}
+		}
+		f.started[m[1]] = f.now()
+	}
+	if m := pauseLine.FindStringSubmatch(line); m != nil {
+		delete(f.started, m[1])
+	}
 	if m := resultLine.FindStringSubmatch(line); m != nil {
 		elapsed, _ := time.ParseDuration(m[3] + "s")
+		if start, ok := f.started[m[2]]; ok {
+			elapsed = max(elapsed, f.now().Sub(start).Round(10*time.Millisecond))
+			delete(f.started, m[2])
+		}
 		if elapsed > f.limit {
 			f.broken = append(f.broken, Violation{Test: m[2], Elapsed: elapsed})
 		}

@@ -171,6 +171,37 @@ func TestFilter(t *testing.T) {
 	}
 }
 
+// A test whose subtests run in parallel reports no time of its own: the
+// filter counts the time it saw pass between the test's start and end. A
+// test that calls t.Parallel counts its report alone.
+func TestFilterWallTime(t *testing.T) {
+	var clock time.Time
+	step := func(d time.Duration) { clock = clock.Add(d) }
+	var out bytes.Buffer
+	f := &filter{limit: 2 * time.Second, quiet: true, out: &out, now: func() time.Time { return clock }}
+	f.line("=== RUN   TestA\n")
+	f.line("=== RUN   TestA/one\n")
+	f.line("=== PAUSE TestA/one\n")
+	f.line("=== RUN   TestA/two\n")
+	f.line("=== PAUSE TestA/two\n")
+	f.line("=== CONT  TestA/one\n")
+	step(1500 * time.Millisecond)
+	f.line("=== CONT  TestA/two\n")
+	f.line("    --- PASS: TestA/one (1.50s)\n")
+	step(1500 * time.Millisecond)
+	f.line("    --- PASS: TestA/two (1.50s)\n")
+	f.line("--- PASS: TestA (0.00s)\n")
+	f.line("=== RUN   TestB\n")
+	f.line("=== PAUSE TestB\n")
+	step(5 * time.Second) // waits for the serial tests, and for a slot
+	f.line("=== CONT  TestB\n")
+	f.line("--- PASS: TestB (1.00s)\n")
+	f.line("PASS\n")
+	if len(f.broken) != 1 || f.broken[0].Test != "TestA" || f.broken[0].Elapsed != 3*time.Second {
+		t.Errorf("violations %v, want TestA took 3s", f.broken)
+	}
+}
+
 func TestFlagValue(t *testing.T) {
 	for _, tc := range []struct {
 		args  []string

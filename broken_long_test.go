@@ -1,3 +1,5 @@
+//go:build long
+
 package walq_test
 
 import (
