@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/walq/walq"
+
+	"github.com/walq/walq/internal/testrule"
 )
 
 // dirPrint is every file of dir with its size, mode and content hash:
@@ -250,7 +252,11 @@ func TestServeFollowsAWorkingQueue(t *testing.T) {
 	go func() { done <- work(q, stop) }()
 	host := srv.Listener.Addr().String()
 	var lastPut uint64
-	for i := range 40 {
+	refreshes := 15 // the long tests read 60 times
+	if testrule.Long {
+		refreshes = 60
+	}
+	for i := range refreshes {
 		if err := s.src.refresh(); err != nil {
 			t.Fatalf("refresh %d: %v", i, err)
 		}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/walq/walq/state"
+
+	"github.com/walq/walq/internal/testrule"
 )
 
 // randomState applies a random history of puts (priorities 0-2, some
@@ -60,7 +62,11 @@ func randomState(t *testing.T, rng *rand.Rand) (*state.State, int64) {
 // The walk's early stop never changes the head: it equals the first n
 // ready items of a sort of them all, walked at once or in small steps.
 func TestHeadWalkMatchesASortOfEveryReadyItem(t *testing.T) {
-	for seed := range uint64(300) {
+	seeds := uint64(100) // the long tests take 1,000
+	if testrule.Long {
+		seeds = 1000
+	}
+	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(seed, 1))
 		st, now := randomState(t, rng)
 		qs := st.Default()

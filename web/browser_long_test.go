@@ -1,3 +1,5 @@
+//go:build long
+
 package web
 
 import (
@@ -19,8 +21,6 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	cdpage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
-
-	"github.com/walq/walq/internal/testrule"
 )
 
 // The tests in this file drive the dashboard in a real browser: Chromium
@@ -50,14 +50,11 @@ func findBrowser() string {
 	return ""
 }
 
-func TestMain(m *testing.M) {
-	testrule.MainFunc(func() int {
-		flag.Parse()
-		code := m.Run()
+func init() {
+	afterTests = append(afterTests, func() {
 		if browserCancel != nil {
 			browserCancel()
 		}
-		return code
 	})
 }
 
