@@ -2,8 +2,6 @@ package jetstream_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"testing"
 	"time"
@@ -12,11 +10,17 @@ import (
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 	walqjs "github.com/walq/walq/jetstream"
+	"github.com/walq/walq/walqtest"
 )
 
 // startServer runs a JetStream server in the test's process: file store in
 // a temporary directory, fsync on every write (sync_interval: always),
 // loopback only. port 0 picks one.
+// Caps declares what the adapter offers: everything but the manual clock
+// (the server's timers run in real time).
+var caps = walqtest.Capabilities{ManualClock: false, Reopen: true, Processes: true,
+	Priority: true, Keys: true, Deadlines: true}
+
 func startServer(t testing.TB, dir string, port int) *server.Server {
 	t.Helper()
 	if port == 0 {
@@ -41,12 +45,6 @@ func startServer(t testing.TB, dir string, port int) *server.Server {
 		t.Fatalf("nats-server did not start")
 	}
 	return s
-}
-
-// dirName is a Dir name for a suite name (a path).
-func dirName(name string) string {
-	s := sha256.Sum256([]byte(name))
-	return "t" + hex.EncodeToString(s[:8])
 }
 
 // openQueue opens queue of the Dir called dir on a connection of its own;

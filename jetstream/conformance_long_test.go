@@ -1,6 +1,10 @@
+//go:build long
+
 package jetstream_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"testing"
 
@@ -11,11 +15,6 @@ import (
 // urlEnv passes the test server's address to the worker process that the
 // suite's KilledWorker behaviour starts.
 const urlEnv = "WALQ_JETSTREAM_TEST_URL"
-
-// Caps declares what the adapter offers: everything but the manual clock
-// (the server's timers run in real time).
-var caps = walqtest.Capabilities{ManualClock: false, Reopen: true, Processes: true,
-	Priority: true, Keys: true, Deadlines: true}
 
 func target(url string) walqtest.Target {
 	return walqtest.Target{
@@ -44,4 +43,10 @@ func TestConformance(t *testing.T) {
 		t.Setenv(urlEnv, url)
 	}
 	walqtest.Run(t, target(url))
+}
+
+// dirName is a Dir name for a suite name (a path).
+func dirName(name string) string {
+	s := sha256.Sum256([]byte(name))
+	return "t" + hex.EncodeToString(s[:8])
 }
