@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"sort"
 )
@@ -178,12 +179,47 @@ func (q *QueueState) Gauges() Gauges {
 	return g
 }
 
+// GaugesAt is Gauges as a reader at now sees the queue: an item whose due
+// time has passed is ready, whether or not a consumer has looked (and
+// Promote moved it), and counts in OldestReadyDue. Nothing is moved: the
+// count costs O(the due items still in the delayed heap).
+func (q *QueueState) GaugesAt(now int64) Gauges {
+	g := q.Gauges()
+	if q.released {
+		return g
+	}
+	if n, oldest := q.dueDelayed(now); n > 0 {
+		g.Ready += n
+		g.Delayed -= n
+		if g.OldestReadyDue == 0 || oldest < g.OldestReadyDue {
+			g.OldestReadyDue = oldest
+		}
+	}
+	return g
+}
+
 // Promote moves waiting items whose due time is at or before now from the
-// delayed heap to the ready heaps.
+// delayed heap to the ready heaps. Moving k of the n delayed items one at
+// a time costs O(k log n); one pass over the heap that keeps the rest
+// costs O(n). Promote takes the pass when every item is due, when the heap
+// is unordered (just loaded: ordering it would cost a pass anyway), and
+// when a count of the due items, which stops at n/log2(n), reaches that
+// bound; so the first Promote after an open costs a pass whatever the
+// backlog holds, and later ones what they move.
 func (q *QueueState) Promote(now int64) {
-	if q.delayed.Len() > bulkPromote && q.maxDelayedDue <= now {
-		q.promoteAll()
+	n := q.delayed.Len()
+	if n == 0 {
 		return
+	}
+	if n > bulkPromote {
+		if q.maxDelayedDue <= now {
+			q.promoteAll()
+			return
+		}
+		if bound := n / bits.Len(uint(n)); q.unordered || q.countDue(now, bound) >= bound {
+			q.promotePass(now)
+			return
+		}
 	}
 	for {
 		id, ok := q.dheap().Min()
@@ -199,13 +235,92 @@ func (q *QueueState) Promote(now int64) {
 	}
 }
 
-// bulkPromote is the size of delayed from which Promote, when every item
-// is due (after a recovery, typically), rebuilds the ready heaps in O(n)
-// instead of moving items one at a time in O(n log n).
+// bulkPromote is the size of delayed from which Promote considers moving
+// items in one pass rather than one at a time.
 const bulkPromote = 256
 
+// countDue counts the delayed items due at or before now, stopping at
+// limit: a walk of the heap's top, O(the count).
+func (q *QueueState) countDue(now int64, limit int) int {
+	h := q.dheap()
+	if len(h.items) == 0 || q.st.items.get(h.items[0]).due > now {
+		return 0
+	}
+	n := 0
+	stack := []int{0}
+	for len(stack) > 0 && n < limit {
+		i := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		n++
+		for c := 2*i + 1; c <= 2*i+2 && c < len(h.items); c++ {
+			if q.st.items.get(h.items[c]).due <= now {
+				stack = append(stack, c)
+			}
+		}
+	}
+	return n
+}
+
+// dueDelayed counts the delayed items due at or before now, without
+// moving them, and gives the earliest due time among them: O(their
+// number), or a pass when the heap is unordered.
+func (q *QueueState) dueDelayed(now int64) (n int, oldest int64) {
+	if q.unordered {
+		for _, id := range q.delayed.items {
+			if due := q.st.items.get(id).due; due <= now {
+				if n == 0 || due < oldest {
+					oldest = due
+				}
+				n++
+			}
+		}
+		return n, oldest
+	}
+	if id, ok := q.delayed.Min(); ok {
+		if due := q.st.items.get(id).due; due <= now {
+			return q.countDue(now, math.MaxInt), due
+		}
+	}
+	return 0, 0
+}
+
+// promotePass moves every due item to the ready heaps in one pass over the
+// delayed heap, which keeps the others and is ordered again in O(n).
+func (q *QueueState) promotePass(now int64) {
+	items := q.delayed.items
+	var rest []uint64
+	due := items[:0]
+	maxDue := int64(math.MinInt64)
+	for _, id := range items {
+		if d := q.st.items.get(id).due; d <= now {
+			due = append(due, id)
+		} else {
+			rest = append(rest, id)
+			maxDue = max(maxDue, d)
+		}
+	}
+	clear(items[len(due):])
+	q.delayed.items = rest
+	q.delayed.init()
+	q.unordered = false
+	q.maxDelayedDue = maxDue
+	if len(due) > 0 {
+		q.promoteIDs(due)
+	}
+}
+
+// promoteAll moves every delayed item to the ready heaps.
 func (q *QueueState) promoteAll() {
 	ids := q.delayed.items
+	q.delayed.items = nil
+	q.unordered = false
+	q.maxDelayedDue = math.MinInt64
+	q.promoteIDs(ids)
+}
+
+// promoteIDs makes the waiting items ids, taken out of the delayed heap,
+// ready, in O(len(ids)) plus that of the ready heaps they join.
+func (q *QueueState) promoteIDs(ids []uint64) {
 	// Items of one priority (the usual case) whose ready heap is empty
 	// become that heap as they are: no copy. Loaded from a snapshot they
 	// are in ID order, which is most often their due order too, and a
@@ -243,13 +358,10 @@ func (q *QueueState) promoteAll() {
 		i := sort.Search(len(q.levels), func(i int) bool { return q.levels[i] >= p })
 		q.levels = slices.Insert(q.levels, i, p)
 		q.nready += len(ids)
-		q.delayed.items = nil
-		q.unordered = false
-		q.maxDelayedDue = math.MinInt64
 		return
 	}
 	touched := make(map[int64]bool)
-	for _, id := range q.delayed.items {
+	for _, id := range ids {
 		e := q.st.items.get(id)
 		h := q.ready[e.priority]
 		if h == nil {
@@ -269,9 +381,6 @@ func (q *QueueState) promoteAll() {
 		q.ready[p].init()
 	}
 	slices.Sort(q.levels)
-	q.delayed.items = nil
-	q.unordered = false
-	q.maxDelayedDue = math.MinInt64
 }
 
 // NextReady returns the ready item that the next delivery should take

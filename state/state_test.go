@@ -1169,3 +1169,98 @@ func TestPromoteAllAfterLoad(t *testing.T) {
 		})
 	}
 }
+
+// TestPromoteSomeDue: with some of the delayed items due (a few, half,
+// nearly all; after a snapshot load, whose heap is unordered, and in a
+// live state, where Promote counts the due items to choose how to move
+// them), GaugesAt counts the due ones ready before anything moves, Promote
+// moves exactly those, and leases take them, then the rest once due, in
+// priority, due time, Seq, ID order, with items deleted from the middle of
+// both heaps in between (which needs every item's place in its heap).
+func TestPromoteSomeDue(t *testing.T) {
+	const n = 3000
+	for _, dueShare := range []int{1, 50, 99} {
+		for _, loaded := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%d%%_due/loaded_%v", dueShare, loaded), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(uint64(dueShare), 7))
+				tp := newTape(t)
+				now := t0 + 1000*sec
+				due := map[uint64]bool{}
+				for i := 0; i < n; i += 100 {
+					items := make([]state.NewItem, 100)
+					for j := range items {
+						at := now + 1 + r.Int64N(1000)*sec // not due at now
+						if r.IntN(100) < dueShare {
+							at = now - r.Int64N(1000)*sec
+						}
+						items[j] = state.NewItem{Due: at, Priority: r.Int64N(2)}
+					}
+					for j, id := range tp.put(t0, items...) {
+						due[id] = items[j].Due <= now
+					}
+				}
+				s := tp.s
+				if loaded {
+					s = roundTrip(t, s)
+				}
+				ndue := 0
+				for _, d := range due {
+					if d {
+						ndue++
+					}
+				}
+				if g := s.Default().GaugesAt(now); g.Ready != ndue || g.Delayed != n-ndue {
+					t.Fatalf("GaugesAt before Promote: ready %d delayed %d, want %d and %d", g.Ready, g.Delayed, ndue, n-ndue)
+				}
+				if g := s.Gauges(); g.Ready+g.Delayed != n {
+					t.Fatalf("Gauges: ready %d + delayed %d, want %d in all", g.Ready, g.Delayed, n)
+				}
+				s.Promote(now)
+				if g := s.Gauges(); g.Ready != ndue || g.Delayed != n-ndue {
+					t.Fatalf("after Promote: ready %d delayed %d, want %d and %d", g.Ready, g.Delayed, ndue, n-ndue)
+				}
+				var doomed []uint64
+				for id := uint64(1); id <= n; id++ {
+					if r.IntN(5) == 0 {
+						doomed = append(doomed, id)
+					}
+				}
+				if err := s.ApplyAt(s.LastLSN()+1, state.DefaultQueue, &state.Delete{Time: now, IDs: doomed}, 4096); err != nil {
+					t.Fatal(err)
+				}
+				order := func(ids []uint64) []uint64 {
+					items := make([]*state.Item, len(ids))
+					for i, id := range ids {
+						items[i] = s.Item(id)
+					}
+					slices.SortFunc(items, func(a, b *state.Item) int {
+						return cmp.Or(cmp.Compare(a.Priority, b.Priority), cmp.Compare(a.Due, b.Due),
+							cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.ID, b.ID))
+					})
+					out := make([]uint64, len(items))
+					for i, it := range items {
+						out[i] = it.ID
+					}
+					return out
+				}
+				var wantNow, wantLater []uint64
+				for id := uint64(1); id <= n; id++ {
+					switch {
+					case slices.Contains(doomed, id):
+					case due[id]:
+						wantNow = append(wantNow, id)
+					default:
+						wantLater = append(wantLater, id)
+					}
+				}
+				wantNow, wantLater = order(wantNow), order(wantLater) // before leases change the items
+				if got, want := drain(t, s, now), wantNow; !slices.Equal(got, want) {
+					t.Fatalf("leases at now took %d items, want %d in order", len(got), len(want))
+				}
+				if got, want := drain(t, s, now+2000*sec), wantLater; !slices.Equal(got, want) {
+					t.Fatalf("leases later took %d items, want %d in order", len(got), len(want))
+				}
+			})
+		}
+	}
+}
