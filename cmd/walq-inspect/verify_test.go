@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/walq/walq/internal/layout"
-	"github.com/walq/walq/internal/testrule"
 	"github.com/walq/walq/internal/rebuild"
+	"github.com/walq/walq/internal/testrule"
 	"github.com/walq/walq/wal"
 )
 
