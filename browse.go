@@ -309,16 +309,7 @@ func (q *Queue) Head(n int) ([]ItemView, error) {
 // the queue, a dashboard say, log their actions there too.
 func (q *Queue) Logger() *slog.Logger { return q.opts.Logger }
 
-// StatsNow is Stats with every waiting item whose due time has come
-// counted as ready. Stats counts such an item as delayed until a Get
-// looks at the queue (DelayedPastDue measures that lag), so on a queue
-// nobody consumes every item put reads as delayed; a dashboard shows
-// StatsNow. It does the promotion a Get would do, which writes nothing.
-func (q *Queue) StatsNow() Stats {
-	q.mu.Lock()
-	if qs := q.st.Queue(q.rt.id); qs != nil && !q.rt.gone {
-		qs.Promote(q.qt.now())
-	}
-	q.mu.Unlock()
-	return q.Stats()
-}
+// StatsNow is Stats. (It once promoted due items before counting, when
+// Stats counted an item delayed until a consumer looked; Stats now counts
+// every item whose due time has come as ready.)
+func (q *Queue) StatsNow() Stats { return q.Stats() }

@@ -87,6 +87,11 @@ type metrics struct {
 	// The kept segments as the last compaction (or Open) left them.
 	keptBytes atomic.Int64
 	keptFiles atomic.Int64
+
+	// Wake-ups (waiters.go, timer.go): Gets signalled, and rounds of the
+	// timer loop.
+	wakes      atomic.Uint64
+	timerWakes atomic.Uint64
 }
 
 func newMetrics() metrics {
@@ -136,9 +141,12 @@ type Stats struct {
 	MovedIn, MovedOut uint64
 	LateAcks          uint64
 
-	// OldestReady is how long the oldest ready item has been ready;
-	// DelayedPastDue how far the earliest delayed item is past its due time
-	// without a consumer taking it (zero when consumers keep up).
+	// OldestReady is how long the oldest ready item has been ready (an
+	// item is ready once its due time has come, whether or not a consumer
+	// has looked); it grows when consumers do not keep up, or are down.
+	// DelayedPastDue is how far the queue is behind in moving items that
+	// came due out of its delayed heap (the timer moves them as they come
+	// due): zero but for moments; such items count as ready all the same.
 	OldestReady    time.Duration
 	DelayedPastDue time.Duration
 
@@ -171,10 +179,28 @@ type Stats struct {
 	// Bodies says what the directory holds of its bodies in memory and
 	// how deliveries got them (the same for every queue's Stats).
 	Bodies BodyStats
+	// Wakeups says how consumers and the directory's loops woke.
+	Wakeups WakeStats
 	// IndexMappedBytes is the memory the directory's items take outside
 	// the Go heap: their entries, 80 bytes each, in chunks of 4096 IDs
 	// mapped for them (on Unix), which runtime.MemStats leaves out.
 	IndexMappedBytes int64
+}
+
+// WakeStats says how a queue's consumers and the directory's background
+// loops wake. An idle directory (nothing put, the clock standing still)
+// wakes its loops a bounded number of times, whatever waits on it; a Get
+// waits only while its queue has no item to lease that no other waiting Get
+// was signalled for.
+type WakeStats struct {
+	Waiting int // Gets blocked on the queue now (DirStats: on any queue)
+	Woken   int // of those, signalled that an item is there and not yet back for it
+	// Signalled counts the signals given to blocked Gets, TimerLoop the
+	// rounds of the timer loop (it sleeps until the next lease end, due
+	// time, deadline, pause end or key release) and Committer those of the
+	// log's committer (one per batch written, sync and request), since
+	// Open; all three are the directory's.
+	Signalled, TimerLoop, Committer uint64
 }
 
 // BodyStats describes the bodies of a directory: stored in the log, and
@@ -235,8 +261,9 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 	var name string
 	var paused bool
 	var inFlight int
+	var wakes WakeStats
 	add := func(qs *state.QueueState, rt *queueRT) {
-		qg := qs.Gauges()
+		qg := qs.GaugesAt(now)
 		g.Ready, g.Delayed, g.Leased, g.Dead = g.Ready+qg.Ready, g.Delayed+qg.Delayed, g.Leased+qg.Leased, g.Dead+qg.Dead
 		g.Items, g.Bytes, g.Keys = g.Items+qg.Items, g.Bytes+qg.Bytes, g.Keys+qg.Keys
 		if qg.OldestReadyDue != 0 && (g.OldestReadyDue == 0 || qg.OldestReadyDue < g.OldestReadyDue) {
@@ -246,21 +273,18 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 			g.DelayedHeadDue = qg.DelayedHeadDue
 		}
 		c = c.Add(qs.Counters())
-		late += rt.lateAcks.Load()
-		work = work.add(rt.work.Stats())
+		if rt != nil {
+			late += rt.lateAcks.Load()
+			work = work.add(rt.work.Stats())
+			wakes.Waiting += rt.waiters.len()
+			wakes.Woken += rt.woken
+		}
 	}
 	if all {
 		for _, qs := range q.st.Queues() {
 			add(qs, q.rts[qs.ID()])
 		}
 	} else if qs := q.st.Queue(q.rt.id); qs != nil && !q.rt.gone {
-		if qs.Paused(now) {
-			// Nothing is delivered, so nothing promotes due items: do it
-			// here, so that the age of what waits behind the pause shows
-			// as the oldest ready age (DelayedPastDue measures consumers
-			// that do not keep up, and there are none).
-			qs.Promote(now)
-		}
 		add(qs, q.rt)
 		name, paused, inFlight = q.rt.name, qs.Paused(now), q.rt.set.maxInFlight
 	}
@@ -273,6 +297,7 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 		bs.UnplacedBytes += int64(len(b))
 	}
 	q.mu.Unlock()
+	wakes.Signalled, wakes.TimerLoop, wakes.Committer = q.metrics.wakes.Load(), q.metrics.timerWakes.Load(), q.log.Wakes()
 	bs.Hits, bs.Misses = q.metrics.bodyHits.Load(), q.metrics.bodyMisses.Load()
 	bs.ReadBytes, bs.Failures = q.metrics.bodyReadBytes.Load(), q.metrics.bodyFailures.Load()
 	bs.RelocatedBytes = q.metrics.relocatedBytes.Load()
@@ -303,6 +328,7 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 		Recovery:          q.recovery.clone(),
 		Work:              work,
 		Bodies:            bs,
+		Wakeups:           wakes,
 		IndexMappedBytes:  mapped,
 	}
 	if g.OldestReadyDue != 0 && now > g.OldestReadyDue {

@@ -224,18 +224,13 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 		q.addPutBodiesLocked(lsn, first, accepted)
 		q.metrics.putBytes.Add(bytes)
 		next := first
-		ready := 0
 		for i := range items {
 			if _, dup := sameAs[i]; dup || (errs != nil && errs[i] != nil) {
 				continue
 			}
 			ids[i] = next
 			next++
-			if items[i].Delay == 0 {
-				ready++
-			}
 		}
-		rt.changedLocked(ready)
 	}
 	// A repeated key inside the batch gets the ID of its first item.
 	for i, first := range sameAs {
@@ -270,8 +265,14 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 	if err := ctx.Err(); err != nil {
 		return Message{}, err // an ended context takes nothing, ready or not
 	}
+	rt := q.rt
+	signalled := false // the last wait ended in a signal, counted in rt.woken
 	for {
 		q.mu.Lock()
+		if signalled {
+			rt.woken--
+			signalled = false
+		}
 		if err := q.callLocked(); err != nil {
 			q.mu.Unlock()
 			return Message{}, err
@@ -295,38 +296,45 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 			}
 			return m, nil
 		}
-		rt := q.rt
 		w := rt.waiters.add()
-		q.kickLocked(q.nextWakeLocked()) // a waiter makes the next due time count
+		q.kickLocked(q.nextWakeLocked()) // a waiter makes the next pause end count
 		q.mu.Unlock()
+		var end error
 		select {
 		case <-w.ch:
+			signalled = true
+			continue
 		case <-ctx.Done():
-			q.mu.Lock()
-			rt.waiters.remove(w)
-			select {
-			case <-w.ch:
-				rt.waiters.wake(1) // signalled as we gave up: pass it on
-			default:
-			}
-			q.mu.Unlock()
-			return Message{}, ctx.Err()
+			end = ctx.Err()
 		case <-q.done:
-			return Message{}, ErrClosed
+			end = ErrClosed
 		case <-q.failed:
-			return Message{}, q.failErr
+			end = q.failErr
 		case <-rt.deleted:
-			return Message{}, fmt.Errorf("%w: %s", ErrQueueDeleted, rt.label())
+			end = fmt.Errorf("%w: %s", ErrQueueDeleted, rt.label())
 		case <-q.detached: // nil for the default queue: never ready
 			// A handle closed after its queue was deleted says the
 			// queue was deleted, whichever the wait saw first.
 			select {
 			case <-rt.deleted:
-				return Message{}, fmt.Errorf("%w: %s", ErrQueueDeleted, rt.label())
+				end = fmt.Errorf("%w: %s", ErrQueueDeleted, rt.label())
 			default:
+				end = fmt.Errorf("%w: the handle on %s", ErrClosed, rt.label())
 			}
-			return Message{}, fmt.Errorf("%w: the handle on %s", ErrClosed, rt.label())
 		}
+		// Every way out takes the waiter off the list, so that no signal
+		// goes to a Get that is gone; one that came as it gave up is passed
+		// on.
+		q.mu.Lock()
+		rt.waiters.remove(w)
+		select {
+		case <-w.ch:
+			rt.woken--
+			q.wakeLocked(rt, q.qt.now())
+		default:
+		}
+		q.mu.Unlock()
+		return Message{}, end
 	}
 }
 
@@ -507,9 +515,6 @@ func (q *Queue) ackLocked(r Receipt) (*wal.Commit, error) {
 		return nil, err
 	}
 	_, commit, err := q.appendToLocked(q.rt.id, &state.Ack{Time: now, Receipt: r.lease})
-	if err == nil {
-		q.rt.leaseEndedLocked()
-	}
 	return commit, err
 }
 
@@ -580,8 +585,6 @@ func (q *Queue) endRecordLocked(rt *queueRT, kind byte, it *state.Item, now int6
 		case it.Deadline() != 0 && rec.Due >= it.Deadline():
 			q.opts.Logger.Info("walq: item discarded: its next attempt would fall after its deadline",
 				"id", it.ID, "deadline", q.qt.toWall(it.Deadline()).UTC())
-		case rec.Due <= now:
-			defer rt.changedLocked(1)
 		}
 	} else {
 		q.opts.Logger.Info("walq: item dead-lettered", "id", it.ID, "attempts", it.Attempts, "cause", cause)
@@ -683,9 +686,6 @@ func (q *Queue) Redrive(ids ...uint64) error {
 		return err
 	}
 	_, commit, err := q.appendToLocked(q.rt.id, &state.Redrive{Time: q.qt.now(), IDs: append([]uint64(nil), ids...)})
-	if err == nil {
-		q.rt.changedLocked(len(ids))
-	}
 	q.mu.Unlock()
 	if err != nil {
 		return err

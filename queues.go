@@ -114,6 +114,7 @@ type queueRT struct {
 	set  settings // under mu
 
 	waiters  waiterList    // blocked Gets, oldest first; under mu
+	woken    int           // Gets signalled (and so out of waiters) not yet back for an item; under mu
 	watchers []*watcher    // WorkQueues calls watching it; under mu
 	deleted  chan struct{} // closed when the queue is deleted
 	gone     bool          // deleted; under mu
@@ -137,26 +138,6 @@ func (rt *queueRT) label() string {
 // change that may let a queue lease: WorkQueues waits on it instead of
 // blocking in Get on each queue.
 type watcher struct{ ch chan struct{} }
-
-// changedLocked tells the queue's blocked Gets (up to n of them) and every
-// watcher that an item may be ready.
-func (rt *queueRT) changedLocked(n int) {
-	rt.waiters.wake(n)
-	for _, w := range rt.watchers {
-		select {
-		case w.ch <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// leaseEndedLocked is called when a lease of the queue ends: under a cap on
-// leases in flight, a blocked Get may now take an item.
-func (rt *queueRT) leaseEndedLocked() {
-	if rt.set.maxInFlight > 0 {
-		rt.changedLocked(1)
-	}
-}
 
 // ErrQueueDeleted and ErrQueueBusy are the errors of named queues.
 var (
@@ -211,14 +192,15 @@ func (q *Queue) OpenQueue(name string, opts QueueOptions) (*Queue, error) {
 		q.opts.Logger.Info("walq: queue created", "queue", name, "id", lsn)
 	} else {
 		rt = q.rts[qs.ID()]
+		// The settings apply before their record, whose wake-up (a cap
+		// raised) must see them; a failed append fails the queue.
+		rt.set = set
 		if qs.Settings() != set.record() {
 			if _, commit, err = q.appendToLocked(rt.id, &state.SetQueue{Time: now, Settings: set.record()}); err != nil {
 				q.mu.Unlock()
 				return nil, err
 			}
 		}
-		rt.set = set
-		rt.changedLocked(rt.waiters.len()) // a cap raised: let blocked Gets look again
 	}
 	q.mu.Unlock()
 	if commit != nil {
@@ -286,9 +268,6 @@ func (q *Queue) setPause(until time.Time, pause bool) error {
 		return nil
 	}
 	_, commit, err := q.appendToLocked(q.rt.id, rec)
-	if err == nil && !pause {
-		q.rt.changedLocked(q.rt.waiters.len())
-	}
 	q.mu.Unlock()
 	if err != nil {
 		return err
@@ -325,7 +304,7 @@ func (q *Queue) Delete(force bool) error {
 		close(rt.deleted)
 		q.rollAtCompaction.Store(true)
 		delete(q.rts, rt.id)
-		rt.changedLocked(rt.waiters.len())
+		rt.signalWatchersLocked() // Gets see rt.deleted; a watch learns it from TryGet
 	}
 	q.mu.Unlock()
 	if err != nil {
@@ -460,7 +439,6 @@ func (q *Queue) RedriveTo(target *Queue, ids ...uint64) error {
 			q.mu.Unlock()
 			return err
 		}
-		target.rt.changedLocked(len(moved))
 	}
 	q.mu.Unlock()
 	if commit != nil {

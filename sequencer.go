@@ -92,7 +92,14 @@ func (q *Queue) appendToLocked(queue uint64, rec state.Record) (uint64, *wal.Com
 	// (a new lease, a put with a deadline or delay, an Extend that shortens
 	// a lease, a Nack or Redrive that puts an item back to waiting): this is
 	// the one place that tells the timer loop, so it never sleeps past it.
+	// And any record can make items of its queue leasable (a move, those of
+	// its target): this is the one place that wakes their consumers.
 	q.kickLocked(q.nextWakeLocked())
+	now := q.qt.now()
+	q.wakeLocked(q.rts[queue], now)
+	if m, ok := rec.(*state.Move); ok {
+		q.wakeLocked(q.rts[m.Target], now)
+	}
 	q.logBytes += int64(len(q.encBuf) + wal.HeaderSize + 3)
 	if !q.opts.DisableAutoCompact && q.logBytes >= q.opts.CompactMinBytes && q.logBytes >= q.compactAfter &&
 		float64(q.logBytes) > q.opts.CompactRatio*float64(q.liveBytesLocked()) {
@@ -107,11 +114,7 @@ func (q *Queue) appendToLocked(queue uint64, rec state.Record) (uint64, *wal.Com
 // appendEndLocked ends the lease of it, an item of rt's queue, in a
 // failure of the given kind (see endRecordLocked).
 func (q *Queue) appendEndLocked(rt *queueRT, kind byte, it *state.Item, now int64, cause string) (uint64, *wal.Commit, error) {
-	lsn, commit, err := q.appendToLocked(rt.id, q.endRecordLocked(rt, kind, it, now, cause))
-	if err == nil {
-		rt.leaseEndedLocked()
-	}
-	return lsn, commit, err
+	return q.appendToLocked(rt.id, q.endRecordLocked(rt, kind, it, now, cause))
 }
 
 // liveBytesLocked estimates what a snapshot of the state would take.

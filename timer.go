@@ -13,14 +13,16 @@ import (
 const keyPruneStep = int64(time.Second)
 
 // timerLoop ends expired leases, discards items at their deadline, forgets
-// keys whose window has ended and wakes blocked Gets when delayed items come
-// due. It sleeps on one timer set to the earliest of those times; it never
-// polls. It stops at Close and when the queue fails.
+// keys whose window has ended, makes delayed items ready when they come due
+// and wakes blocked Gets when they do or when a pause ends. It sleeps on
+// one timer set to the earliest of those times; it never polls. It stops at
+// Close and when the queue fails.
 func (q *Queue) timerLoop() {
 	defer q.wg.Done()
 	timer := q.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
+		q.metrics.timerWakes.Add(1)
 		q.mu.Lock()
 		at := q.nextWakeLocked()
 		q.timerAt = at
@@ -64,6 +66,11 @@ func (q *Queue) armTimer(timer Timer, at int64) {
 	}
 }
 
+// nextWakeLocked is when the timer loop must next run tick. Every time it
+// counts is one that tick acts on and moves past: a lease end (tick ends the
+// lease), a deadline (tick discards the item), a queue's next due time or
+// the end of its pause (queueWakeLocked), a key's window (tick forgets it);
+// so no time it returns stays in the past, and the loop never spins.
 func (q *Queue) nextWakeLocked() int64 {
 	at := int64(math.MaxInt64)
 	if t, ok := q.st.NextLeaseEnd(); ok {
@@ -72,19 +79,10 @@ func (q *Queue) nextWakeLocked() int64 {
 	if t, ok := q.st.NextDeadline(); ok {
 		at = min(at, t)
 	}
-	// Due times and pause ends matter only to a queue someone waits on.
-	for _, rt := range q.rts {
-		qs := q.st.Queue(rt.id)
-		if qs == nil || (rt.waiters.len() == 0 && len(rt.watchers) == 0) {
-			continue // deleted (the record is applied before the runtime goes), or no one waits
-		}
-		if t, ok := qs.NextDue(); ok {
-			at = min(at, t)
-		}
-		if u := qs.PausedUntil(); u != 0 && u != math.MaxInt64 {
-			at = min(at, u)
-		}
-	}
+	now := q.qt.now()
+	q.st.EachQueue(func(qs *state.QueueState) {
+		at = min(at, q.queueWakeLocked(qs, q.rts[qs.ID()], now))
+	})
 	if t, queue, ok := q.st.NextKeyRelease(); ok {
 		window := q.opts.KeyWindow
 		if rt := q.rts[queue]; rt != nil {
@@ -96,6 +94,23 @@ func (q *Queue) nextWakeLocked() int64 {
 		if end := t + int64(window); end <= q.st.LastTime() {
 			at = min(at, end+keyPruneStep-1-(end+keyPruneStep-1)%keyPruneStep)
 		}
+	}
+	return at
+}
+
+// queueWakeLocked is when the timer must next look at the queue qs (rt is
+// its runtime, nil when it has none): when its earliest delayed item comes
+// due, to make it ready whether or not anyone waits (Stats and a reopen see
+// it ready then), and, for a queue someone waits on, when its pause ends.
+// tick promotes every due item and looks at a pause only while it lasts, so
+// neither time can be in the past once tick has run.
+func (q *Queue) queueWakeLocked(qs *state.QueueState, rt *queueRT, now int64) int64 {
+	at := int64(math.MaxInt64)
+	if t, ok := qs.NextDue(); ok {
+		at = t
+	}
+	if rt != nil && (rt.waiters.len() > 0 || len(rt.watchers) > 0) && qs.Paused(now) {
+		at = min(at, qs.PausedUntil()) // math.MaxInt64 until Resume, whose record wakes
 	}
 	return at
 }
@@ -125,20 +140,13 @@ func (q *Queue) tick() {
 	// Keys past their window no longer hold (KeyHolder applies the window);
 	// forgetting them only frees memory, so it needs no record.
 	q.pruneKeysLocked(now)
-	for _, rt := range q.rts {
-		n := rt.waiters.len()
-		if n == 0 && len(rt.watchers) == 0 {
-			continue
-		}
-		qs := q.st.Queue(rt.id)
-		if qs == nil || qs.Paused(now) {
-			continue
-		}
+	// Delayed items come due whether or not anyone waits, paused or not;
+	// then whoever waits on a queue that can lease is woken (a pause that
+	// ended has no record to wake it).
+	q.st.EachQueue(func(qs *state.QueueState) {
 		qs.Promote(now)
-		if ready := qs.Gauges().Ready; ready > 0 {
-			rt.changedLocked(min(n, ready))
-		}
-	}
+		q.wakeLocked(q.rts[qs.ID()], now)
+	})
 }
 
 // pruneKeysLocked forgets the keys whose queue's window has ended by the

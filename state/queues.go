@@ -148,6 +148,10 @@ func (q *QueueState) Counters() Counters { return q.counters }
 func (q *QueueState) Len() int     { return q.n }
 func (q *QueueState) Bytes() int64 { return q.bytes }
 
+// ReadyLen is the number of items in the ready heaps: those Promote moved
+// there (GaugesAt counts the due ones it has not moved yet too).
+func (q *QueueState) ReadyLen() int { return q.nready }
+
 // Leased is the number of open leases.
 func (q *QueueState) Leased() int { return q.leased }
 

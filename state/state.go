@@ -301,6 +301,13 @@ func (s *State) QueueByName(name string) *QueueState {
 	return s.names[name]
 }
 
+// EachQueue calls f for every queue, in no order, allocating nothing.
+func (s *State) EachQueue(f func(*QueueState)) {
+	for _, q := range s.queues {
+		f(q)
+	}
+}
+
 // Queues returns every queue, the default queue first, then by ID (the
 // order of creation).
 func (s *State) Queues() []*QueueState {

@@ -153,8 +153,9 @@ type Log struct {
 	written    uint64 // last LSN handed to the OS
 	synced     uint64 // last LSN covered by an fsync; <= written
 	syncTimer  *time.Timer
-	timerArmed bool    // SyncInterval: syncTimer runs; set only while written > synced
-	offsets    []int64 // OnWritten's Bodies, reused
+	timerArmed bool          // SyncInterval: syncTimer runs; set only while written > synced
+	wakes      atomic.Uint64 // rounds of the committer (Wakes)
+	offsets    []int64       // OnWritten's Bodies, reused
 }
 
 // tailSegment is the segment frames are appended to.
@@ -780,6 +781,11 @@ func (l *Log) call(r request) result {
 	}
 }
 
+// Wakes is how many times the committer woke since Open: once for each
+// batch it wrote, each interval fsync and each request (Sync, a front
+// truncation, Close). A log nobody appends to does not wake.
+func (l *Log) Wakes() uint64 { return l.wakes.Load() }
+
 // run is the committer: the only goroutine that writes segments.
 func (l *Log) run() {
 	defer close(l.stopped)
@@ -790,13 +796,16 @@ func (l *Log) run() {
 		}
 		select {
 		case <-l.kick:
+			l.wakes.Add(1)
 			l.flush(false)
 		case <-timer:
+			l.wakes.Add(1)
 			l.timerArmed = false
 			if l.written > l.synced && l.Err() == nil {
 				l.syncTail() // a failure is recorded in l.failure
 			}
 		case r := <-l.reqs:
+			l.wakes.Add(1)
 			switch r.op {
 			case opSync:
 				err := l.flush(true)
