@@ -181,10 +181,28 @@ type Stats struct {
 	Bodies BodyStats
 	// Wakeups says how consumers and the directory's loops woke.
 	Wakeups WakeStats
+	dir     bool // DirStats
 	// IndexMappedBytes is the memory the directory's items take outside
 	// the Go heap: their entries, 80 bytes each, in chunks of 4096 IDs
 	// mapped for them (on Unix), which runtime.MemStats leaves out.
 	IndexMappedBytes int64
+}
+
+// Stalled reports a consumer stalled with work ready, which the queue must
+// never leave for longer than its timer takes to act: a Get waits on the
+// queue while the queue can lease more items (its ready ones, due items
+// included, within MaxInFlight; none while it is paused) than Gets were
+// signalled for. Tests check it after every step, once the timer has done
+// what came due. It is false for DirStats.
+func (s Stats) Stalled() bool {
+	if s.Wakeups.Waiting == 0 || s.Paused || s.dir {
+		return false
+	}
+	n := s.Ready
+	if s.MaxInFlight > 0 {
+		n = min(n, s.MaxInFlight-s.Leased)
+	}
+	return n > s.Wakeups.Woken
 }
 
 // WakeStats says how a queue's consumers and the directory's background
@@ -329,6 +347,7 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 		Work:              work,
 		Bodies:            bs,
 		Wakeups:           wakes,
+		dir:               all,
 		IndexMappedBytes:  mapped,
 	}
 	if g.OldestReadyDue != 0 && now > g.OldestReadyDue {

@@ -244,3 +244,48 @@ func TestOpenMakesDueItemsReady(t *testing.T) {
 		t.Fatalf("after Open the heaps hold %d ready and %d delayed, want 2000 and 1", g.Ready, g.Delayed)
 	}
 }
+
+// Stats.Stalled says, from the outside, what stuckLocked says: a Get
+// asleep while its queue can lease an item that no signalled Get is coming
+// for; not while the queue is paused or at its cap.
+func TestStatsStalled(t *testing.T) {
+	d, _, _ := testQueue(t, Options{})
+	q := mustOpenQueue(t, d, "s", QueueOptions{MaxInFlight: 1})
+	asleep := func() func() { // a waiter no wake-up reached
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		w := q.rt.waiters.add()
+		return func() {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			q.rt.waiters.remove(w)
+		}
+	}
+	stalled := func(want bool, what string) {
+		t.Helper()
+		if st := q.Stats(); st.Stalled() != want {
+			t.Fatalf("%s: Stalled() = %v, wakeups %+v, ready %d", what, !want, st.Wakeups, st.Ready)
+		}
+	}
+	wake := asleep()
+	stalled(false, "an empty queue")
+	wake()
+	mustPut(t, q, "x")
+	wake = asleep()
+	stalled(true, "an item ready")
+	if d.DirStats().Stalled() {
+		t.Fatal("DirStats says stalled")
+	}
+	wake()
+	stalled(false, "no waiter")
+	m := mustTryGet(t, q)
+	mustPut(t, q, "y")
+	wake = asleep()
+	stalled(false, "at the cap")
+	must(t, q.Pause(time.Time{}))
+	must(t, q.Ack(m.Receipt))
+	stalled(false, "paused")
+	wake()
+	must(t, q.Resume())
+	stalled(false, "resumed, no waiter")
+}
