@@ -20,6 +20,9 @@
 //	compact  cycle with and without compaction running: put latency of
 //	         both, and disk use after it against the live bytes
 //	mem      fill -n items; heap in use after a GC, per item, minus bodies
+//	idle     -queues named queues (default 1000), a Get blocked on each,
+//	         some paused with a due item, some past a timed pause: the
+//	         process's CPU over -duration (default 10s) while nothing happens
 //
 // Before put, cycle and compact it calibrates the disk: records of the
 // same size appended to a growing file with write(2) and fsync, as the
@@ -63,7 +66,7 @@ func main() {
 
 type usageError struct{ error }
 
-var workloads = []string{"put", "cycle", "delay", "recover", "compact", "mem", "coldget", "scale"}
+var workloads = []string{"put", "cycle", "delay", "recover", "compact", "mem", "coldget", "scale", "idle"}
 
 // config is the parsed command line.
 type config struct {
@@ -105,7 +108,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&c.producers, "producers", 16, "goroutines that put")
 	fs.IntVar(&c.consumers, "consumers", 16, "goroutines (or Work workers) that lease and ack [delay: 4]")
-	fs.IntVar(&c.queues, "queues", 1, "put, cycle, delay: named queues in the one directory, each with -producers and -consumers of its own (1: the default queue alone)")
+	fs.IntVar(&c.queues, "queues", 1, "put, cycle, delay: named queues in the one directory, each with -producers and -consumers of its own (1: the default queue alone) [idle: 1000, each with a Get blocked]")
 	fs.IntVar(&c.body, "body", 128, "body size in bytes")
 	fs.Int64Var(&c.n, "n", 0, "items to put (instead of -duration) [delay: 1000; recover, mem: 1000000]")
 	fs.DurationVar(&c.duration, "duration", 0, "how long to run (instead of -n) [put, cycle: 5s; compact: 5s per phase]")
@@ -184,9 +187,14 @@ func (c *config) finish(set map[string]bool) error {
 			c.n = 500_000
 		case "scale":
 			c.n = 10_000_000
+		case "idle":
+			c.duration = 10 * time.Second
 		default:
 			c.duration = 5 * time.Second
 		}
+	}
+	if c.workload == "idle" && !set["queues"] {
+		c.queues = 1000
 	}
 	if c.workload == "delay" && !set["consumers"] {
 		c.consumers = 4
@@ -211,8 +219,8 @@ func (c *config) finish(set map[string]bool) error {
 		return errors.New("-batch must be at least 1")
 	case c.queues < 1:
 		return errors.New("-queues must be at least 1")
-	case c.queues > 1 && c.workload != "put" && c.workload != "cycle" && c.workload != "delay":
-		return fmt.Errorf("-queues applies to put, cycle and delay, not %s", c.workload)
+	case c.queues > 1 && c.workload != "put" && c.workload != "cycle" && c.workload != "delay" && c.workload != "idle":
+		return fmt.Errorf("-queues applies to put, cycle, delay and idle, not %s", c.workload)
 	case c.maxReady < 0:
 		return errors.New("-max-ready must not be negative")
 	case c.consumer != "work" && c.consumer != "plain":
@@ -310,6 +318,8 @@ func runWith(args []string, stdout, stderr io.Writer) (err error) {
 		res.ColdGet, err = runColdGet(cfg, qdir)
 	case "scale":
 		res.Scale, err = runScale(cfg, qdir)
+	case "idle":
+		res.Idle, err = runIdle(cfg, qdir)
 	}
 	if err != nil {
 		return err

@@ -343,3 +343,16 @@ func TestColdGet(t *testing.T) {
 
 // TestMain holds every test of the package to the default run's time limit.
 func TestMain(m *testing.M) { testrule.Main(m) }
+
+// The idle workload measures a directory of queues with Gets blocked and
+// nothing to do: its loops do not wake, and every Get still waits.
+func TestIdle(t *testing.T) {
+	r := bench(t, "-queues", "40", "-duration", "200ms", "-sync", "never", "idle")
+	id := r.Idle
+	if id == nil || id.Queues != 40 || id.Waiting != 40 {
+		t.Fatalf("idle result %+v", id)
+	}
+	if id.TimerLoop > 2 || id.Committer != 0 {
+		t.Fatalf("an idle directory woke: timer loop %d, committer %d", id.TimerLoop, id.Committer)
+	}
+}

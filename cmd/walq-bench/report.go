@@ -27,6 +27,7 @@ type Result struct {
 	Mem         *MemResult     `json:"mem,omitempty"`
 	ColdGet     *ColdGetResult `json:"coldget,omitempty"`
 	Scale       *ScaleResult   `json:"scale,omitempty"`
+	Idle        *IdleResult    `json:"idle,omitempty"`
 	Notes       []string       `json:"notes,omitempty"`
 }
 
@@ -160,6 +161,9 @@ func (r *Result) writeText(w io.Writer) error {
 			head += fmt.Sprintf(" and %d consumers (%s)", c.Consumers, c.Consumer)
 		}
 	}
+	if r.Workload == "idle" {
+		head = fmt.Sprintf("walq-bench idle: %d queues, a Get blocked on each", c.Queues)
+	}
 	head += fmt.Sprintf(", body %d B, sync %s", c.BodyBytes, c.Sync)
 	if c.MaxReady > 0 {
 		head += fmt.Sprintf(", at most %s put and not delivered", count(float64(c.MaxReady)))
@@ -251,6 +255,12 @@ func (r *Result) writeText(w io.Writer) error {
 		p.line("  drained in %s; then on disk %s", secs(sc.DrainSeconds), bytesText(float64(sc.DiskDrained.total())))
 		p.line("  %s of bodies copied forward; %.2f bytes written per byte of body put; max RSS %s",
 			bytesText(float64(sc.Relocated)), sc.WriteAmp, bytesText(float64(sc.MaxRSS)))
+	}
+	if id := r.Idle; id != nil {
+		p.line("")
+		p.line("idle: %d queues with a Get blocked on each (a quarter paused with an item due, a quarter past a timed pause)", id.Queues)
+		p.line("  over %s: CPU %s, %.2f%% of a core; timer loop woke %d times, committer %d; %d Gets waiting",
+			secs(id.Seconds), secs(id.CPUSeconds), 100*id.CoreShare, id.TimerLoop, id.Committer, id.Waiting)
 	}
 	if cg := r.ColdGet; cg != nil {
 		p.line("")
