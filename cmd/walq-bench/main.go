@@ -44,6 +44,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,6 +52,9 @@ import (
 )
 
 func main() {
+	if leaseChild() {
+		return
+	}
 	if err := run(os.Args[1:], os.Stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -91,6 +95,7 @@ type config struct {
 	delayMax     time.Duration
 	fromSnapshot bool
 	cold         bool
+	recoverCase  string
 	batch        int
 	maxReady     int
 	prefill      int
@@ -124,6 +129,7 @@ func parseArgs(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.memProfile, "memprofile", "", "write an allocation profile (whole process) to this file at the end (mem: while the items are queued)")
 	fs.DurationVar(&c.delayMax, "delay-max", 200*time.Millisecond, "delay: the largest random delay")
 	fs.BoolVar(&c.fromSnapshot, "from-snapshot", false, "recover: compact before closing, so recovery loads a snapshot")
+	fs.StringVar(&c.recoverCase, "recover-case", "pristine", "recover: what the directory went through after the fill: pristine (nothing), delayed (items over two priorities, 1% of them nacked into an hour's backoff), closed (1% leased and acked, then a clean Close), killed (1% leased by a process killed with SIGKILL)")
 	fs.BoolVar(&c.cold, "cold", false, "recover: drop the queue's files from the page cache before reopening (Linux)")
 	fs.IntVar(&c.batch, "batch", 1, "recover, mem, compact prefill: items per PutBatch when filling (1: one Put each)")
 	fs.IntVar(&c.maxReady, "max-ready", 0, "cycle, delay, compact: producers wait while this many items are put and not yet delivered (0: no bound)")
@@ -215,6 +221,10 @@ func (c *config) finish(set map[string]bool) error {
 		return errors.New("-body must not be negative")
 	case c.workload == "delay" && c.body < delayBodyMin:
 		return fmt.Errorf("delay needs -body of at least %d bytes (it carries the delay)", delayBodyMin)
+	case !slices.Contains(recoverCases, c.recoverCase):
+		return fmt.Errorf("-recover-case %q: want one of %s", c.recoverCase, strings.Join(recoverCases, ", "))
+	case c.recoverCase != "pristine" && c.workload != "recover":
+		return fmt.Errorf("-recover-case applies to recover, not %s", c.workload)
 	case c.batch < 1:
 		return errors.New("-batch must be at least 1")
 	case c.queues < 1:

@@ -341,8 +341,14 @@ func TestColdGet(t *testing.T) {
 	}
 }
 
-// TestMain holds every test of the package to the default run's time limit.
-func TestMain(m *testing.M) { testrule.Main(m) }
+// TestMain holds every test of the package to the default run's time limit;
+// the test binary is also the process that recover's killed case starts.
+func TestMain(m *testing.M) {
+	if leaseChild() {
+		return
+	}
+	testrule.Main(m)
+}
 
 // The idle workload measures a directory of queues with Gets blocked and
 // nothing to do: its loops do not wake, and every Get still waits.
@@ -354,5 +360,25 @@ func TestIdle(t *testing.T) {
 	}
 	if id.TimerLoop > 2 || id.Committer != 0 {
 		t.Fatalf("an idle directory woke: timer loop %d, committer %d", id.TimerLoop, id.Committer)
+	}
+}
+
+// Each case of recover leaves the directory as it says, and the reopen
+// finds every item.
+func TestRecoverCases(t *testing.T) {
+	for _, c := range recoverCases {
+		t.Run(c, func(t *testing.T) {
+			r := bench(t, "-n", "1000", "-batch", "100", "-sync", "never", "-from-snapshot", "-recover-case", c, "recover").Recover
+			if r == nil || r.Case != c {
+				t.Fatalf("result %+v", r)
+			}
+			want := int64(0)
+			if c != "pristine" {
+				want = 10
+			}
+			if r.Touched != want || r.ReadySeconds < r.FirstGetSeconds || r.FirstGetSeconds <= 0 {
+				t.Fatalf("%s: touched %d (want %d), ready %v, first get %v", c, r.Touched, want, r.ReadySeconds, r.FirstGetSeconds)
+			}
+		})
 	}
 }

@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -67,9 +70,15 @@ type RecoverResult struct {
 	Cold           bool      `json:"cold"` // page cache dropped before the reopen
 	Disk           diskUsage `json:"disk"`
 
+	// Case is what the directory went through after the fill
+	// (-recover-case); Touched how many items that touched.
+	Case    string `json:"case"`
+	Touched int64  `json:"touched,omitempty"`
 	// ReadySeconds is from calling Open to the first Get returning an item:
-	// the time a restarted service waits before it can work.
+	// the time a restarted service waits before it can work;
+	// FirstGetSeconds the first Get's part of it.
 	ReadySeconds    float64 `json:"ready_seconds"`
+	FirstGetSeconds float64 `json:"first_get_seconds"`
 	OpenSeconds     float64 `json:"open_seconds"`
 	RecoverySeconds float64 `json:"recovery_seconds"` // Stats().Recovery.Duration
 	Replayed        int     `json:"replayed"`         // log records replayed after the snapshot
@@ -90,11 +99,34 @@ func runRecover(cfg *config, qdir string, prof *profiler) (*RecoverResult, error
 	if err != nil {
 		return nil, err
 	}
-	res := &RecoverResult{Items: cfg.n, BodyBytes: cfg.body, FromSnapshot: cfg.fromSnapshot, Cold: cfg.cold}
-	filled, err := fill(q, cfg.n, cfg.body, cfg.producers, cfg.batch)
-	if err != nil {
+	res := &RecoverResult{Items: cfg.n, BodyBytes: cfg.body, FromSnapshot: cfg.fromSnapshot, Cold: cfg.cold, Case: cfg.recoverCase}
+	var filled time.Duration
+	if cfg.recoverCase == "delayed" {
+		// Two priorities, half each; then 1% of the items nacked into an
+		// hour's backoff.
+		for p := range 2 {
+			d, err := fill(q, cfg.n/2+int64(p)*(cfg.n%2), cfg.body, cfg.producers, cfg.batch, walq.WithPriority(p))
+			if err != nil {
+				q.Close()
+				return nil, err
+			}
+			filled += d
+		}
 		q.Close()
-		return nil, err
+		o := opts
+		o.Backoff = func(int) time.Duration { return time.Hour }
+		if q, err = walq.Open(qdir, o); err != nil {
+			return nil, err
+		}
+		if res.Touched, err = leaseSome(q, cfg.n/100, func(m walq.Message) error { return q.Nack(m.Receipt, errors.New("later")) }); err != nil {
+			q.Close()
+			return nil, err
+		}
+	} else {
+		if filled, err = fill(q, cfg.n, cfg.body, cfg.producers, cfg.batch); err != nil {
+			q.Close()
+			return nil, err
+		}
 	}
 	res.FillSeconds = filled.Seconds()
 	if cfg.fromSnapshot {
@@ -107,6 +139,25 @@ func runRecover(cfg *config, qdir string, prof *profiler) (*RecoverResult, error
 	}
 	if err := q.Close(); err != nil {
 		return nil, err
+	}
+	switch cfg.recoverCase {
+	case "closed":
+		// Some work after the snapshot, then a clean Close.
+		if q, err = walq.Open(qdir, opts); err != nil {
+			return nil, err
+		}
+		if res.Touched, err = leaseSome(q, cfg.n/100, func(m walq.Message) error { return q.Ack(m.Receipt) }); err != nil {
+			q.Close()
+			return nil, err
+		}
+		if err := q.Close(); err != nil {
+			return nil, err
+		}
+	case "killed":
+		// A process leases some items and dies with them leased.
+		if res.Touched, err = leaseAndDie(qdir, cfg.n/100); err != nil {
+			return nil, err
+		}
 	}
 	if res.Disk, err = measureDisk(qdir); err != nil {
 		return nil, err
@@ -140,6 +191,7 @@ func runRecover(cfg *config, qdir string, prof *profiler) (*RecoverResult, error
 		return nil, fmt.Errorf("first get after recovery: %w", err)
 	}
 	ready := time.Since(start)
+	res.FirstGetSeconds = (ready - opened).Seconds()
 	use := p.end()
 	if err := prof.stop(); err != nil {
 		return nil, err
@@ -154,10 +206,93 @@ func runRecover(cfg *config, qdir string, prof *profiler) (*RecoverResult, error
 	res.CPUSeconds = use.CPU.Seconds()
 	res.PeakHeapInuse = use.PeakHeapInuse
 	res.MaxRSS = use.MaxRSS
-	if int64(st.Items) != cfg.n {
-		return nil, fmt.Errorf("recovered %d items, filled %d", st.Items, cfg.n)
+	want := cfg.n
+	if cfg.recoverCase == "closed" {
+		want -= res.Touched // acked
+	}
+	if int64(st.Items) != want {
+		return nil, fmt.Errorf("recovered %d items, want %d", st.Items, want)
 	}
 	return res, q.Close()
+}
+
+// recoverCases are the values of -recover-case.
+var recoverCases = []string{"pristine", "delayed", "closed", "killed"}
+
+// leaseSome leases the next n items of q in delivery order and ends each
+// lease with end; it returns how many it leased.
+func leaseSome(q *walq.Queue, n int64, end func(walq.Message) error) (int64, error) {
+	for i := int64(0); i < n; i++ {
+		m, ok, err := q.TryGet()
+		if err != nil {
+			return i, err
+		}
+		if !ok {
+			return i, nil
+		}
+		if err := end(m); err != nil {
+			return i, err
+		}
+	}
+	return n, nil
+}
+
+// leaseChildEnv makes walq-bench a process that leases items of a queue
+// directory and waits to be killed: "DIR N".
+const leaseChildEnv = "WALQ_BENCH_LEASE_CHILD"
+
+// leaseAndDie starts walq-bench again as a process that opens dir, leases
+// n items, says so and waits; then kills it with SIGKILL.
+func leaseAndDie(dir string, n int64) (int64, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d", leaseChildEnv, dir, n))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	var leased int64
+	_, scanErr := fmt.Fscanf(out, "leased %d\n", &leased)
+	cmd.Process.Kill()
+	cmd.Wait()
+	if scanErr != nil {
+		return 0, fmt.Errorf("the leasing process: %w", scanErr)
+	}
+	return leased, nil
+}
+
+// leaseChild is the process leaseAndDie starts: it reports false when this
+// process is not one.
+func leaseChild() bool {
+	v := os.Getenv(leaseChildEnv)
+	if v == "" {
+		return false
+	}
+	var dir string
+	var n int64
+	if _, err := fmt.Sscanf(v, "%s %d", &dir, &n); err != nil {
+		fmt.Fprintln(os.Stderr, "walq-bench lease child:", err)
+		os.Exit(2)
+	}
+	q, err := walq.Open(dir, walq.Options{Visibility: visibility})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "walq-bench lease child:", err)
+		os.Exit(1)
+	}
+	leased, err := leaseSome(q, n, func(walq.Message) error { return nil })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "walq-bench lease child:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("leased %d\n", leased)
+	select {} // until killed
 }
 
 // MemResult is what the mem workload measured: the heap that n queued
