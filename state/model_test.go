@@ -1869,6 +1869,24 @@ func (mc *machine) Check(t *rapid.T) {
 		if g := sq.Gauges(); g != *w {
 			t.Fatalf("queue %d: Gauges() = %+v, model: %+v", q.id, g, *w)
 		}
+		// GaugesAt counts a waiting item ready once its due time has come,
+		// moved out of the delayed heap or not, and moves nothing.
+		at := *w
+		for _, due := range delayedHead[q.id] {
+			if due <= m.now {
+				at.Ready++
+				at.Delayed--
+				if at.OldestReadyDue == 0 || due < at.OldestReadyDue {
+					at.OldestReadyDue = due
+				}
+			}
+		}
+		if g := sq.GaugesAt(m.now); g != at {
+			t.Fatalf("queue %d: GaugesAt(%d) = %+v, model: %+v", q.id, m.now, g, at)
+		}
+		if g := sq.Gauges(); g != *w {
+			t.Fatalf("queue %d: GaugesAt moved items: Gauges() = %+v after it, model: %+v", q.id, g, *w)
+		}
 		if sq.Len() != w.Items || sq.Bytes() != w.Bytes || sq.Leased() != w.Leased {
 			t.Fatalf("queue %d: Len, Bytes, Leased = %d, %d, %d; model: %d, %d, %d", q.id, sq.Len(), sq.Bytes(), sq.Leased(), w.Items, w.Bytes, w.Leased)
 		}
