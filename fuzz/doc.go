@@ -1,8 +1,10 @@
 // Package fuzz holds walq's native fuzz targets that cross package lines:
 // the record envelope and body decoders together, the snapshot file and
 // body decoders together, recovery (walq.Open) over arbitrary segment and
-// snapshot files, and random operation sequences against a live queue
-// checked against a plain model.
+// snapshot files, random operation sequences against a live queue
+// checked against a plain model, and random operation sequences on named
+// queues with consumers blocked in Get, checked for stalled consumers and
+// busy idle loops after every step (FuzzQueueOps).
 //
 // The committed corpora under testdata/fuzz run as ordinary tests with
 // go test; fuzz/run.sh fuzzes each target in turn:
