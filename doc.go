@@ -9,8 +9,10 @@
 // under the sync policy (SyncAlways by default: after an fsync shared by
 // all concurrent calls). Open replays the newest snapshot and the log after
 // it; a lease that was open at a crash ends as expired, its attempt
-// counted. Compaction writes a snapshot of the live state and drops the log
-// it covers, so disk use follows the live data.
+// counted. Item bodies stay in the log on disk, and memory holds where each
+// lies. Compaction writes a snapshot of the state (the index, without the
+// bodies) and removes the log segments it covers, keeping or copying
+// forward the live bodies in them, so disk use follows the live data.
 //
 // # Delivery
 //
@@ -69,18 +71,19 @@
 //
 // The first failed write or fsync puts the queue in its failed state for
 // good: every call returns ErrFailed, blocked Gets and Work return it at
-// once, and the background loops stop. Close it and Open it again; recovery
-// reads the log past the page cache, so it rebuilds from what the disk
-// holds.
+// once, and the background loops stop. Close it and Open it again; on
+// Linux recovery drops the log's pages from the page cache before it reads
+// them, so it rebuilds from what the disk holds.
 //
 // # Files
 //
 // A queue directory holds WALQ-FORMAT (the format version and the
 // directory's random ID, which every segment, snapshot and receipt
 // repeats), LOCK (an flock: one queue per directory), RESERVE (space that
-// recovery frees to write on a full disk), snapshot-<LSN>.snap files and
-// the log/ directory of segments; a directory of format 1 (no marker) is
-// carried forward to format 2 at Open. It ignores
+// recovery frees to write on a full disk), snapshot-<LSN>.snap files, the
+// log/ directory of segments, and bodies/, which holds sealed segments
+// that left the log for the live bodies in them; a directory of format 1
+// (no marker) is carried forward to format 2 at Open. It ignores
 // lost+found and dotfiles, warns about other files it does not own, and
 // refuses a file of a newer walq (ErrNewerFormat) or a non-empty directory
 // that is not a queue (ErrNotQueue). See the wal package for the format

@@ -120,8 +120,9 @@ type RecoveryStats struct {
 }
 
 // Stats is a point-in-time view of the queue. Gauges are as of the call;
-// counters count since the queue directory was created (LateAcks since
-// Open).
+// the queue's counters (Put to MovedOut) count since the queue directory
+// was created, and LateAcks, WrittenBytes, PutBytes, Compactions,
+// CompactionsFailed and Work since Open.
 type Stats struct {
 	// Queue is the queue's name ("" for the default queue, and for
 	// DirStats). Paused says whether it delivers nothing now.

@@ -604,7 +604,7 @@ func (w *workRun) engineFailed() bool {
 // keep watches an abandoned handler: it goes on extending the item's lease
 // until the handler returns, then settles the item with its result, so the
 // item is never delivered again while the handler lives (short of a lease
-// the heartbeat cannot keep, see the README). It stops at Close or when the
+// the heartbeat cannot keep, see docs/workers.md). It stops at Close or when the
 // queue fails.
 func (w *workRun) keep(m Message, res result, b *beater, cancel context.CancelCauseFunc, done <-chan error) {
 	start := w.clock.Monotonic()

@@ -35,7 +35,7 @@
 // that outlast the visibility; the child reports a second run of an item
 // while its first handler lives, and a lease lost under a live handler
 // (work.go); a child that was itself starved for longer than the
-// heartbeat can cover (the README's one exception) reports such an event
+// heartbeat can cover (the one exception docs/workers.md states) reports such an event
 // apart, and the summary counts it as starved, not as a violation. Some
 // bodies are random bytes, some lookalike format-1 and format-2 records, and
 // some copies of real frames the child reads from the queue's own segment
@@ -100,8 +100,8 @@
 // TestCatchesEarlyAck (and soak.sh's early-ack mode) assert that the
 // harness reports violations against that build.
 //
-// Running it: go test ./crashtest runs a short version of each mode (see
-// the WALQ_CRASH_* variables in crash_test.go); crashtest/soak.sh runs
+// Running it: go test -tags long ./crashtest runs a short version of each
+// mode (see the WALQ_CRASH_* variables in crash_test.go); crashtest/soak.sh runs
 // thousands of cycles and prints one summary line per mode; and
 // cmd/walq-crashtest takes flags for cycles, seed, sync policy, power loss
 // and the workload mix.

@@ -58,7 +58,7 @@ type Summary struct {
 	WorkRuns         int // Work handler calls
 	// Starved counts lost leases and second runs under Work that came
 	// while the child was starved longer than Visibility - HeartbeatEvery
-	// (work.go): the README's one exception, not violations. StarvedSeen
+	// (work.go): the one exception docs/workers.md states, not violations. StarvedSeen
 	// keeps the first few.
 	Starved     int
 	StarvedSeen []string

@@ -108,7 +108,7 @@ type ledger struct {
 	bodyBytesChecked           int64
 
 	// starved are the Work events the child saw while it was starved for
-	// longer than the heartbeat can cover: the README's one exception.
+	// longer than the heartbeat can cover: the one exception docs/workers.md states.
 	starved []string
 
 	// Queue time. checkTime is the newest time in the log at the last

@@ -25,7 +25,7 @@ import (
 // A handler whose heartbeat found its lease gone is reported too: nothing
 // but a late heartbeat ends a live handler's lease here.
 //
-// The one case the README allows is a process that cannot extend the lease
+// The one case docs/workers.md allows is a process that cannot extend the lease
 // in time: stopped or starved for longer than Visibility - HeartbeatEvery.
 // On a loaded machine (two cores, other processes on them, the race
 // detector) a child is starved that long often enough: runs under -race

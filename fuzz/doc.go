@@ -24,11 +24,19 @@
 //     loop measured its wait from a clock reading taken under the queue lock
 //     and armed the (relative) timer after releasing it, so a ManualClock
 //     advanced in between left the timer late by the advance.
+//   - FuzzOps/cdf2e1e7957f86bd: the target's model kept a redriven item
+//     whose deadline had come, which the queue's timer discards.
+//   - FuzzOps/0176a94abbb1be25: a key missing after a compaction and a
+//     reopen with the wall clock behind: compaction pruned keys at the
+//     queue's time instead of the snapshot's.
 //   - FuzzRecovery/3e25605820502e81, 2ec454db3c345cdd: the target itself
 //     compared Stats taken before the queue's timer discarded items past
 //     their deadline with a reopen taken after.
+//   - FuzzRecovery/bc7697aff48fec95: a format marker of more than 4 KiB was
+//     an I/O error instead of corruption.
 //
-// Both timer bugs are fixed in queue.go (appendLocked wakes the timer loop
-// when a record brings its next wake time closer; armTimer re-measures the
-// wait when the clock jumped while arming).
+// The timer bugs are fixed in sequencer.go (appendToLocked, which every
+// record goes through, wakes the timer loop when the record brings its
+// next wake time closer) and timer.go (armTimer re-measures the wait when
+// the clock jumped while arming).
 package fuzz

@@ -8,9 +8,9 @@
 //
 // Memory. An item is an 80-byte entry with no pointer in it, kept by value
 // in a chunk of 4096 consecutive IDs (its ID is its place in the chunk), so
-// that a million waiting items take about 90 MB whatever their bodies'
-// size: the body is in the log, named by a BodyRef (record, offset,
-// length, CRC-32C). On Unix the chunks are mapped outside the Go heap; a
+// that a waiting item costs its entry and a heap slot whatever its body's
+// size (docs/performance.md gives the measured figure): the body is in the
+// log, named by a BodyRef (record, offset, length, CRC-32C). On Unix the chunks are mapped outside the Go heap; a
 // chunk with few items left keeps only those, and an empty one is freed.
 // The heaps hold IDs. What only some items have (a key, a deadline, a
 // failed attempt, a lease) lives apart from the entries. Callers get

@@ -79,9 +79,10 @@ import (
 //     verified without reading bodies, and one body can be read and verified
 //     on its own.
 //   - Queue names the queue an operation belongs to: 0 is the directory's
-//     default queue, the only one so far. A later walq gives each named queue
-//     an incarnation ID (never reused), so a deleted and recreated name is a
-//     different queue.
+//     default queue (and the queue field of a record of the directory, such
+//     as a queue's creation); a named queue's ID is its incarnation, the LSN
+//     of the record that created it, never reused, so a deleted and
+//     recreated name is a different queue.
 //   - Type is the caller's record type; flags and the reserved fields are 0
 //     in format 2, and a reader refuses other values (a later walq that uses
 //     them writes a new format version).

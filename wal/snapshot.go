@@ -27,10 +27,10 @@ import (
 //	| kind (u8) | queue (u64 BE) | length (u64 BE) | data
 //	+-----------+----------------+-----------------+------...
 //
-// Kind 1 is the state of one queue (the state package's encoding); format 2
-// writes exactly one, for queue 0, the directory's default queue. A section
-// kind this build does not know is refused as newer (ErrNewerFormat), never
-// skipped. The CRC is CRC-32C (Castagnoli) over the header bytes before it
+// The kinds are listed below (SectionQueueState to SectionDirIndex4): this
+// build writes exactly one section, of kind SectionDirIndex4, for queue 0,
+// and reads every kind listed. A section kind this build does not know is
+// refused as newer (ErrNewerFormat), never skipped. The CRC is CRC-32C (Castagnoli) over the header bytes before it
 // and the body, so a flipped bit in the covered LSN is caught too: recovery
 // replays the log from that LSN, and a wrong one would silently skip or
 // repeat records. The file holds exactly header and body; trailing bytes are

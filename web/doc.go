@@ -16,15 +16,13 @@
 // party code) keeps the counts live through server-sent events, from one
 // broadcaster per queue, and stops while the tab is hidden.
 //
-// Actions (redrive, purge, pause until and resume, and redrive or purge
-// of every dead letter a filter matched, counted and confirmed first) are
+// Actions (redrive, purge, pause until and resume, redrive or purge of
+// every dead letter a filter matched, counted and confirmed first, and the
+// deletion of a stored item in any state, walq.Queue.DeleteItems) are
 // offered only where Options.Access allows them, and checked on the
 // server. Cross-origin requests are refused (http.CrossOriginProtection),
 // every page carries a Content-Security-Policy that allows no inline
 // script and no other host, every value is escaped, and a raw body is
 // served as an attachment that no browser renders. Actions are logged
 // through the queue's slog.Logger.
-//
-// Deleting a stored item (in any state) is not offered: it needs a record
-// type of its own.
 package web

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# compare.sh: the README's performance workloads, run with walq-bench built
+# compare.sh: the performance workloads of docs/performance.md, run with walq-bench built
 # at two revisions, interleaved, then compared with benchstat.
 #
 #   cmd/walq-bench/compare.sh [-pairs N] [-quick] [-only LIST] [-out DIR] [-dir DIR] OLD_REV NEW_REV
@@ -34,7 +34,7 @@ die() {
 }
 
 # Workloads: name, benchmark name, full arguments, quick arguments. The full
-# ones are the commands of the README's "Performance" section.
+# ones are the commands of docs/performance.md.
 all_workloads=(put32 put1 cycle-work cycle-plain cycle-never recover-snapshot recover-log mem delay compact)
 declare -A bench full quick
 bench[put32]=Put32

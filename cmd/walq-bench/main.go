@@ -15,11 +15,22 @@
 //	delay    items with random delays up to -delay-max; lateness of each
 //	         delivery and the count of early ones (which must be 0)
 //	recover  fill -n items, close, time Open until the first Get returns
-//	         (-from-snapshot: compact before closing; otherwise the log
-//	         alone is replayed)
+//	         (-recover-case: what the directory went through after the
+//	         fill; -from-snapshot: compact before closing; otherwise automatic
+//	         compaction is off, and Close writes the index when the
+//	         records since the last snapshot are at least 1,000 and an
+//	         eighth of the items, or the log holds 64 MiB, as it does for
+//	         a service; below that the log alone is replayed)
 //	compact  cycle with and without compaction running: put latency of
 //	         both, and disk use after it against the live bytes
-//	mem      fill -n items; heap in use after a GC, per item, minus bodies
+//	mem      fill -n items; memory in use after a GC (the heap, and the
+//	         index mapped outside it), per item, minus the bodies in memory
+//	coldget  fill -n items, reopen without a body cache, keep a few spread
+//	         across the backlog, drop the page cache, and time each Get
+//	         beside a 4 KiB read of the disk at a random offset (Linux)
+//	scale    fill -n items (10,000,000), close, recover, drain half while
+//	         compactions run back to back, drain the rest: times, disk
+//	         use and peak RSS
 //	idle     -queues named queues (default 1000), a Get blocked on each,
 //	         some paused with a due item, some past a timed pause: the
 //	         process's CPU over -duration (default 10s) while nothing happens
