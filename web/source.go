@@ -173,7 +173,7 @@ func (s *liveSource) Queue(name string) (QueueSummary, error) {
 }
 
 func summarize(q *walq.Queue) (QueueSummary, error) {
-	st := q.StatsNow()
+	st := q.Stats()
 	sum := QueueSummary{Name: q.Name(), Stats: st, Paused: st.Paused}
 	if st.Paused {
 		info, err := pauseInfo(q)
