@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walq/walq/internal/testrule"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
@@ -68,11 +69,14 @@ func TestBodyCache(t *testing.T) {
 // them, over and over, with small segments: every delivery has the body
 // that was put, none fails, and what stays after the run reopens intact.
 // A dangling reference (a body whose segment went away under it with no
-// newer place) fails the test as a lost put would.
+// newer place) fails the test as a lost put would. The run ends after 12
+// compactions and 250 deliveries, or 60 and 1,200 in a build with the tag
+// long. The reopen is in this process: the fsyncs of segment rolls and
+// compactions are skipped too (noSyncFS).
 func TestBodiesRaceCompaction(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{SegmentSize: 8 << 10, BodyCacheBytes: -1, DisableAutoCompact: true, Sync: SyncNever,
-		Visibility: time.Minute}
+		Visibility: time.Minute, fs: noSyncOS()}
 	q, err := Open(dir, opts)
 	must(t, err)
 	var mu sync.Mutex
@@ -101,7 +105,13 @@ func TestBodiesRaceCompaction(t *testing.T) {
 	for range 300 {
 		put(r)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	wantCompactions, wantDelivered := 12, 250
+	if testrule.Long {
+		wantCompactions, wantDelivered = 60, 1200
+	}
+	// The run ends once both counts are reached (the minute is only a
+	// bound for a queue that stopped delivering).
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
 	var delivered, compactions int
@@ -149,6 +159,12 @@ func TestBodiesRaceCompaction(t *testing.T) {
 				return
 			}
 			compactions++
+			dmu.Lock()
+			enough := compactions >= wantCompactions && delivered >= wantDelivered
+			dmu.Unlock()
+			if enough {
+				cancel()
+			}
 		}
 	}()
 	wg.Wait()
@@ -156,7 +172,7 @@ func TestBodiesRaceCompaction(t *testing.T) {
 		t.Fatalf("%d bodies failed, %d dead letters", st.Bodies.Failures, st.Dead)
 	}
 	relocated := q.Stats().Bodies.RelocatedBytes
-	if compactions < 3 || delivered < 100 || relocated == 0 {
+	if compactions < wantCompactions || delivered < wantDelivered || relocated == 0 {
 		t.Fatalf("%d compactions, %d deliveries, %d bytes relocated: the run proved little", compactions, delivered, relocated)
 	}
 	must(t, q.Close())
@@ -305,10 +321,11 @@ func TestOpenVerifiesKeptHeaders(t *testing.T) {
 // their frame headers verified at Open (in the background, beside the
 // snapshot's decoding). Damage in one of them is corruption; damage in one
 // whose items were all acked is garbage, which Open passes over and
-// removes.
+// removes. The opens are in this process: the fsyncs are skipped
+// (noSyncFS).
 func TestOpenVerifiesCoveredSegments(t *testing.T) {
 	base := t.TempDir()
-	opts := Options{SegmentSize: 16 << 10, BodyCacheBytes: -1, DisableAutoCompact: true}
+	opts := Options{SegmentSize: 16 << 10, BodyCacheBytes: -1, DisableAutoCompact: true, fs: noSyncOS()}
 	q, err := Open(base, opts)
 	must(t, err)
 	const n, acked = 1200, 300

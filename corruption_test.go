@@ -14,12 +14,14 @@ import (
 )
 
 // compactedDir builds a queue directory with a snapshot, a truncated log
-// and records after the snapshot, closed cleanly.
+// and records after the snapshot, closed cleanly. Its records are written
+// under SyncAlways; the fsyncs themselves are skipped (noSyncFS): the
+// directory is read back by this process.
 func compactedDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	clock := NewManualClock(epoch)
-	q, err := Open(dir, Options{Clock: clock, SegmentSize: 4096, DisableAutoCompact: true})
+	q, err := Open(dir, Options{Clock: clock, SegmentSize: 4096, DisableAutoCompact: true, fs: noSyncOS()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +42,7 @@ func compactedDir(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	for i := 0; i < 400; i++ {
+	for i := 0; i < 160; i++ {
 		mustPut(t, q, "after the snapshot, several segments of it")
 	}
 	if err := q.Close(); err != nil {
@@ -71,7 +73,10 @@ func segments(t *testing.T, dir string) []wal.Segment {
 // TestDirectoryCorruption: damage to snapshots and to the directory as a
 // whole (the log's own table of torn and corrupt records is in wal/) is
 // refused with an error that names the place, and nothing is changed.
+// Each case damages a copy of one directory; two cases take a file from a
+// second queue's.
 func TestDirectoryCorruption(t *testing.T) {
+	fixture, other := compactedDir(t), compactedDir(t)
 	cases := []struct {
 		name     string
 		damage   func(t *testing.T, dir string)
@@ -141,7 +146,6 @@ func TestDirectoryCorruption(t *testing.T) {
 			flipBit(t, segments(t, dir)[0].Path, 14)
 		}, ""},
 		{"the newest segment copied from another queue", func(t *testing.T, dir string) {
-			other := compactedDir(t)
 			segs, theirs := segments(t, dir), segments(t, other)
 			data, err := os.ReadFile(theirs[len(theirs)-1].Path)
 			must(t, err)
@@ -149,7 +153,6 @@ func TestDirectoryCorruption(t *testing.T) {
 			must(t, os.Rename(segs[len(segs)-1].Path, filepath.Join(filepath.Dir(segs[0].Path), theirs[len(theirs)-1].Name)))
 		}, ""},
 		{"the marker copied from another queue", func(t *testing.T, dir string) {
-			other := compactedDir(t)
 			data, err := os.ReadFile(filepath.Join(other, layout.MarkerName))
 			must(t, err)
 			must(t, os.WriteFile(filepath.Join(dir, layout.MarkerName), data, 0o600))
@@ -173,7 +176,7 @@ func TestDirectoryCorruption(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := compactedDir(t)
+			dir := copyDir(t, fixture)
 			tc.damage(t, dir)
 			before := dirListing(t, dir)
 			q, err := Open(dir, Options{})

@@ -165,64 +165,77 @@ func (c *steppingClock) Now() time.Time { return time.Now().Add(time.Duration(c.
 
 // TestWorkUnderWallSteps runs Work on slow handlers (each longer than the
 // visibility, so only the heartbeat keeps its lease) while the wall clock is
-// stepped back and forth by up to a day: no item runs on two workers at
-// once, no lease is lost, no ack is late.
+// stepped back and forth by up to a day before every beat: no item runs on
+// two workers at once, no lease is lost, no ack is late, and each beat
+// extends its lease to a visibility past the beat in queue time (the wall
+// time at Open plus the time passed since), whatever the wall clock reads.
+// It runs on the injected clock; TestWorkUnderWallStepsRealTime (tag long)
+// runs it on the system clock, stepped every 20ms.
 func TestWorkUnderWallSteps(t *testing.T) {
-	clock := &steppingClock{}
-	// A visibility of 2s and a beat every 100ms leave 1.9s of margin for a
-	// loaded machine; each handler runs 2.5s, longer than the visibility.
-	q, err := Open(t.TempDir(), Options{Clock: clock, Visibility: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	const items = 8
+	const visibility, every = 2 * time.Second, 500 * time.Millisecond
+	q, clock, _ := testQueue(t, Options{Visibility: visibility})
+	const items, workers = 8, 4
 	for i := range items {
-		if _, err := q.Put(context.Background(), fmt.Appendf(nil, "item %d", i)); err != nil {
-			t.Fatal(err)
-		}
+		mustPut(t, q, fmt.Sprintf("item %d", i))
 	}
 	var mu sync.Mutex
 	running := map[uint64]bool{}
-	var twice, done atomic.Int64
-	allDone := make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	workErr := make(chan error, 1)
-	go func() {
-		workErr <- q.Work(ctx, 4, func(ctx context.Context, m Message) error {
-			mu.Lock()
-			if running[m.ID] {
-				twice.Add(1)
-			}
-			running[m.ID] = true
-			mu.Unlock()
-			time.Sleep(2500 * time.Millisecond) // the work: longer than the visibility
-			mu.Lock()
-			delete(running, m.ID)
-			mu.Unlock()
-			if done.Add(1) == items {
-				close(allDone)
-			}
-			return nil
-		}, WorkOptions{HeartbeatEvery: 100 * time.Millisecond})
-	}()
-	rng := rand.New(rand.NewPCG(1, 2))
-	stepper := time.NewTicker(20 * time.Millisecond)
-	defer stepper.Stop()
-	for waiting := true; waiting; {
-		select {
-		case <-allDone:
-			waiting = false
-		case <-stepper.C:
-			clock.offset.Store(int64(time.Duration(rng.Int64N(int64(48*time.Hour))) - 24*time.Hour))
-		case <-time.After(30 * time.Second):
-			t.Fatalf("only %d of %d items done", done.Load(), items)
+	release := map[uint64]chan struct{}{}
+	var twice atomic.Int64
+	started := make(chan Message, items)
+	cancel, done := startWork(t, q, workers, func(ctx context.Context, m Message) error {
+		ch := make(chan struct{})
+		mu.Lock()
+		if running[m.ID] {
+			twice.Add(1)
 		}
+		running[m.ID] = true
+		release[m.ID] = ch
+		mu.Unlock()
+		started <- m
+		<-ch // the work: released after longer than the visibility
+		mu.Lock()
+		delete(running, m.ID)
+		mu.Unlock()
+		return nil
+	}, WorkOptions{HeartbeatEvery: every})
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	var offset time.Duration // the wall clock's step from the true time
+	stepWall := func() {
+		next := time.Duration(rng.Int64N(int64(48*time.Hour))) - 24*time.Hour
+		clock.StepWall(next - offset)
+		offset = next
+	}
+	for range items / workers {
+		batch := make([]Message, workers)
+		for i := range batch {
+			batch[i] = recv(t, "a handler to start", started)
+		}
+		// Six beats: 3s of work, longer than the visibility.
+		for range 6 {
+			stepWall()
+			advance(t, q, clock, every)
+			want := epoch.Add(clock.Monotonic() + visibility)
+			for _, m := range batch {
+				waitFor(t, "the heartbeat's extension", func() bool {
+					end, ok := leaseEnd(q, m.Receipt)
+					if !ok {
+						t.Fatalf("item %d: lease lost at %v", m.ID, clock.Monotonic())
+					}
+					return end.Equal(want)
+				})
+			}
+		}
+		stepWall()
+		mu.Lock()
+		for _, m := range batch {
+			close(release[m.ID])
+		}
+		mu.Unlock()
 	}
 	waitFor(t, "the acks", func() bool { return q.Stats().Acked == items })
-	cancel()
-	if err := <-workErr; err != nil {
+	if err := stopWork(t, cancel, done); err != nil {
 		t.Fatal(err)
 	}
 	if st := q.Stats(); twice.Load() != 0 || st.Expired != 0 || st.LateAcks != 0 || st.Delivered != items || st.Work.LeasesLost != 0 {

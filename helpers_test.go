@@ -1,12 +1,16 @@
 package walq
 
 import (
-	"github.com/walq/walq/state"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"testing"
+	"time"
 
+	"github.com/walq/walq/internal/testrule"
+	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
 
@@ -89,4 +93,79 @@ func storedBodies(t testing.TB, q *Queue) map[uint64][]byte {
 		out[src.id] = b
 	}
 	return out
+}
+
+// noSyncFS is an FS whose fsyncs (of files and of directories) return at
+// once without reaching the disk; every other operation, and every call
+// itself, goes through as before. It is for tests that check what a queue
+// in this process, or a reopen in this process, sees: the page cache serves
+// them the same bytes with or without the fsyncs, whose wait for the disk
+// is most of such a test's time. A FaultFS over it still counts and fails
+// the fsyncs. Tests of what survives a crash or a power loss do not use it.
+type noSyncFS struct{ wal.FS }
+
+// noSyncOS is the OS file system without its fsyncs.
+func noSyncOS() wal.FS { return noSyncFS{wal.OSFS()} }
+
+func (f noSyncFS) OpenFile(name string, flag int, perm os.FileMode) (wal.File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return noSyncFile{file}, nil
+}
+
+func (noSyncFS) SyncDir(string) error { return nil }
+
+// DropCache passes on to the wrapped FS (the recovery reads past the page
+// cache): dropping only clean pages, it drops none of the unsynced ones.
+func (f noSyncFS) DropCache(file wal.File) error {
+	d, ok := f.FS.(wal.CacheDropper)
+	if !ok {
+		return nil
+	}
+	if nf, ok := file.(noSyncFile); ok {
+		file = nf.File
+	}
+	return d.DropCache(file)
+}
+
+type noSyncFile struct{ wal.File }
+
+func (noSyncFile) Sync() error { return nil }
+
+// sampleSeed is the seed of the random part of a sample that a test takes
+// in the default run (a build with the tag long runs every case): a new one
+// each run, logged, and set by WALQ_SAMPLE_SEED to replay a failure.
+func sampleSeed(t *testing.T) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("WALQ_SAMPLE_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("WALQ_SAMPLE_SEED=%q: %v", v, err)
+		}
+	}
+	t.Logf("sample seed %d (WALQ_SAMPLE_SEED)", seed)
+	return seed
+}
+
+// sampled says which of n cases (seeds, rounds) a test runs: every one in a
+// build with the tag long; in the default run the first, the last and k-2
+// more at random (sampleSeed).
+func sampled(t *testing.T, n, k int) []bool {
+	t.Helper()
+	run := make([]bool, n)
+	if testrule.Long || k >= n {
+		for i := range run {
+			run[i] = true
+		}
+		return run
+	}
+	rng := rand.New(rand.NewPCG(sampleSeed(t), 0x5a3b))
+	run[0], run[n-1] = true, true
+	for _, i := range rng.Perm(n - 2)[:max(k-2, 0)] {
+		run[i+1] = true
+	}
+	return run
 }

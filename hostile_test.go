@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"math/rand/v2"
 	"os"
+	"slices"
 	"testing"
 
+	"github.com/walq/walq/internal/testrule"
 	"github.com/walq/walq/wal"
 )
 
@@ -14,10 +17,13 @@ import (
 // queue's own frames (MACs and LSNs intact) and the write of the last one
 // is torn at every length a kill -9 could leave. No open is refused, no
 // copy is ever read as a record, and every item reported done is there,
-// byte for byte.
+// byte for byte. A kill -9 leaves the page cache to the next open, so the
+// fsyncs are skipped (noSyncFS); the records still say they were synced. A
+// build with the tag long tears the write at every length, the default run
+// at a sample of them.
 func TestBodiesOfRealFrames(t *testing.T) {
 	dir := t.TempDir()
-	q, err := Open(dir, Options{Sync: SyncAlways, DisableAutoCompact: true})
+	q, err := Open(dir, Options{Sync: SyncAlways, DisableAutoCompact: true, fs: noSyncOS()})
 	must(t, err)
 	ctx := context.Background()
 	for i := 0; i < 20; i++ {
@@ -44,13 +50,35 @@ func TestBodiesOfRealFrames(t *testing.T) {
 	last := segs[len(segs)-1]
 	whole, err := os.ReadFile(last.Path)
 	must(t, err)
-	// The last frame holds the last put; tear it at every length.
+	// The last frame holds the last put; tear it at every length in a build
+	// with the tag long. The default run tears it at its boundaries (none of
+	// it written, its first byte, around the ends of its header and of its
+	// record's header, all but its last byte) and at a dozen lengths at
+	// random (sampleSeed).
 	lastFrame := int64(len(whole)) - int64(wal.FrameOverhead(1)) - int64(len(bodies[len(bodies)-1])) - 16
-	for cut := lastFrame; cut < int64(len(whole)); cut += 1 + int64(len(whole))/200 {
+	var cuts []int64
+	if testrule.Long {
+		for cut := lastFrame; cut < int64(len(whole)); cut++ {
+			cuts = append(cuts, cut)
+		}
+	} else {
+		for _, off := range []int{0, 1, wal.FrameHeaderSize - 1, wal.FrameHeaderSize, wal.FrameHeaderSize + 1,
+			wal.FrameOverhead(1) - 1, wal.FrameOverhead(1), wal.FrameOverhead(1) + 1} {
+			cuts = append(cuts, lastFrame+int64(off))
+		}
+		cuts = append(cuts, int64(len(whole))-1)
+		rng := rand.New(rand.NewPCG(sampleSeed(t), 0x7ea2))
+		for range 12 {
+			cuts = append(cuts, lastFrame+rng.Int64N(int64(len(whole))-lastFrame))
+		}
+		slices.Sort(cuts)
+		cuts = slices.Compact(cuts)
+	}
+	for _, cut := range cuts {
 		dirCopy := copyDir(t, dir)
 		path := dirCopy + "/log/" + last.Name
 		must(t, os.WriteFile(path, whole[:cut], 0o600))
-		q, err := Open(dirCopy, Options{})
+		q, err := Open(dirCopy, Options{fs: noSyncOS()})
 		if err != nil {
 			t.Fatalf("cut at %d of %d: Open = %v", cut, len(whole), err)
 		}

@@ -9,10 +9,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/walq/walq/internal/layout"
+	"github.com/walq/walq/internal/testrule"
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
@@ -89,16 +92,22 @@ func randomHistory(t *testing.T, q *Queue, clock *ManualClock, rng *rand.Rand, n
 // TestReplayEquivalence: for random histories, reopening the directory
 // yields the live state, with and without a snapshot in between, modulo the
 // leases that recovery ends as expired (whose records are replayed onto the
-// live state to compare).
+// live state to compare). The reopen is in this process: the fsyncs are
+// skipped (noSyncFS). A build with the tag long runs all 12 seeds; the
+// default run 6 of them, the first and the last among them (sampled).
 func TestReplayEquivalence(t *testing.T) {
+	run := sampled(t, 12, 6)
 	for seed := uint64(1); seed <= 12; seed++ {
+		if !run[seed-1] {
+			continue
+		}
 		for _, compact := range []bool{false, true} {
 			t.Run(fmt.Sprintf("seed%d/compact=%v", seed, compact), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 7))
 				dir := t.TempDir()
 				clock := NewManualClock(epoch)
 				opts := Options{Clock: clock, Backoff: fixedBackoff, MaxAttempts: 3, Visibility: time.Second,
-					SegmentSize: 4096, DisableAutoCompact: true}
+					SegmentSize: 4096, DisableAutoCompact: true, fs: noSyncOS()}
 				q, err := Open(dir, opts)
 				if err != nil {
 					t.Fatal(err)
@@ -166,7 +175,7 @@ func baseQueueDir(t *testing.T, opts Options) (string, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	randomHistory(t, q, clock, rand.New(rand.NewPCG(42, 42)), 300)
+	randomHistory(t, q, clock, rand.New(rand.NewPCG(42, 42)), 200) // four segments
 	// End every open lease so reopening changes nothing.
 	clock.Advance(time.Hour)
 	q.settle()
@@ -225,10 +234,12 @@ func copyDir(t *testing.T, src string) string {
 }
 
 // faultTestOptions are the options of the fault tests: a manual clock, no
-// jitter, small segments, compaction only on demand.
+// jitter, small segments, compaction only on demand, and fsyncs that do not
+// wait for the disk (noSyncFS: the tests reopen in this process, and a
+// FaultFS over it still counts and fails every fsync).
 func faultTestOptions() Options {
 	return Options{Clock: NewManualClock(epoch), Backoff: fixedBackoff, MaxAttempts: 3,
-		Visibility: time.Second, SegmentSize: 4096, DisableAutoCompact: true}
+		Visibility: time.Second, SegmentSize: 4096, DisableAutoCompact: true, fs: noSyncOS()}
 }
 
 // withFS returns opts with the queue's own file operations going through
@@ -239,10 +250,12 @@ func withFS(opts Options, fsys wal.FS) Options {
 }
 
 // countOps opens a copy of base through a counting FS and reports how many
-// file operations Open took, and how many it had taken after one Compact.
-func countOps(t *testing.T, base string, opts Options) (opened, compacted int) {
+// file operations Open took, and how many it had taken after one Compact,
+// and names each operation (ops[i] is operation i+1, as FaultFS counts).
+func countOps(t *testing.T, base string, opts Options) (opened, compacted int, ops []string) {
 	t.Helper()
-	probe := wal.NewFaultFS(wal.OSFS(), 0)
+	rec := &opRecorder{FS: opts.fs}
+	probe := wal.NewFaultFS(rec, 0)
 	q, err := Open(copyDir(t, base), withFS(opts, probe))
 	if err != nil {
 		t.Fatal(err)
@@ -252,25 +265,173 @@ func countOps(t *testing.T, base string, opts Options) (opened, compacted int) {
 	if err := q.Compact(); err != nil {
 		t.Fatal(err)
 	}
-	return opened, probe.Calls()
+	compacted = probe.Calls()
+	ops = rec.names()
+	if len(ops) < compacted {
+		t.Fatalf("the recorder saw %d operations, FaultFS counted %d", len(ops), compacted)
+	}
+	return opened, compacted, ops[:compacted]
 }
 
-// TestCompactionFaults fails the N-th file operation of a compaction, for
-// every N, as pebble's TestErrors does: the queue may fail, but reopening
-// always yields the same state, and a second compaction then succeeds.
+// faultSteps chooses the operations a fault test fails, among first..last
+// (FaultFS's numbering; ops[n-1] names operation n). A build with the tag
+// long fails every one. The default run fails a sample: the first and the
+// last, the first of each kind of operation (each fsync, rename, removal,
+// directory read... fails at least once; a kind's first occurrence is
+// where a phase of the work starts) and four more at random (sampleSeed).
+func faultSteps(t *testing.T, first, last int, ops []string) []int {
+	t.Helper()
+	if testrule.Long {
+		steps := make([]int, 0, last-first+1)
+		for n := first; n <= last; n++ {
+			steps = append(steps, n)
+		}
+		return steps
+	}
+	chosen := map[int]bool{first: true, last: true}
+	seen := map[string]bool{}
+	for n := first; n <= last; n++ {
+		if !seen[ops[n-1]] {
+			seen[ops[n-1]] = true
+			chosen[n] = true
+		}
+	}
+	rng := rand.New(rand.NewPCG(sampleSeed(t), 0xfa17))
+	for want := len(chosen) + 4; len(chosen) < min(want, last-first+1); {
+		chosen[first+rng.IntN(last-first+1)] = true
+	}
+	steps := make([]int, 0, len(chosen))
+	for n := range chosen {
+		steps = append(steps, n)
+	}
+	slices.Sort(steps)
+	t.Logf("failing %d of operations %d..%d (the tag long fails every one): %v", len(steps), first, last, steps)
+	return steps
+}
+
+// runFaultSteps runs step as a parallel subtest for each of steps, each on
+// a directory of its own.
+func runFaultSteps(t *testing.T, steps []int, step func(t *testing.T, n int)) {
+	t.Helper()
+	for _, n := range steps {
+		t.Run(fmt.Sprintf("op%d", n), func(t *testing.T) {
+			t.Parallel()
+			step(t, n)
+		})
+	}
+}
+
+// opRecorder names every operation it passes on, as FaultFS names them.
+type opRecorder struct {
+	wal.FS
+	mu  sync.Mutex
+	ops []string
+}
+
+func (r *opRecorder) add(op string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ops = append(r.ops, op)
+}
+
+func (r *opRecorder) names() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ops)
+}
+
+func (r *opRecorder) OpenFile(name string, flag int, perm os.FileMode) (wal.File, error) {
+	r.add("open")
+	f, err := r.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &recordedFile{File: f, r: r}, nil
+}
+
+func (r *opRecorder) Rename(oldpath, newpath string) error {
+	r.add("rename")
+	return r.FS.Rename(oldpath, newpath)
+}
+
+func (r *opRecorder) Link(oldname, newname string) error {
+	r.add("link")
+	return r.FS.Link(oldname, newname)
+}
+
+func (r *opRecorder) Remove(name string) error { r.add("remove"); return r.FS.Remove(name) }
+
+func (r *opRecorder) MkdirAll(path string, perm os.FileMode) error {
+	r.add("mkdirall")
+	return r.FS.MkdirAll(path, perm)
+}
+
+func (r *opRecorder) ReadDir(name string) ([]os.DirEntry, error) {
+	r.add("readdir")
+	return r.FS.ReadDir(name)
+}
+
+func (r *opRecorder) Stat(name string) (os.FileInfo, error) { r.add("stat"); return r.FS.Stat(name) }
+
+func (r *opRecorder) Truncate(name string, size int64) error {
+	r.add("truncate")
+	return r.FS.Truncate(name, size)
+}
+
+func (r *opRecorder) SyncDir(dir string) error { r.add("syncdir"); return r.FS.SyncDir(dir) }
+func (r *opRecorder) Check(op string) error    { r.add(op); return r.FS.Check(op) }
+
+func (r *opRecorder) DropCache(f wal.File) error {
+	r.add("dropcache")
+	if rf, ok := f.(*recordedFile); ok {
+		f = rf.File
+	}
+	if d, ok := r.FS.(wal.CacheDropper); ok {
+		return d.DropCache(f)
+	}
+	return nil
+}
+
+type recordedFile struct {
+	wal.File
+	r *opRecorder
+}
+
+func (f *recordedFile) Read(p []byte) (int, error) { f.r.add("file.read"); return f.File.Read(p) }
+func (f *recordedFile) ReadAt(p []byte, off int64) (int, error) {
+	f.r.add("file.readat")
+	return f.File.ReadAt(p, off)
+}
+func (f *recordedFile) Write(p []byte) (int, error) { f.r.add("file.write"); return f.File.Write(p) }
+func (f *recordedFile) WriteAt(p []byte, off int64) (int, error) {
+	f.r.add("file.writeat")
+	return f.File.WriteAt(p, off)
+}
+func (f *recordedFile) Sync() error                { f.r.add("file.sync"); return f.File.Sync() }
+func (f *recordedFile) Stat() (os.FileInfo, error) { f.r.add("file.stat"); return f.File.Stat() }
+func (f *recordedFile) Truncate(size int64) error {
+	f.r.add("file.truncate")
+	return f.File.Truncate(size)
+}
+func (f *recordedFile) Close() error { f.r.add("file.close"); return f.File.Close() }
+
+// TestCompactionFaults fails the N-th file operation of a compaction, as
+// pebble's TestErrors does: the queue may fail, but reopening always yields
+// the same state, and a second compaction then succeeds. A build with the
+// tag long fails every operation; the default run a sample (faultSteps).
 func TestCompactionFaults(t *testing.T) {
 	opts := faultTestOptions()
 	clock := opts.Clock.(*ManualClock)
 	base, want := baseQueueDir(t, opts)
 
-	opened, compacted := countOps(t, base, opts)
+	opened, compacted, ops := countOps(t, base, opts)
 	if compacted-opened < 5 {
 		t.Fatalf("compaction ran only %d file operations", compacted-opened)
 	}
 
-	for n := opened + 1; n <= compacted; n++ {
+	runFaultSteps(t, faultSteps(t, opened+1, compacted, ops), func(t *testing.T, n int) {
 		dir := copyDir(t, base)
-		ffs := wal.NewFaultFS(wal.OSFS(), n)
+		ffs := wal.NewFaultFS(opts.fs, n)
 		q, err := Open(dir, withFS(opts, ffs))
 		if err != nil {
 			t.Fatalf("op %d: open: %v", n, err)
@@ -300,19 +461,20 @@ func TestCompactionFaults(t *testing.T) {
 			t.Fatalf("op %d: state differs after the second compaction", n)
 		}
 		q.Close()
-	}
+	})
 }
 
 // TestOpenFaults fails the N-th file operation of Open itself: Open fails
 // cleanly (never half-opened, lock released) and a normal Open afterwards
-// sees the same state.
+// sees the same state. A build with the tag long fails every operation;
+// the default run a sample (faultSteps).
 func TestOpenFaults(t *testing.T) {
 	opts := faultTestOptions()
 	base, want := baseQueueDir(t, opts)
-	total, _ := countOps(t, base, opts)
-	for n := 1; n <= total; n++ {
+	total, _, ops := countOps(t, base, opts)
+	runFaultSteps(t, faultSteps(t, 1, total, ops), func(t *testing.T, n int) {
 		dir := copyDir(t, base)
-		ffs := wal.NewFaultFS(wal.OSFS(), n)
+		ffs := wal.NewFaultFS(opts.fs, n)
 		if q, err := Open(dir, withFS(opts, ffs)); err == nil {
 			q.Close()
 		}
@@ -324,7 +486,7 @@ func TestOpenFaults(t *testing.T) {
 			t.Fatalf("op %d failed during open; state differs", n)
 		}
 		q.Close()
-	}
+	})
 }
 
 // TestWriteFailureFailsQueue: a failed write or fsync stops the queue for
@@ -366,9 +528,11 @@ func TestWriteFailureFailsQueue(t *testing.T) {
 }
 
 // TestDiskUseBoundedByLiveData: an old dead letter and a long-delayed item
-// never pin the log.
+// never pin the log: a compaction leaves a few segments of the dozens that
+// churn filled. What it checks is the log's size, not durability: the
+// fsyncs are skipped (noSyncFS).
 func TestDiskUseBoundedByLiveData(t *testing.T) {
-	q, _, _ := testQueue(t, Options{SegmentSize: 4096, DisableAutoCompact: true, MaxAttempts: 1})
+	q, _, _ := testQueue(t, Options{SegmentSize: 4096, DisableAutoCompact: true, MaxAttempts: 1, fs: noSyncOS()})
 	ctx := context.Background()
 	mustPut(t, q, "old and delayed", WithDelay(24*time.Hour))
 	mustPut(t, q, "will die")
@@ -376,8 +540,14 @@ func TestDiskUseBoundedByLiveData(t *testing.T) {
 	if err := q.DeadLetter(m.Receipt, errors.New("x")); err != nil {
 		t.Fatal(err)
 	}
+	// 600 cycles of 200-byte bodies fill some sixty 4 KiB segments behind
+	// the two old items (2,000 cycles in a build with the tag long).
+	cycles := 600
+	if testrule.Long {
+		cycles = 2000
+	}
 	body := bytes.Repeat([]byte("x"), 200)
-	for i := 0; i < 2000; i++ {
+	for i := 0; i < cycles; i++ {
 		if _, err := q.Put(ctx, body); err != nil {
 			t.Fatal(err)
 		}
@@ -387,6 +557,10 @@ func TestDiskUseBoundedByLiveData(t *testing.T) {
 		}
 	}
 	before := q.Stats()
+	t.Logf("before compaction: %d log bytes in %d segments", before.LogBytes, before.LogSegments)
+	if before.LogSegments < 20 {
+		t.Fatalf("before compaction: only %d log segments", before.LogSegments)
+	}
 	if err := q.Compact(); err != nil {
 		t.Fatal(err)
 	}
@@ -399,11 +573,12 @@ func TestDiskUseBoundedByLiveData(t *testing.T) {
 
 // TestAutoCompaction: compaction starts by itself once the log passes
 // CompactMinBytes and CompactRatio times the live data, and the queue keeps
-// serving meanwhile.
+// serving meanwhile. Durability is not the question: the fsyncs are skipped
+// (noSyncFS).
 func TestAutoCompaction(t *testing.T) {
 	done := make(chan error, 16)
 	q, _, dir := testQueue(t, Options{SegmentSize: 4096, CompactMinBytes: 32 << 10, CompactRatio: 2,
-		onCompact: func(err error) { done <- err }})
+		onCompact: func(err error) { done <- err }, fs: noSyncOS()})
 	ctx := context.Background()
 	body := bytes.Repeat([]byte("b"), 100)
 	compacted := false
