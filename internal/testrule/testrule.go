@@ -150,6 +150,12 @@ func watch(binary string, args []string, limit time.Duration, out io.Writer) int
 	}
 	cmd := exec.Command(binary, childArgs...)
 	cmd.Env = append(os.Environ(), childEnv+"=1")
+	if v := os.Getenv("GORACE"); !strings.Contains(v, "atexit_sleep_ms") {
+		// A race-enabled binary sleeps a second as it exits, to let the
+		// goroutines still running report; this process sleeps it too,
+		// once is enough, and the child's tests have all ended by then.
+		cmd.Env = append(cmd.Env, strings.TrimSpace("GORACE="+v+" atexit_sleep_ms=0"))
+	}
 	cmd.Stdin = os.Stdin
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = childAttr()

@@ -37,11 +37,12 @@ func runSleeper(t *testing.T, sleep, limit string, extra ...string) (string, int
 	cmd := exec.Command(os.Args[0], args...)
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, childEnv+"=") && !strings.HasPrefix(kv, LimitEnv+"=") && !strings.HasPrefix(kv, sleepEnv+"=") {
+		if !strings.HasPrefix(kv, childEnv+"=") && !strings.HasPrefix(kv, LimitEnv+"=") && !strings.HasPrefix(kv, sleepEnv+"=") && !strings.HasPrefix(kv, "GORACE=") {
 			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(env, sleepEnv+"="+sleep, LimitEnv+"="+limit)
+	// GORACE: the run's own exit would sleep a second under -race.
+	cmd.Env = append(env, sleepEnv+"="+sleep, LimitEnv+"="+limit, "GORACE=atexit_sleep_ms=0")
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
