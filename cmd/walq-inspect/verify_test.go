@@ -28,6 +28,7 @@ type damageCase struct {
 	want    []string // in verify's output
 }
 
+// TestVerifyCorruptionTable: what verify says of a log, clean or damaged.
 func TestVerifyCorruptionTable(t *testing.T) {
 	cases := []damageCase{
 		{name: "clean_segments", fixture: "segments", want: []string{"ok: 3 segments, index 1..180", "verdict   ok: no corruption found"}},
@@ -99,6 +100,15 @@ func TestVerifyCorruptionTable(t *testing.T) {
 				copyFile(t, filepath.Join(other, layout.LogDirName, name), filepath.Join(dir, layout.LogDirName, name))
 			},
 			want: []string{"segment 00000000000000000001.seg index 1 offset 12: segment of directory"}},
+	}
+	runVerifyCases(t, cases)
+}
+
+// TestVerifyDirectoryTable: what verify says of the directory around the
+// log: foreign entries, the marker, snapshots and format-1 directories.
+// (The cases are apart from the log's so that each table stays short.)
+func TestVerifyDirectoryTable(t *testing.T) {
+	cases := []damageCase{
 		{name: "snapshot_of_another_directory", fixture: "compacting", corrupt: true,
 			mutate: func(t *testing.T, dir string) {
 				other := t.TempDir()
@@ -166,6 +176,12 @@ func TestVerifyCorruptionTable(t *testing.T) {
 			},
 			want: []string{"both .START and .END leftovers"}},
 	}
+	runVerifyCases(t, cases)
+}
+
+// runVerifyCases runs each case on a copy of its fixture, in parallel.
+func runVerifyCases(t *testing.T, cases []damageCase) {
+	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
