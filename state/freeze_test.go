@@ -134,12 +134,12 @@ func TestFreezeWhileChanging(t *testing.T) {
 // refused.
 func TestReadSnapshotInPieces(t *testing.T) {
 	tp := newTape(t)
-	for i := 0; i < 12_000; i += 1000 {
+	for i := 0; i < 8000; i += 1000 {
 		var items []state.NewItem
 		for j := range 1000 {
 			// Long keys make the snapshot span the reader's pieces with
 			// few items.
-			items = append(items, state.NewItem{Body: []byte("body"), Due: t0, Key: fmt.Sprintf("k%0100d", i+j)})
+			items = append(items, state.NewItem{Body: []byte("body"), Due: t0, Key: fmt.Sprintf("k%0160d", i+j)})
 		}
 		tp.put(t0, items...)
 	}
