@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +65,7 @@ func TestRuleFailsASlowTest(t *testing.T) {
 	if code != 1 {
 		t.Errorf("exit code %d, want 1; output:\n%s", code, out)
 	}
-	if !strings.Contains(out, "--- FAIL: TestSleeper took 3") || !strings.Contains(out, "limit of 100ms") {
+	if !strings.Contains(out, "--- FAIL: TestSleeper (0.3") || !strings.Contains(out, "TestSleeper took 3") || !strings.Contains(out, "limit of 100ms") {
 		t.Errorf("output does not name the test, its time and the limit:\n%s", out)
 	}
 	if !strings.HasSuffix(strings.TrimSpace(out), "FAIL") {
@@ -87,7 +88,7 @@ func TestRulePassesAFastTest(t *testing.T) {
 // With -test.v the output stays verbose, and the violation is still caught.
 func TestRuleVerbose(t *testing.T) {
 	out, code := runSleeper(t, "300ms", "100ms", "-test.v")
-	if code != 1 || !strings.Contains(out, "=== RUN   TestSleeper") || !strings.Contains(out, "--- FAIL: TestSleeper took") {
+	if code != 1 || !strings.Contains(out, "=== RUN   TestSleeper") || !strings.Contains(out, "--- FAIL: TestSleeper (") || !strings.Contains(out, "TestSleeper took") {
 		t.Errorf("exit code %d, output:\n%s", code, out)
 	}
 }
@@ -100,68 +101,96 @@ func TestRuleKeepsFailures(t *testing.T) {
 	}
 }
 
+// frame marks each line that starts with "=== ", "--- " or is PASS or
+// FAIL as the testing package's, as -test.v=test2json does.
+func frame(in string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(in, "\n") {
+		t := strings.TrimLeft(l, " ")
+		if strings.HasPrefix(t, "=== ") || strings.HasPrefix(t, "--- ") || t == "PASS\n" || t == "FAIL\n" {
+			l = marker + t
+		}
+		b.WriteString(l)
+	}
+	return b.String()
+}
+
+const advice = ": longer than the default run's limit of 2s: move it to a long test (build tag long) or make it faster\n"
+
 func TestFilter(t *testing.T) {
 	for _, tc := range []struct {
 		name, in, want string
-		quiet          bool
+		mode           output
 		broken         int
 	}{
 		{
-			name:  "quiet pass",
-			quiet: true,
-			in:    "=== RUN   TestA\n--- PASS: TestA (0.10s)\n=== RUN   TestB\n=== RUN   TestB/sub\n    --- PASS: TestB/sub (0.00s)\n--- PASS: TestB (1.99s)\nPASS\n",
-			want:  "PASS\n",
+			name: "quiet pass",
+			in:   frame("=== RUN   TestA\n--- PASS: TestA (0.10s)\n=== RUN   TestB\n=== RUN   TestB/sub\n--- PASS: TestB/sub (0.00s)\n--- PASS: TestB (1.99s)\nPASS\n"),
+			want: "PASS\n",
 		},
 		{
 			name:   "quiet violation",
-			quiet:  true,
-			in:     "=== RUN   TestA\n--- PASS: TestA (2.50s)\nPASS\n",
-			want:   "--- FAIL: TestA took 2.5s: longer than the default run's limit of 2s: move it to a long test (build tag long) or make it faster\nFAIL\n",
+			in:     frame("=== RUN   TestA\n    a_test.go:3: a log\n--- PASS: TestA (2.50s)\nPASS\n"),
+			want:   "--- FAIL: TestA (2.50s)\n    a_test.go:3: a log\n    TestA took 2.5s" + advice + "FAIL\n",
 			broken: 1,
 		},
 		{
-			name:  "quiet failure keeps its log",
-			quiet: true,
-			in:    "=== RUN   TestA\n    a_test.go:9: boom\n--- FAIL: TestA (0.00s)\nFAIL\n",
-			want:  "    a_test.go:9: boom\n--- FAIL: TestA (0.00s)\nFAIL\n",
+			name: "quiet failure keeps its log, a passing test's log goes",
+			in:   frame("=== RUN   TestA\n    a_test.go:9: boom\n--- FAIL: TestA (0.00s)\n=== RUN   TestB\n    b_test.go:1: chatter\n--- PASS: TestB (0.00s)\nFAIL\n"),
+			want: "--- FAIL: TestA (0.00s)\n    a_test.go:9: boom\nFAIL\n",
 		},
 		{
-			name:   "failure and violation",
-			quiet:  true,
-			in:     "--- FAIL: TestA (3.00s)\nFAIL\n",
-			want:   "--- FAIL: TestA (3.00s)\n--- FAIL: TestA took 3s: longer than the default run's limit of 2s: move it to a long test (build tag long) or make it faster\nFAIL\n",
-			broken: 1,
+			name: "quiet failing subtest",
+			in:   frame("=== RUN   TestA\n=== RUN   TestA/x\n    a_test.go:9: boom\n--- FAIL: TestA/x (0.00s)\n--- FAIL: TestA (0.00s)\nFAIL\n"),
+			want: "--- FAIL: TestA (0.00s)\n    a_test.go:9: boom\n    --- FAIL: TestA/x (0.00s)\nFAIL\n",
 		},
 		{
-			name:   "test2json",
-			in:     "\x16=== RUN   TestA\n\x16--- PASS: TestA (2.01s)\n\x16PASS\n",
-			want:   "\x16=== RUN   TestA\n\x16--- PASS: TestA (2.01s)\n--- FAIL: TestA took 2.01s: longer than the default run's limit of 2s: move it to a long test (build tag long) or make it faster\nFAIL\n",
+			name: "verbose",
+			mode: verbose,
+			in:   frame("=== RUN   TestA\n=== RUN   TestA/x\n--- PASS: TestA/x (0.00s)\n--- PASS: TestA (0.00s)\nPASS\n"),
+			want: "=== RUN   TestA\n=== RUN   TestA/x\n    --- PASS: TestA/x (0.00s)\n--- PASS: TestA (0.00s)\nPASS\n",
+		},
+		{
+			name:   "test2json: a violation fails the test",
+			mode:   test2json,
+			in:     frame("=== RUN   TestA\n--- PASS: TestA (2.01s)\nPASS\n"),
+			want:   frame("=== RUN   TestA\n") + "    TestA took 2.01s" + advice + frame("--- FAIL: TestA (2.01s)\nFAIL\n"),
 			broken: 1,
 		},
 		{
 			name:   "subtests count",
-			quiet:  true,
-			in:     "    --- PASS: TestA/sub (2.50s)\n--- PASS: TestA (0.00s)\nPASS\n",
-			want:   "--- FAIL: TestA/sub took 2.5s: longer than the default run's limit of 2s: move it to a long test (build tag long) or make it faster\nFAIL\n",
+			in:     frame("=== RUN   TestA\n=== RUN   TestA/sub\n--- PASS: TestA/sub (2.50s)\n--- PASS: TestA (0.00s)\nPASS\n"),
+			want:   "--- FAIL: TestA (0.00s)\n    --- FAIL: TestA/sub (2.50s)\n        TestA/sub took 2.5s" + advice + "FAIL\n",
+			broken: 1,
+		},
+		{
+			name: "a test's output that mimics the testing package's lines",
+			in:   frame("=== RUN   TestA\n") + "--- PASS: TestFake (9.00s)\n=== PAUSE TestA\n" + frame("--- PASS: TestA (0.00s)\nPASS\n"),
+			want: "PASS\n",
+		},
+		{
+			name:   "output with no newline before a result",
+			in:     frame("=== RUN   TestA\n") + "working..." + frame("--- PASS: TestA (2.50s)\nPASS\n"),
+			want:   "--- FAIL: TestA (2.50s)\nworking...    TestA took 2.5s" + advice + "FAIL\n",
 			broken: 1,
 		},
 		{
 			name:   "no final line",
-			quiet:  true,
-			in:     "--- PASS: TestA (9.00s)\npanic: boom\n",
-			want:   "panic: boom\n--- FAIL: TestA took 9s: longer than the default run's limit of 2s: move it to a long test (build tag long) or make it faster\n",
+			in:     frame("=== RUN   TestA\n--- PASS: TestA (9.00s)\n=== RUN   TestB\n    b_test.go:2: before the panic\n"),
+			want:   "--- FAIL: TestA (9.00s)\n    TestA took 9s" + advice + "    b_test.go:2: before the panic\n",
 			broken: 1,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			f := &filter{limit: 2 * time.Second, quiet: tc.quiet, out: &out}
+			f := &filter{limit: 2 * time.Second, mode: tc.mode, out: &out, now: time.Now}
+			f.start = f.now()
 			for _, line := range strings.SplitAfter(tc.in, "\n") {
 				if line != "" {
 					f.line(line)
 				}
 			}
-			f.end()
+			f.end(false)
 			if out.String() != tc.want {
 				t.Errorf("output\n%q\nwant\n%q", out.String(), tc.want)
 			}
@@ -173,33 +202,38 @@ func TestFilter(t *testing.T) {
 }
 
 // A test whose subtests run in parallel reports no time of its own: the
-// filter counts the time it saw pass between the test's start and end. A
-// test that calls t.Parallel counts its report alone.
+// filter counts the time it saw pass between the test's start, or its
+// resumption after t.Parallel, and its end. Setup before the first test is
+// held to the limit too.
 func TestFilterWallTime(t *testing.T) {
 	var clock time.Time
 	step := func(d time.Duration) { clock = clock.Add(d) }
 	var out bytes.Buffer
-	f := &filter{limit: 2 * time.Second, quiet: true, out: &out, now: func() time.Time { return clock }}
-	f.line("=== RUN   TestA\n")
-	f.line("=== RUN   TestA/one\n")
-	f.line("=== PAUSE TestA/one\n")
-	f.line("=== RUN   TestA/two\n")
-	f.line("=== PAUSE TestA/two\n")
-	f.line("=== CONT  TestA/one\n")
-	step(1500 * time.Millisecond)
-	f.line("=== CONT  TestA/two\n")
-	f.line("    --- PASS: TestA/one (1.50s)\n")
-	step(1500 * time.Millisecond)
-	f.line("    --- PASS: TestA/two (1.50s)\n")
-	f.line("--- PASS: TestA (0.00s)\n")
-	f.line("=== RUN   TestB\n")
-	f.line("=== PAUSE TestB\n")
-	step(5 * time.Second) // waits for the serial tests, and for a slot
-	f.line("=== CONT  TestB\n")
-	f.line("--- PASS: TestB (1.00s)\n")
-	f.line("PASS\n")
-	if len(f.broken) != 1 || f.broken[0].Test != "TestA" || f.broken[0].Elapsed != 3*time.Second {
-		t.Errorf("violations %v, want TestA took 3s", f.broken)
+	f := &filter{limit: 2 * time.Second, mode: quiet, out: &out, now: func() time.Time { return clock }}
+	f.start = clock
+	step(2500 * time.Millisecond) // TestMain's setup
+	for _, l := range []string{
+		"=== RUN   TestA\n", "=== RUN   TestA/one\n", "=== PAUSE TestA/one\n", "=== RUN   TestA/two\n", "=== PAUSE TestA/two\n",
+		"=== CONT  TestA/one\n", "+1500ms", "=== CONT  TestA/two\n", "--- PASS: TestA/one (1.50s)\n", "+1500ms",
+		"--- PASS: TestA/two (1.50s)\n", "--- PASS: TestA (0.00s)\n",
+		"=== RUN   TestB\n", "=== PAUSE TestB\n", "+5s", "=== CONT  TestB\n", "+1s", "--- PASS: TestB (1.00s)\n",
+		"=== RUN   TestC\n", "=== PAUSE TestC\n", "+5s", "=== CONT  TestC\n", "=== RUN   TestC/x\n", "=== PAUSE TestC/x\n",
+		"=== CONT  TestC/x\n", "+2100ms", "--- PASS: TestC/x (2.00s)\n", "--- PASS: TestC (0.00s)\n",
+		"PASS\n",
+	} {
+		if d, err := time.ParseDuration(strings.TrimSuffix(strings.TrimPrefix(l, "+"), "\n")); err == nil {
+			step(d)
+			continue
+		}
+		f.line(marker + l)
+	}
+	var got []string
+	for _, v := range f.broken {
+		got = append(got, v.String())
+	}
+	want := []string{"TestMain, before the first test took 2.5s", "TestA took 3s", "TestC took 2.1s"}
+	if !slices.Equal(got, want) {
+		t.Errorf("violations %q, want %q", got, want)
 	}
 }
 
