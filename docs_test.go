@@ -3,6 +3,7 @@ package walq_test
 import (
 	"bufio"
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -65,9 +66,32 @@ func TestContainsRun(t *testing.T) {
 	}
 }
 
+func TestIsGoFence(t *testing.T) {
+	for line, want := range map[string]bool{
+		"```go": true, "```Go": true, "```golang": true, "~~~go": true, "``` go": true, "```go title": true,
+		"```": false, "```sh": false, "```text": false, "~~~": false, "go": false,
+	} {
+		if got := isGoFence(line); got != want {
+			t.Errorf("isGoFence(%q) = %v, want %v", line, got, want)
+		}
+	}
+}
+
 type snippet struct {
-	line  int // of the fence
+	line  int    // of the fence
+	fence string // ``` or ~~~
 	lines []string
+}
+
+// isGoFence reports whether a Markdown line opens a fenced block of Go:
+// ``` or ~~~ with the info string go or golang, in any case.
+func isGoFence(line string) bool {
+	if !strings.HasPrefix(line, "```") && !strings.HasPrefix(line, "~~~") {
+		return false
+	}
+	info := strings.ToLower(strings.TrimSpace(strings.TrimLeft(line, line[:1])))
+	lang, _, _ := strings.Cut(info, " ")
+	return lang == "go" || lang == "golang"
 }
 
 // goSnippets returns the fenced ```go blocks of a Markdown file, each line
@@ -85,9 +109,9 @@ func goSnippets(t *testing.T, path string) []snippet {
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		switch {
-		case cur == nil && line == "```go":
-			cur = &snippet{line: n}
-		case cur != nil && line == "```":
+		case cur == nil && isGoFence(line):
+			cur = &snippet{line: n, fence: line[:3]}
+		case cur != nil && line == cur.fence:
 			out = append(out, *cur)
 			cur = nil
 		case cur != nil && line != "":
@@ -127,6 +151,11 @@ func exampleBodies(t *testing.T, root string, skip ...string) [][]string {
 		}
 		if !strings.HasSuffix(path, "_test.go") {
 			return nil
+		}
+		// Only what go test compiles counts (not a file left out by its
+		// build constraints).
+		if ok, err := build.Default.MatchFile(filepath.Dir(path), d.Name()); err != nil || !ok {
+			return err
 		}
 		src, err := os.ReadFile(path)
 		if err != nil {

@@ -245,47 +245,42 @@ func TestOpenMakesDueItemsReady(t *testing.T) {
 	}
 }
 
-// Stats.Stalled says, from the outside, what stuckLocked says: a Get
-// asleep while its queue can lease an item that no signalled Get is coming
-// for; not while the queue is paused or at its cap.
+// Stats.Stalled: a Get asleep while its queue can lease an item that no
+// signalled Get is coming for; not while the queue is paused, at its cap,
+// or for DirStats. (The figures are Stats'; the queue's own timer would
+// wake a waiter left asleep, so the live checks are of Stats' figures.)
 func TestStatsStalled(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		st   Stats
+		want bool
+	}{
+		{"no waiter", Stats{Ready: 3}, false},
+		{"a waiter, nothing ready", Stats{Wakeups: WakeStats{Waiting: 1}}, false},
+		{"a waiter asleep, an item ready", Stats{Ready: 1, Wakeups: WakeStats{Waiting: 1}}, true},
+		{"a waiter signalled for the item", Stats{Ready: 1, Wakeups: WakeStats{Waiting: 1, Woken: 1}}, false},
+		{"two items, one signalled", Stats{Ready: 2, Wakeups: WakeStats{Waiting: 1, Woken: 1}}, true},
+		{"at the cap", Stats{Ready: 5, Leased: 2, MaxInFlight: 2, Wakeups: WakeStats{Waiting: 1}}, false},
+		{"under the cap", Stats{Ready: 5, Leased: 1, MaxInFlight: 2, Wakeups: WakeStats{Waiting: 1}}, true},
+		{"paused", Stats{Ready: 5, Paused: true, Wakeups: WakeStats{Waiting: 1}}, false},
+		{"DirStats", Stats{Ready: 5, Wakeups: WakeStats{Waiting: 1}, dir: true}, false},
+	} {
+		if got := tc.st.Stalled(); got != tc.want {
+			t.Errorf("%s: Stalled() = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// A live queue: Stats reports its waiters, and no stall.
 	d, _, _ := testQueue(t, Options{})
 	q := mustOpenQueue(t, d, "s", QueueOptions{MaxInFlight: 1})
-	asleep := func() func() { // a waiter no wake-up reached
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		w := q.rt.waiters.add()
-		return func() {
-			q.mu.Lock()
-			defer q.mu.Unlock()
-			q.rt.waiters.remove(w)
-		}
+	get := getAsync(t, q)
+	if st := q.Stats(); st.Stalled() || st.Wakeups.Waiting != 1 || st.Wakeups.Woken != 0 {
+		t.Fatalf("a Get on an empty queue: stalled %v, wakeups %+v", st.Stalled(), st.Wakeups)
 	}
-	stalled := func(want bool, what string) {
-		t.Helper()
-		if st := q.Stats(); st.Stalled() != want {
-			t.Fatalf("%s: Stalled() = %v, wakeups %+v, ready %d", what, !want, st.Wakeups, st.Ready)
-		}
-	}
-	wake := asleep()
-	stalled(false, "an empty queue")
-	wake()
 	mustPut(t, q, "x")
-	wake = asleep()
-	stalled(true, "an item ready")
-	if d.DirStats().Stalled() {
-		t.Fatal("DirStats says stalled")
+	if r := awaitGet(t, get); r.err != nil {
+		t.Fatal(r.err)
 	}
-	wake()
-	stalled(false, "no waiter")
-	m := mustTryGet(t, q)
-	mustPut(t, q, "y")
-	wake = asleep()
-	stalled(false, "at the cap")
-	must(t, q.Pause(time.Time{}))
-	must(t, q.Ack(m.Receipt))
-	stalled(false, "paused")
-	wake()
-	must(t, q.Resume())
-	stalled(false, "resumed, no waiter")
+	if st := q.Stats(); st.Stalled() || st.Wakeups.Waiting != 0 || st.Wakeups.Woken != 0 || st.Wakeups.Signalled == 0 {
+		t.Fatalf("after the Get took the item: stalled %v, wakeups %+v", st.Stalled(), st.Wakeups)
+	}
 }
