@@ -76,7 +76,11 @@ func tab(t *testing.T) context.Context {
 		browserCancel = func() { cancelCtx(); cancelAlloc() }
 	})
 	if browserPath == "" {
-		t.Skip("no browser to drive: install chromium (apt-get install chromium) or set WALQ_CHROME to a Chrome or Chromium binary; .ci/run installs it")
+		const why = "no browser to drive: install chromium (apt-get install chromium) or set WALQ_CHROME to a Chrome or Chromium binary; .ci/run installs it"
+		if os.Getenv("WALQ_BROWSER") == "require" {
+			t.Fatal(why + " (WALQ_BROWSER=require)")
+		}
+		t.Skip(why)
 	}
 	ctx, cancel := chromedp.NewContext(browserCtx)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)

@@ -58,8 +58,9 @@ func runSleeper(t *testing.T, sleep, limit string, extra ...string) (string, int
 }
 
 // The rule fails a run whose test sleeps past the limit, naming the test and
-// its time; the default run's version uses a short limit, and
-// TestRuleFailsAThreeSecondSleep (a long test) the real one.
+// its time. The default run's version uses a short limit; under the real
+// one, WALQ_TESTRULE_SLEEP=3s go test -run TestSleeper ./internal/testrule
+// fails (a long build turns the rule off, so no test does that).
 func TestRuleFailsASlowTest(t *testing.T) {
 	out, code := runSleeper(t, "300ms", "100ms")
 	if code != 1 {
