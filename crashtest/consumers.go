@@ -75,8 +75,8 @@ const (
 	quietSpread = 250 * time.Millisecond
 )
 
-// consumerFigures are the figures of a queue's Stats that change whenever its
-// consumers make progress.
+// consumerFigures are the figures of a queue's Stats that change whenever
+// its consumers make progress.
 type consumerFigures struct {
 	Ready, Leased, Woken int
 	Delivered            uint64
@@ -119,8 +119,7 @@ type stuckRun struct {
 	fig     consumerFigures
 	how     string
 	since   time.Time // the first read
-	last    walq.Stats
-	judged  bool // reported or found starved: not again until the run ends
+	judged  bool      // reported or found starved: not again until the run ends
 }
 
 // consumerWatch is the state of the watch: the current run of each queue,
@@ -153,13 +152,12 @@ func (w *consumerWatch) observe(i int, h *walq.Queue, qid, changes uint64, st wa
 	r := w.runs[i]
 	fig := figuresOf(st)
 	if r == nil || r.h != h || r.qid != qid || r.changes != changes || changes%2 == 1 || r.fig != fig {
-		w.runs[i] = &stuckRun{h: h, qid: qid, changes: changes, fig: fig, how: how, since: at, last: st}
+		w.runs[i] = &stuckRun{h: h, qid: qid, changes: changes, fig: fig, how: how, since: at}
 		return nil
 	}
 	if how != r.how {
 		r.how = "Stats.Stalled" // stalled on some reads: the stronger finding
 	}
-	r.last = st
 	d := at.Sub(r.since)
 	w.longest = max(w.longest, d)
 	if d < consumerStallAfter || r.judged {
