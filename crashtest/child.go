@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +63,15 @@ type child struct {
 	running runningSet    // items whose Work handler is running
 	stalls  stallWatch    // stretches in which the child could not run
 	slots   []*slot       // the queues: the default queue, then the named ones (queues.go)
+	// quiet is the queue left to its Work consumers for now (consumers.go):
+	// producers, plain consumers, sweepers and the admin pick others.
+	quiet atomic.Pointer[slot]
+	// adminMu is held by whoever deletes, creates or opens a queue: the
+	// admin, and a quiet phase opening a second handle on a named queue.
+	adminMu sync.Mutex
+	// queueStats reads a queue's Stats for the consumer watch (nil:
+	// Queue.Stats; tests give figures of their own).
+	queueStats func(*walq.Queue) walq.Stats
 }
 
 func runChild(cfg childConfig) int {
@@ -124,7 +134,9 @@ func runChild(cfg childConfig) int {
 	}
 	if len(c.slots) > 1 {
 		go worker(700, c.admin)
+		go worker(800, c.quietPhase)
 	}
+	go c.watchConsumers(nil)
 	if cfg.StepClock {
 		go worker(600, c.stepClock)
 	}
@@ -157,7 +169,7 @@ func pct(rng *rand.Rand, p int) bool { return rng.IntN(100) < p }
 
 func (c *child) produce(rng *rand.Rand) {
 	s := c.pick(rng)
-	h, qid := s.get()
+	h, _ := s.get()
 	if len(c.slots) == 1 {
 		if st := c.q.Stats(); st.Items > 400 {
 			time.Sleep(5 * time.Millisecond) // consumers are behind: let them catch up
@@ -167,6 +179,12 @@ func (c *child) produce(rng *rand.Rand) {
 		time.Sleep(2 * time.Millisecond) // a queue paused, or consumers behind
 		return
 	}
+	c.put(rng, s)
+}
+
+// put puts one item, or a batch of 2-4, into the queue of s and reports it.
+func (c *child) put(rng *rand.Rand, s *slot) {
+	h, qid := s.get()
 	n := 1
 	if pct(rng, c.mix.Batch) {
 		n = 2 + rng.IntN(3)
@@ -309,6 +327,13 @@ func (c *child) consume(rng *rand.Rand) {
 	if err != nil {
 		c.fatal("get", err)
 	}
+	c.took(rng, s, h, qid, call, m)
+}
+
+// took checks and reports the delivery of m by call on the queue of s (h
+// is a handle on its incarnation qid), works on it for a moment and ends
+// its lease, or abandons it to expire.
+func (c *child) took(rng *rand.Rand, s *slot, h *walq.Queue, qid, call uint64, m walq.Message) {
 	tok := c.delivered(call, s, m)
 	if other, running := c.running.has(tok); running {
 		c.workViolation(other.start, "item %s (id %d) delivered to a consumer as receipt %s while its Work handler of receipt %s runs and heartbeats",

@@ -48,6 +48,10 @@ type Config struct {
 	// (q1, q2, ...), spreads its calls over all of them, pauses them (until
 	// a time and until resumed) and deletes and re-creates them (queues.go).
 	Queues int
+	// IdleEvery runs the idle check (idle.go) after the first check of the
+	// run, every IdleEvery-th check after it, and the check after the
+	// final drain (0: every 8th; negative: never).
+	IdleEvery int
 }
 
 // Mix is the child's workload: how many goroutines do what, and how often.

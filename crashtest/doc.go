@@ -95,6 +95,33 @@
 // soak.sh runs every mode with three named queues (QUEUES=0: the default
 // queue only).
 //
+// Wake-ups (consumers.go, idle.go): the child watches its consumers.
+// Every 50 ms it reads the Stats of each queue it has open, and a queue on
+// which a Get waits while the queue can lease an item (Stats.Stalled, or
+// Gets signalled for every such item that never come back), on every read
+// for 200 ms with nothing changed (ready, leased, signalled, delivered)
+// and no pause, resume, delete, re-creation or handle closed in between,
+// is a stalled consumer: a violation naming the queue and its figures (an
+// S line, counted as starved, when the child's own stalls cover half the
+// span). Quiet phases leave one queue at a time to its Work consumers, so
+// that only the timer, their own calls and a few puts made once they wait
+// wake them, most often after a second handle of the queue was closed
+// under blocked Gets. And after the first check, every eighth
+// (Config.IdleEvery) and the last, the parent runs an idle check on a copy
+// of the recovered directory: emptied of what would come due, with Gets
+// blocked on an empty queue, on hour-long delays, on a queue paused with a
+// ready item and one whose delay ended during the pause, on a queue whose
+// timed pause has ended, and on a queue at its MaxInFlight whose ack woke
+// the Get of one handle after a Get on another was closed, 100 ms with
+// nothing due may wake the timer loop at most twice and the committer not
+// at all (Stats.Wakeups), and no Get may return. Putting back any of the
+// wake-up bugs that one-place wake-ups fixed makes a run report them: a
+// closed handle's waiter left on the list (at the first idle check, and
+// as a stalled consumer in the children within a few hundred cycles), the
+// timer skipping paused queues or counting a pause that ended (busy idle,
+// tens of thousands of timer rounds in the window, at the first idle
+// check).
+//
 // The harness must be able to fail: built with the tag walq_bug_early_ack
 // the queue returns from every call before its record is durable, and
 // TestCatchesEarlyAck (and soak.sh's early-ack mode) assert that the

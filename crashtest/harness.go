@@ -62,6 +62,17 @@ type Summary struct {
 	// keeps the first few.
 	Starved     int
 	StarvedSeen []string
+	// The consumer watch in the children (consumers.go): queue reads,
+	// those that showed Stats.Stalled and those that showed a consumer
+	// stuck (moments, until the timer or a signalled Get acted), and the
+	// longest a queue stayed stuck with its figures unchanged.
+	WatchReads, WatchStalled, WatchStuck int
+	WatchLongest                         time.Duration
+	// The idle checks after recovery (idle.go): how many ran, and the most
+	// rounds of the timer loop and of the committer one counted in its
+	// window.
+	IdleChecks                     int
+	IdleTimerMax, IdleCommitterMax uint64
 	// Named queues (Config.Queues): pause calls reported done, until a
 	// time and until resumed, resumes, deletes (forced ones apart),
 	// queues created again under a deleted name, queues found paused at a
@@ -97,11 +108,14 @@ func (s Summary) String() string {
 	}
 	return fmt.Sprintf("walq crashtest: seed=%d sync=%s powerloss=%s stepclock=%v cycles=%d kills=%d in-compaction=%d in-recovery=%d "+
 		"tails-cut=%d segments-dropped=%d pages-lost=%d unsynced-kib=%d holes=%d frames-past-holes=%d checks=%d ops-checked=%d item-checks=%d "+
-		"large-bodies=%d empty-bodies=%d body-mib=%d deadlines-checked=%d clock-steps=%d clock-behind=%d work-runs=%d starved=%d%s drained=%d refused=%d lost=%d resurrected=%d violations=%d elapsed=%s cycles-per-sec=%.2f",
+		"large-bodies=%d empty-bodies=%d body-mib=%d deadlines-checked=%d clock-steps=%d clock-behind=%d work-runs=%d starved=%d%s "+
+		"watch-reads=%d watch-stalled=%d watch-stuck=%d watch-longest=%s idle-checks=%d idle-timer-max=%d idle-committer-max=%d "+
+		"drained=%d refused=%d lost=%d resurrected=%d violations=%d elapsed=%s cycles-per-sec=%.2f",
 		s.Seed, s.syncString(), loss, s.StepClock, s.Cycles, s.Kills, s.KillsInCompaction, s.KillsInRecovery, s.TailsCut,
 		s.SegmentsDropped, s.PagesLost, s.UnsyncedBytes>>10, s.Holes, s.FramesPastHoles, s.Checks, s.Ops, s.ItemChecks,
 		s.LargeBodies, s.EmptyBodies, s.BodyMiB,
-		s.DeadlinesChecked, s.ClockSteps, s.ClockBehind, s.WorkRuns, s.Starved, queues, s.Drained, s.Refused, s.Lost, s.Resurrected,
+		s.DeadlinesChecked, s.ClockSteps, s.ClockBehind, s.WorkRuns, s.Starved, queues,
+		s.WatchReads, s.WatchStalled, s.WatchStuck, s.WatchLongest.Round(time.Millisecond), s.IdleChecks, s.IdleTimerMax, s.IdleCommitterMax, s.Drained, s.Refused, s.Lost, s.Resurrected,
 		len(s.Violations), s.Elapsed.Round(time.Second), s.rate())
 }
 
@@ -136,11 +150,13 @@ type harness struct {
 	cfg      Config
 	policies []string        // Config.Sync, or cyclePolicies
 	sync     walq.SyncPolicy // the policy of the cycle under way
-	rng      *rand.Rand
-	root     string
-	queueDir string
-	led      *ledger
-	sum      Summary
+	// syncEvery is its interval (SyncInterval; 0 otherwise).
+	syncEvery time.Duration
+	rng       *rand.Rand
+	root      string
+	queueDir  string
+	led       *ledger
+	sum       Summary
 	// floor is an LSN that is durable whatever happens next: every record
 	// on the disk when the next child starts (what the last power loss
 	// left, or the end of the log at the parent's last clean close).
@@ -170,6 +186,9 @@ func Run(cfg Config) (Summary, error) {
 	if cfg.PageLoss {
 		cfg.PowerLoss = true
 	}
+	if cfg.IdleEvery == 0 {
+		cfg.IdleEvery = 8
+	}
 	if len(cfg.Child) == 0 {
 		return Summary{}, errors.New("crashtest: Config.Child is empty")
 	}
@@ -182,8 +201,8 @@ func Run(cfg Config) (Summary, error) {
 			return Summary{}, err
 		}
 	}
-	sync, _, _ := parseSync(policies[0])
-	h := &harness{cfg: cfg, policies: policies, sync: sync, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), led: newLedger(), logf: cfg.Log}
+	sync, every, _ := parseSync(policies[0])
+	h := &harness{cfg: cfg, policies: policies, sync: sync, syncEvery: every, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), led: newLedger(), logf: cfg.Log}
 	if h.logf == nil {
 		h.logf = func(string, ...any) {}
 	}
@@ -266,7 +285,7 @@ func (h *harness) finish(start time.Time) Summary {
 func (h *harness) cycle(cycle int) error {
 	reportPath := filepath.Join(h.root, "reports", fmt.Sprintf("cycle-%05d.log", cycle))
 	policy := h.policies[h.rng.IntN(len(h.policies))]
-	h.sync, _, _ = parseSync(policy)
+	h.sync, h.syncEvery, _ = parseSync(policy)
 	h.sum.PolicyCycles[policy]++
 	segSize := h.cfg.SegmentSize
 	if h.cfg.PageLoss {
@@ -385,6 +404,10 @@ func (h *harness) cycle(cycle int) error {
 		h.sum.Refused++
 	}
 	h.sum.ClockSteps += rep.clockSteps
+	h.sum.WatchReads += int(rep.watch[0])
+	h.sum.WatchStalled += int(rep.watch[1])
+	h.sum.WatchStuck += int(rep.watch[2])
+	h.sum.WatchLongest = max(h.sum.WatchLongest, time.Duration(rep.watch[3]))
 	if rep.stepped {
 		h.offset = time.Duration(rep.offset)
 	}
@@ -498,6 +521,11 @@ func (h *harness) check(where string) (int, error) {
 	bodies := rebuild.NewBodies(h.queueDir)
 	defer bodies.Close()
 	h.led.check(ds.st, func(it *state.Item) ([]byte, error) { return bodies.Body(ds.st, it) }, where)
+	if h.idleDue(where) {
+		if err := h.idleCheck(where); err != nil {
+			return 0, err
+		}
+	}
 	return len(h.led.violations) - before, nil
 }
 

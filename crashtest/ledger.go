@@ -140,6 +140,10 @@ type cycleReport struct {
 	clockSteps int  // wall-clock steps the child made
 	offset     int64
 	stepped    bool // offset holds the child's last reported wall-clock offset
+	// watch is the child's last W line (consumers.go): queue reads,
+	// those that showed Stats.Stalled, those that showed a consumer
+	// stuck, and the longest run of stuck reads, in nanoseconds.
+	watch [4]uint64
 }
 
 // ingest takes one child's report. trusted says whether a completion counts
@@ -166,6 +170,10 @@ func (l *ledger) ingest(events []event, trusted func(event) bool) cycleReport {
 			l.violate("child saw: %s", ev.args[0])
 		case 'S':
 			l.starved = append(l.starved, ev.args[0])
+		case 'W':
+			for i, a := range ev.args {
+				rep.watch[i], _ = strconv.ParseUint(a, 10, 64)
+			}
 		case 'I':
 			intents[ev.n] = ev
 			l.calls++

@@ -55,6 +55,11 @@ type slot struct {
 	// settled counts the deletes that ended (refused, or the queue created
 	// again): Work starts again after one.
 	deletes, settled atomic.Uint64
+	// changes counts the admin calls on the queue started and ended
+	// (pause, resume, delete and create, a second handle opened and
+	// closed): odd while one is under way. The consumer watch starts again
+	// after one (consumers.go).
+	changes atomic.Uint64
 
 	mu sync.Mutex
 	h  *walq.Queue
@@ -73,9 +78,37 @@ func (s *slot) set(h *walq.Queue, id uint64) {
 	s.h, s.id = h, id
 }
 
-// pick chooses the queue of the next call.
+// change marks an admin call on the queue of s as under way; call what it
+// returns once the call has ended.
+func (s *slot) change() func() {
+	s.changes.Add(1)
+	return func() { s.changes.Add(1) }
+}
+
+// pick chooses the queue of the next call: any but the quiet one
+// (consumers.go).
 func (c *child) pick(rng *rand.Rand) *slot {
-	return c.slots[rng.IntN(len(c.slots))]
+	quiet := c.quiet.Load()
+	for {
+		s := c.slots[rng.IntN(len(c.slots))]
+		if s != quiet || len(c.slots) == 1 {
+			return s
+		}
+	}
+}
+
+// pickNamed chooses a named queue that is not the quiet one; nil if there
+// is none.
+func (c *child) pickNamed(rng *rand.Rand) *slot {
+	quiet := c.quiet.Load()
+	s := c.slots[1+rng.IntN(len(c.slots)-1)]
+	for s == quiet && len(c.slots) > 2 {
+		s = c.slots[1+rng.IntN(len(c.slots)-1)]
+	}
+	if s == quiet {
+		return nil
+	}
+	return s
 }
 
 // openSlot opens (or creates) the named queue of s and reports the
@@ -121,6 +154,8 @@ func (c *child) incarnation(name string) (uint64, bool) {
 // time, every few milliseconds.
 func (c *child) admin(rng *rand.Rand) {
 	time.Sleep(5*time.Millisecond + randDuration(rng, 40*time.Millisecond))
+	c.adminMu.Lock()
+	defer c.adminMu.Unlock()
 	switch r := rng.IntN(100); {
 	case r < 30:
 		c.pause(c.pick(rng), 30*time.Millisecond+randDuration(rng, 1500*time.Millisecond))
@@ -128,6 +163,7 @@ func (c *child) admin(rng *rand.Rand) {
 		c.pause(c.pick(rng), 0)
 	case r < 83:
 		s := c.pick(rng)
+		defer s.change()()
 		h, qid := s.get()
 		call := c.intent("resume @%d", qid)
 		if err := h.Resume(); err != nil {
@@ -135,13 +171,16 @@ func (c *child) admin(rng *rand.Rand) {
 		}
 		c.done(call, "")
 	default:
-		c.deleteAndCreate(rng, c.slots[1+rng.IntN(len(c.slots)-1)])
+		if s := c.pickNamed(rng); s != nil {
+			c.deleteAndCreate(rng, s)
+		}
 	}
 }
 
 // pause pauses the queue of s for span on the child's wall clock (0:
 // until resumed).
 func (c *child) pause(s *slot, span time.Duration) {
+	defer s.change()()
 	h, qid := s.get()
 	steps := c.clock.steps.Load()
 	start := time.Now()
@@ -168,6 +207,7 @@ func (c *child) pause(s *slot, span time.Duration) {
 // handle is dead, and creates the queue again (most often at once, else
 // after a few milliseconds in which the name has no queue).
 func (c *child) deleteAndCreate(rng *rand.Rand, s *slot) {
+	defer s.change()()
 	old, qid := s.get()
 	force := rng.IntN(2) == 0
 	how := "soft"

@@ -36,6 +36,9 @@ import (
 //	V <message>                        the child saw a violation (Work: an item ran twice)
 //	S <message>                        the same, while the child was starved (work.go)
 //	C <offset>                         the child stepped its wall clock to true time + offset (ns)
+//	W <reads> <stalled> <stuck> <ns>   the consumer watch so far (consumers.go): queue reads, those
+//	                                   that showed Stats.Stalled, those that showed a consumer stuck,
+//	                                   and the longest a queue stayed stuck with nothing changed
 //
 // ts is the true wall clock in Unix nanoseconds when the call returned and
 // dlsn is Stats().DurableLSN read after it: every record of the call is at
@@ -83,13 +86,13 @@ func (w *reportWriter) line(format string, args ...any) {
 
 // event is one parsed report line.
 type event struct {
-	kind byte // 'R', 'I', 'D', 'E', 'X', 'V', 'S', 'C'
+	kind byte // 'R', 'I', 'D', 'E', 'X', 'V', 'S', 'C', 'W'
 	n    uint64
 	op   string // I: the call
 	// queue is the incarnation a call is made on (I lines with @<id>; 0,
 	// the default queue, without).
 	queue uint64
-	args  []string // I: its arguments; D: the result fields; E: the reason; X, V: the message
+	args  []string // I: its arguments; D: the result fields; E: the reason; X, V: the message; W: its figures
 	ts    int64    // R, D
 	dlsn  uint64   // R, D
 	wall  int64    // R: the child's wall clock before Open; C: the new offset
@@ -139,6 +142,11 @@ func parseLine(line string) (event, error) {
 		ev.n, ev.ts, ev.dlsn, ev.args = num(f[1]), int64(num(f[2])), num(f[3]), f[4:]
 	case ev.kind == 'E' && len(f) == 3:
 		ev.n, ev.args = num(f[1]), f[2:]
+	case ev.kind == 'W' && len(f) == 5:
+		ev.args = f[1:]
+		for _, a := range ev.args {
+			num(a)
+		}
 	case ev.kind == 'X' || ev.kind == 'V' || ev.kind == 'S':
 		ev.args = []string{line[min(2, len(line)):]}
 	default:

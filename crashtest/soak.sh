@@ -38,6 +38,17 @@
 # deletes found held at checks, and the keys found held in several queues
 # at once.
 #
+# Every mode also watches wake-ups: each child reads its queues' Stats every
+# 50 ms and reports a consumer stalled (a Get waiting while its queue can
+# lease, nothing changed for 200 ms), with quiet phases that leave one queue
+# to its Work consumers; and after the first check, every eighth and the
+# last, an idle check on a copy of the recovered directory holds the timer
+# loop to 2 rounds and the committer to none in 100 ms with Gets blocked and
+# nothing due (crashtest/consumers.go, crashtest/idle.go). The summary line
+# counts the watch's reads, those that saw Stats.Stalled or a consumer
+# stuck for a moment, the longest such moment, the idle checks and the most
+# rounds of either loop one saw.
+#
 # Modes:
 #   kill                kill -9, SyncAlways, compaction forced every few ms
 #   powerloss           kill -9, then a power loss that keeps a random share
