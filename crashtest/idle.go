@@ -187,7 +187,11 @@ func (r *idleRun) empty() bool {
 		for i, it := range page.Items {
 			ids[i] = it.ID
 		}
-		if err := r.q.DeleteItems(ids...); err != nil {
+		// An item listed may be gone by the delete (its deadline passed
+		// and the timer discarded it): DeleteItems then refuses the call
+		// with ErrNoItem, changing nothing, and the next round lists
+		// again.
+		if err := r.q.DeleteItems(ids...); err != nil && !errors.Is(err, walq.ErrNoItem) {
 			r.fail("DeleteItems: %v", err)
 			return false
 		}
