@@ -11,8 +11,8 @@ import (
 	"github.com/walq/walq/state"
 )
 
-// ErrNoItem is returned by Item and ItemBody for an ID that names no item
-// stored in the queue.
+// ErrNoItem is returned by Item, ItemBody and DeleteItems for an ID that
+// names no item stored in the queue (DeleteItems then deletes nothing).
 var ErrNoItem = errors.New("walq: no such item")
 
 // ItemView is a stored item as a dashboard shows it: where it stands, its

@@ -6,9 +6,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// NewCollector returns a Prometheus collector for the directory of q:
-// every figure of Stats for each of its queues, and the directory's log,
-// fsync, compaction and recovery figures. Every series carries the
+// NewCollector returns a Prometheus collector for the directory of q: the
+// gauges and counters of Stats for each of its queues, and the directory's
+// log, fsync, compaction and recovery figures (docs/metrics.md lists the
+// series; Stats has more, such as Wakeups and the bodies' figures). Every series carries the
 // constant label dir=name; a queue's series also carry queue=<its name>,
 // "(default)" for the default queue (no queue name can start with "("). A
 // queue's oldest_ready_age_seconds carries paused="true" while the queue
@@ -82,7 +83,7 @@ func NewCollector(q *Queue, name string) prometheus.Collector {
 	counter("late_acks_total", "Calls with a receipt whose lease had already ended, since the queue was opened: each is work that may have run twice.",
 		func(s *Stats) float64 { return float64(s.LateAcks) })
 
-	gauge("delayed_past_due_seconds", "How far the earliest delayed item is past its due time without a consumer taking it; zero while consumers keep up.",
+	gauge("delayed_past_due_seconds", "How far the queue is behind in moving items that came due out of its delayed heap (its timer moves them as they come due); zero but for moments. Such items count as ready.",
 		func(s *Stats) float64 { return s.DelayedPastDue.Seconds() })
 
 	dirGauge("log_bytes", "Size of the log segments.",

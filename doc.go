@@ -69,11 +69,13 @@
 //
 // # Failure
 //
-// The first failed write or fsync puts the queue in its failed state for
-// good: every call returns ErrFailed, blocked Gets and Work return it at
-// once, and the background loops stop. Close it and Open it again; on
-// Linux recovery drops the log's pages from the page cache before it reads
-// them, so it rebuilds from what the disk holds.
+// The first failed write or fsync of the log puts the queue in its failed
+// state for good: every call returns ErrFailed, blocked Gets and Work
+// return it at once, and the background loops stop. Close it and Open it
+// again; on Linux recovery drops the log's pages from the page cache
+// before it reads them, so it rebuilds from what the disk holds. A failed
+// compaction fails only itself (Stats.CompactionsFailed): the log is kept
+// whole.
 //
 // # Files
 //

@@ -26,8 +26,9 @@ var (
 	// and by PutBatch for a batch whose record would pass MaxBatchBytes.
 	ErrTooLarge = errors.New("walq: body too large")
 
-	// ErrFull is returned by Put when the items would go beyond
-	// Options.MaxItems or Options.MaxBytes. Nothing is stored.
+	// ErrFull is returned by Put and PutBatch when the items would go
+	// beyond the queue's MaxItems or MaxBytes (nothing is stored), and for
+	// the items of a RedriveTo that would (in a *BatchError).
 	ErrFull = errors.New("walq: queue full")
 
 	// ErrDuplicate is returned by Put with the ID of the item that holds the
@@ -45,8 +46,8 @@ var (
 	// or one of another directory), and change nothing.
 	ErrInvalid = errors.New("walq: invalid argument")
 
-	// ErrNotFound is returned by Redrive and PurgeDeadLetters for an ID that
-	// is not a dead letter.
+	// ErrNotFound is returned by Redrive, RedriveTo and PurgeDeadLetters for
+	// an ID that is not a dead letter of the queue; nothing is changed.
 	ErrNotFound = errors.New("walq: no such dead letter")
 
 	// ErrLocked is returned by Open when another Queue, in this process or
@@ -72,7 +73,8 @@ var (
 	// Nothing is changed on disk; see walq-inspect verify.
 	ErrCorrupt = wal.ErrCorrupt
 
-	// ErrFailed is returned by every call once a write or fsync has failed.
+	// ErrFailed is returned by every call once a write or fsync of the log
+	// has failed (a compaction's failure fails only the compaction).
 	// The outcome of the calls in flight is unknown (a failed fsync cannot
 	// be retried safely); Close and Open again to recover from disk.
 	ErrFailed = wal.ErrFailed
@@ -82,9 +84,11 @@ var (
 // where. errors.Is(err, ErrCorrupt) holds for it.
 type CorruptionError = wal.CorruptionError
 
-// BatchError reports the items of a PutBatch that were not stored. Errors
-// has one entry per item of the batch: nil for an item stored, ErrDuplicate
-// (wrapped) for an item whose key is held.
+// BatchError reports the items of a PutBatch that were not stored, or of a
+// RedriveTo that were not moved. Errors has one entry per item: nil for an
+// item stored or moved, ErrDuplicate (wrapped) for an item whose key is
+// held, and, for RedriveTo, ErrFull (wrapped) for one that would pass the
+// target's MaxItems or MaxBytes.
 type BatchError struct {
 	Errors []error
 }

@@ -128,7 +128,7 @@
 // harness reports violations against that build.
 //
 // Running it: go test -tags long ./crashtest runs a short version of each
-// mode (see the WALQ_CRASH_* variables in crash_test.go); crashtest/soak.sh runs
+// mode (see the WALQ_CRASH_* variables in crash_long_test.go); crashtest/soak.sh runs
 // thousands of cycles and prints one summary line per mode; and
 // cmd/walq-crashtest takes flags for cycles, seed, sync policy, power loss
 // and the workload mix.

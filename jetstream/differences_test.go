@@ -252,3 +252,20 @@ func TestDiffWatchPolls(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Row "queue names": a '.' separates tokens in a NATS subject, so a name
+// with ".." or a trailing '.' (walq takes both) is refused; a '.' between
+// two tokens is taken.
+func TestDiffQueueNameDots(t *testing.T) {
+	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{})
+	for _, name := range []string{"a..b", "a."} {
+		if _, err := q.dir.OpenQueue(context.Background(), name, walqjs.QueueOptions{}); !errors.Is(err, walq.ErrInvalid) {
+			t.Errorf("OpenQueue(%q) = %v, want ErrInvalid", name, err)
+		}
+	}
+	q2, err := q.dir.OpenQueue(context.Background(), "mail.v2", walqjs.QueueOptions{})
+	if err != nil {
+		t.Fatalf("OpenQueue(mail.v2): %v", err)
+	}
+	q2.Close()
+}

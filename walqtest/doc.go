@@ -41,7 +41,8 @@
 // hold on a loaded machine; the reference scenario always runs in real
 // time (about 25 s).
 //
-// walq runs the suite on its own Queue, under each sync policy:
+// walq runs the suite on its own Queue (its conformance_test.go, under
+// each sync policy in the long tests), in this shape:
 //
 //	func TestConformance(t *testing.T) {
 //		walqtest.Run(t, walqtest.Target{

@@ -18,10 +18,12 @@
 // The commands are summary (the default), log (with --frames, the frames
 // and their watermarks), item, state, dead, verify, space and serve (the
 // web dashboard, read-only, on loopback);
-// "walq-inspect COMMAND -h" describes each. Every command but verify shows
-// the whole directory, every queue in it, unless --queue NAME picks one
-// queue ("(default)" for the default queue); verify checks the files and
-// the log of the whole directory whatever --queue says. A directory of
+// "walq-inspect COMMAND -h" describes each. The commands that show items
+// and records show the whole directory, every queue in it, unless --queue
+// NAME picks one queue ("(default)" for the default queue); verify checks
+// the files and the log of the whole directory whatever --queue says,
+// serve takes no --queue (its pages pick the queue), and log --frames
+// refuses it. A directory of
 // format 2 is
 // checked against the directory ID in its marker (WALQ-FORMAT); one of
 // format 1 (no marker) is read as format 1 wrote it, read-only, until the
