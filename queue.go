@@ -297,7 +297,7 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 			return m, nil
 		}
 		w := rt.waiters.add()
-		q.kickLocked(q.nextWakeLocked()) // a waiter makes the next pause end count
+		q.kickLocked(q.changedWakeLocked(rt.id)) // a waiter makes the next pause end count
 		q.mu.Unlock()
 		var end error
 		select {

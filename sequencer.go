@@ -94,10 +94,15 @@ func (q *Queue) appendToLocked(queue uint64, rec state.Record) (uint64, *wal.Com
 	// the one place that tells the timer loop, so it never sleeps past it.
 	// And any record can make items of its queue leasable (a move, those of
 	// its target): this is the one place that wakes their consumers.
-	q.kickLocked(q.nextWakeLocked())
+	// What the record made due now (a put, a nack without backoff, a
+	// redrive) is ready now: the timer is not woken for it.
 	now := q.qt.now()
+	q.promoteLocked(queue, now)
+	q.kickLocked(q.changedWakeLocked(queue))
 	q.wakeLocked(q.rts[queue], now)
 	if m, ok := rec.(*state.Move); ok {
+		q.promoteLocked(m.Target, now)
+		q.kickLocked(q.changedWakeLocked(m.Target))
 		q.wakeLocked(q.rts[m.Target], now)
 	}
 	q.logBytes += int64(len(q.encBuf) + wal.HeaderSize + 3)

@@ -3,6 +3,8 @@ package walq
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -282,5 +284,29 @@ func TestStatsStalled(t *testing.T) {
 	}
 	if st := q.Stats(); st.Stalled() || st.Wakeups.Waiting != 0 || st.Wakeups.Woken != 0 || st.Wakeups.Signalled == 0 {
 		t.Fatalf("after the Get took the item: stalled %v, wakeups %+v", st.Stalled(), st.Wakeups)
+	}
+}
+
+// A put of an item due now makes it ready at once: neither the put nor a
+// thousand of them wake the timer loop (whose every round looks at every
+// queue), whatever else the directory holds.
+func TestPutsDoNotWakeTheTimer(t *testing.T) {
+	d, _, _ := testQueue(t, Options{Sync: SyncNever})
+	for i := range 50 {
+		mustOpenQueue(t, d, fmt.Sprintf("idle-%d", i), QueueOptions{})
+	}
+	deadline := time.Now().Add(time.Second)
+	for d.DirStats().Wakeups.TimerLoop == 0 { // the loop's first round
+		if time.Now().After(deadline) {
+			t.Fatal("the timer loop never ran")
+		}
+		runtime.Gosched()
+	}
+	before := d.DirStats().Wakeups.TimerLoop
+	for range 1000 {
+		mustPut(t, d, "x")
+	}
+	if st := d.DirStats(); st.Wakeups.TimerLoop != before || st.Ready != 1000 {
+		t.Fatalf("1,000 puts woke the timer loop %d times; %d ready", st.Wakeups.TimerLoop-before, st.Ready)
 	}
 }

@@ -33,7 +33,7 @@ func (q *Queue) Watch() (<-chan struct{}, func()) {
 	q.mu.Lock()
 	rt := q.rt
 	rt.watchers = append(rt.watchers, w)
-	q.kickLocked(q.nextWakeLocked()) // a watcher makes due times and pause ends count
+	q.kickLocked(q.changedWakeLocked(rt.id)) // a watcher makes pause ends count
 	q.mu.Unlock()
 	var once sync.Once
 	return w.ch, func() {
