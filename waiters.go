@@ -85,14 +85,15 @@ func (rt *queueRT) signalWatchersLocked() {
 }
 
 // leasableLocked is how many items a Get on rt's queue could lease at now:
-// its items whose due time has come, within its cap on leases in flight;
-// none while it is paused. It promotes the due items, as a Get would.
+// its ready items, within its cap on leases in flight; none while it is
+// paused. It moves nothing: a record promotes what it made due
+// (appendToLocked), and the timer what came due since (tick), before they
+// wake anyone.
 func (q *Queue) leasableLocked(rt *queueRT, now int64) int {
 	qs := q.st.Queue(rt.id)
 	if qs == nil || qs.Paused(now) {
 		return 0
 	}
-	qs.Promote(now)
 	n := qs.ReadyLen()
 	if c := rt.set.maxInFlight; c > 0 {
 		n = min(n, c-qs.Leased())
@@ -109,6 +110,7 @@ func (q *Queue) stuckLocked(now int64) string {
 		if rt.waiters.len() == 0 {
 			continue
 		}
+		q.promoteLocked(rt.id, now) // what the timer would move next
 		if n := q.leasableLocked(rt, now); n > rt.woken {
 			return fmt.Sprintf("%s: %d Gets wait, %d items can be leased, %d Gets were signalled", rt.label(), rt.waiters.len(), n, rt.woken)
 		}
