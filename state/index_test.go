@@ -77,7 +77,7 @@ func checkIndex(t *testing.T, x *idIndex, live map[uint64]uint64, where string) 
 // index allocate a slice of 2^48 entries (found by FuzzUnmarshalSnapshot).
 func TestIDIndexSparse(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	rounds := 10 // 3,000 random steps; the long tests take 60,000
+	rounds := 4 // 1,200 random steps; the long tests take 60,000
 	if testrule.Long {
 		rounds = 200
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/walq/walq/internal/testrule"
 	"github.com/walq/walq/state"
 )
 
@@ -441,7 +442,11 @@ func TestDeadLettersLongHistory(t *testing.T) {
 		waiting = append(waiting, id)
 	}
 	now := t0
-	for round := 0; round < 3000; round++ {
+	rounds := 1500 // the long tests take 6,000
+	if testrule.Long {
+		rounds = 6000
+	}
+	for round := range rounds {
 		now++
 		switch op := rng.IntN(10); {
 		case op < 5 && len(waiting) > 0:

@@ -102,6 +102,21 @@ func TestWorkloads(t *testing.T) {
 				t.Errorf("ran %vs, asked for 0.2s", run.Seconds)
 			}
 		}},
+	} {
+		runWorkload(t, tc.name, tc.args, tc.check)
+	}
+}
+
+// TestOtherWorkloads runs the workloads that are neither put nor cycle
+// (apart from TestWorkloads, so that each test stays within the default
+// run's limit).
+func TestOtherWorkloads(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		check func(t *testing.T, r *Result)
+	}{
 		{"delay plain", []string{"delay", "-n", "200", "-delay-max", "20ms", "-sync", "never", "-consumer", "plain"}, checkDelay(200)},
 		{"delay work", []string{"delay", "-n", "200", "-delay-max", "20ms", "-sync", "never", "-consumer", "work"}, checkDelay(200)},
 		{"recover from log", []string{"recover", "-n", "300", "-body", "32", "-sync", "never", "-producers", "4"}, func(t *testing.T, r *Result) {
@@ -156,15 +171,21 @@ func TestWorkloads(t *testing.T) {
 			}
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			r := bench(t, tc.args...)
-			if r.Workload != tc.args[0] {
-				t.Errorf("workload %q, want %q", r.Workload, tc.args[0])
-			}
-			tc.check(t, r)
-		})
+		runWorkload(t, tc.name, tc.args, tc.check)
 	}
+}
+
+// runWorkload runs walq-bench with args as a parallel subtest of t and
+// checks its result.
+func runWorkload(t *testing.T, name string, args []string, check func(t *testing.T, r *Result)) {
+	t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		r := bench(t, args...)
+		if r.Workload != args[0] {
+			t.Errorf("workload %q, want %q", r.Workload, args[0])
+		}
+		check(t, r)
+	})
 }
 
 func checkCycle(n uint64) func(t *testing.T, r *Result) {
