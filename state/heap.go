@@ -54,6 +54,17 @@ func (h *heap[T]) Remove(v T) {
 			h.up(i)
 		}
 	}
+	h.shrink()
+}
+
+// Append adds v at the end without ordering it: for a heap whose items are
+// in no order yet, which init orders later.
+func (h *heap[T]) Append(v T) {
+	h.setPos(v, int32(len(h.items)))
+	h.items = append(h.items, v)
+}
+
+func (h *heap[T]) shrink() {
 	if cap(h.items) > 1024 && len(h.items) < cap(h.items)/4 {
 		h.items = append([]T(nil), h.items...)
 	}

@@ -74,9 +74,12 @@ type QueueState struct {
 	st      *State
 	delayed heap[uint64] // use dheap, but for its length and whole contents
 	// unordered: delayed holds its items in no order yet (a snapshot was
-	// just loaded); dheap orders them when first asked, and a promotion of
-	// all of them needs no order at all.
+	// just loaded, in ID order, which is most often due order); dheap
+	// orders them when first asked, and a promotion needs no order at all.
+	// An item that leaves it meanwhile leaves a hole (ID 0, never an
+	// item's), so the rest keep their order: holes counts them.
 	unordered bool
+	holes     int
 	released  bool // the state's items were released: counts only
 	// releasedDelayed is how many items were delayed then.
 	releasedDelayed int
@@ -113,10 +116,62 @@ func (s *State) newQueueState(id uint64, name string, created int64, set Setting
 // dheap returns the delayed heap, in heap order.
 func (q *QueueState) dheap() *heap[uint64] {
 	if q.unordered {
+		q.squeeze()
 		q.delayed.init()
 		q.unordered = false
 	}
 	return &q.delayed
+}
+
+// delayedLen is the number of items in the delayed heap.
+func (q *QueueState) delayedLen() int { return q.delayed.Len() - q.holes }
+
+// squeeze closes the holes in the unordered delayed heap, keeping the
+// order of the rest.
+func (q *QueueState) squeeze() {
+	if q.holes == 0 {
+		return
+	}
+	h := &q.delayed
+	w := 0
+	for _, id := range h.items {
+		if id != 0 {
+			h.items[w] = id
+			h.setPos(id, int32(w))
+			w++
+		}
+	}
+	clear(h.items[w:])
+	h.items = h.items[:w]
+	h.shrink()
+	q.holes = 0
+}
+
+// pushDelayed adds id to the delayed heap, leaving it unordered if it is:
+// the records replayed after a snapshot's items were loaded neither order
+// them nor pay for it.
+func (q *QueueState) pushDelayed(id uint64, due int64) {
+	if q.unordered {
+		q.delayed.Append(id)
+	} else {
+		q.delayed.Push(id)
+	}
+	q.maxDelayedDue = max(q.maxDelayedDue, due)
+}
+
+// removeDelayed takes id out of the delayed heap, ordered or not.
+func (q *QueueState) removeDelayed(id uint64) {
+	if !q.unordered {
+		q.delayed.Remove(id)
+		return
+	}
+	h := &q.delayed
+	h.items[h.pos(id)] = 0
+	h.setPos(id, -1)
+	q.holes++
+	if len(h.items) > 1024 && q.holes > len(h.items)/2 {
+		q.squeeze() // most of it left: hold no more than twice what stays
+	}
 }
 
 // ID is the queue's incarnation ID (DefaultQueue for the default queue).
@@ -159,7 +214,7 @@ func (q *QueueState) Leased() int { return q.leased }
 func (q *QueueState) Gauges() Gauges {
 	g := Gauges{
 		Ready:   q.nready,
-		Delayed: q.delayed.Len(),
+		Delayed: q.delayedLen(),
 		Leased:  q.leased,
 		Dead:    q.ndead,
 		Items:   q.n,
@@ -211,13 +266,13 @@ func (q *QueueState) GaugesAt(now int64) Gauges {
 // bound; so the first Promote after an open costs a pass whatever the
 // backlog holds, and later ones what they move.
 func (q *QueueState) Promote(now int64) {
-	n := q.delayed.Len()
+	n := q.delayedLen()
 	if n == 0 {
 		return
 	}
 	if n > bulkPromote {
 		if q.maxDelayedDue <= now {
-			q.promoteAll()
+			q.promotePass(math.MaxInt64)
 			return
 		}
 		if bound := n / bits.Len(uint(n)); q.unordered || q.countDue(now, bound) >= bound {
@@ -234,7 +289,7 @@ func (q *QueueState) Promote(now int64) {
 		if e.due > now {
 			return
 		}
-		q.dheap().Remove(id)
+		q.delayed.Remove(id)
 		q.pushReady(id, e)
 	}
 }
@@ -271,6 +326,9 @@ func (q *QueueState) countDue(now int64, limit int) int {
 func (q *QueueState) dueDelayed(now int64) (n int, oldest int64) {
 	if q.unordered {
 		for _, id := range q.delayed.items {
+			if id == 0 {
+				continue // a hole
+			}
 			if due := q.st.items.get(id).due; due <= now {
 				if n == 0 || due < oldest {
 					oldest = due
@@ -289,102 +347,89 @@ func (q *QueueState) dueDelayed(now int64) (n int, oldest int64) {
 }
 
 // promotePass moves every due item to the ready heaps in one pass over the
-// delayed heap, which keeps the others and is ordered again in O(n).
+// delayed heap, which keeps the others and is ordered again in O(their
+// number). Each priority's due items join its heap at the end; those of a
+// priority whose heap was empty and that come in due order (as a
+// snapshot's do, loaded in ID order) are a heap as they stand, and the
+// first such priority's take the delayed heap's own slice, so a backlog of
+// one priority is made ready without a copy. Other heaps are ordered once,
+// in O(n).
 func (q *QueueState) promotePass(now int64) {
+	type run struct {
+		p       int64
+		h       *heap[uint64]
+		sorted  bool // h was empty and holds its items in due order
+		inPlace bool // its items go to the front of the delayed heap's slice
+		last    *entry
+		lastID  uint64
+	}
+	var runs []run
 	items := q.delayed.items
 	var rest []uint64
-	due := items[:0]
 	maxDue := int64(math.MinInt64)
+	w := 0 // the in-place run's length
+	r := -1
 	for _, id := range items {
-		if d := q.st.items.get(id).due; d <= now {
-			due = append(due, id)
-		} else {
+		if id == 0 {
+			continue // a hole: unordered, an item left
+		}
+		e := q.st.items.get(id)
+		if e.due > now {
 			rest = append(rest, id)
-			maxDue = max(maxDue, d)
+			maxDue = max(maxDue, e.due)
+			continue
 		}
-	}
-	clear(items[len(due):])
-	q.delayed.items = rest
-	q.delayed.init()
-	q.unordered = false
-	q.maxDelayedDue = maxDue
-	if len(due) > 0 {
-		q.promoteIDs(due)
-	}
-}
-
-// promoteAll moves every delayed item to the ready heaps.
-func (q *QueueState) promoteAll() {
-	ids := q.delayed.items
-	q.delayed.items = nil
-	q.unordered = false
-	q.maxDelayedDue = math.MinInt64
-	q.promoteIDs(ids)
-}
-
-// promoteIDs makes the waiting items ids, taken out of the delayed heap,
-// ready, in O(len(ids)) plus that of the ready heaps they join.
-func (q *QueueState) promoteIDs(ids []uint64) {
-	// Items of one priority (the usual case) whose ready heap is empty
-	// become that heap as they are: no copy. Loaded from a snapshot they
-	// are in ID order, which is most often their due order too, and a
-	// sorted slice is a heap already: one pass checks it, marking them
-	// ready and setting their places as it goes (right for a sorted heap;
-	// the other paths set both again).
-	p := q.st.items.get(ids[0]).priority
-	one := q.ready[p] == nil || q.ready[p].Len() == 0
-	sorted := true
-	var prev *entry
-	var prevID uint64
-	for i, id := range ids {
-		if !one {
-			break
+		if r < 0 || runs[r].p != e.priority {
+			r = slices.IndexFunc(runs, func(x run) bool { return x.p == e.priority })
+			if r < 0 {
+				h := q.ready[e.priority]
+				if h == nil {
+					h = new(heap[uint64])
+					*h = q.st.dueHeap()
+					q.ready[e.priority] = h
+				}
+				empty := h.Len() == 0
+				if empty {
+					q.levels = append(q.levels, e.priority)
+				}
+				inPlace := empty && !slices.ContainsFunc(runs, func(x run) bool { return x.inPlace })
+				runs = append(runs, run{p: e.priority, h: h, sorted: empty, inPlace: inPlace})
+				r = len(runs) - 1
+			}
 		}
-		e := q.st.items.get(id)
-		one = e.priority == p
-		if sorted && prev != nil && entryDueLess(e, id, prev, prevID) {
-			sorted = false
+		x := &runs[r]
+		if x.sorted && x.last != nil && entryDueLess(e, id, x.last, x.lastID) {
+			x.sorted = false
 		}
-		e.ready, e.heapPos = true, int32(i)
-		prev, prevID = e, id
-	}
-	if one {
-		h := q.ready[p]
-		if h == nil {
-			h = new(heap[uint64])
-			*h = q.st.dueHeap()
-			q.ready[p] = h
+		x.last, x.lastID = e, id
+		if x.inPlace {
+			e.heapPos = int32(w)
+			items[w] = id // w is at most the index read: nothing unread is overwritten
+			w++
+		} else {
+			e.heapPos = int32(len(x.h.items))
+			x.h.items = append(x.h.items, id)
 		}
-		h.items = ids
-		if !sorted {
-			h.init()
-		}
-		i := sort.Search(len(q.levels), func(i int) bool { return q.levels[i] >= p })
-		q.levels = slices.Insert(q.levels, i, p)
-		q.nready += len(ids)
-		return
-	}
-	touched := make(map[int64]bool)
-	for _, id := range ids {
-		e := q.st.items.get(id)
-		h := q.ready[e.priority]
-		if h == nil {
-			h = new(heap[uint64])
-			*h = q.st.dueHeap()
-			q.ready[e.priority] = h
-		}
-		if h.Len() == 0 && !touched[e.priority] {
-			q.levels = append(q.levels, e.priority)
-		}
-		touched[e.priority] = true
-		h.items = append(h.items, id)
 		e.ready = true
 		q.nready++
 	}
-	for p := range touched {
-		q.ready[p].init()
+	clear(items[w:])
+	for _, x := range runs {
+		if x.inPlace {
+			x.h.items = items[:w]
+			x.h.shrink() // most items stayed delayed: no need to hold their slice
+		}
+		if !x.sorted {
+			x.h.init()
+		}
 	}
-	slices.Sort(q.levels)
+	if len(runs) > 0 {
+		slices.Sort(q.levels)
+	}
+	q.delayed.items = rest
+	q.delayed.init()
+	q.unordered, q.holes = false, 0
+	q.maxDelayedDue = maxDue
 }
 
 // NextReady returns the ready item that the next delivery should take
@@ -470,7 +515,7 @@ func (q *QueueState) removeWaiting(id uint64, e *entry) {
 		}
 		e.ready = false
 	} else {
-		q.dheap().Remove(id)
+		q.removeDelayed(id)
 	}
 	if x := q.st.xOf(e); x != nil && x.deadlinePos >= 0 {
 		q.st.deadlines.Remove(id)

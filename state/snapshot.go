@@ -553,9 +553,14 @@ func (s *State) load(it *Item, x *itemExtra) error {
 		s.loadFloor = it.Body.LSN
 	}
 	x.before = it.Deliveries - it.Attempts
+	pos := int32(-1)
+	if it.Status == Waiting {
+		// Its place in the unordered delayed heap, which it joins below.
+		pos = int32(len(q.delayed.items))
+	}
 	e := s.store(q, it.ID, entry{
 		queue: it.Queue, body: it.Body, priority: it.Priority, enqueued: it.EnqueuedAt,
-		due: it.Due, seq: it.Seq, attempts: it.Attempts, heapPos: -1, status: it.Status,
+		due: it.Due, seq: it.Seq, attempts: it.Attempts, heapPos: pos, status: it.Status,
 	})
 	if !x.empty() {
 		// Only an item that has one of these takes the memory for them.

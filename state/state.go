@@ -350,9 +350,9 @@ func (s *State) Release() {
 	s.leases, s.leaseOf = map[uint64]*lease{}, map[uint64]*lease{}
 	s.leaseHeap.items, s.deadlines.items = nil, nil
 	for _, q := range s.queues {
-		q.releasedDelayed = q.delayed.Len()
+		q.releasedDelayed = q.delayedLen()
 		q.released = true
-		q.delayed.items, q.unordered = nil, false
+		q.delayed.items, q.unordered, q.holes = nil, false, 0
 		q.ready, q.levels = map[int64]*heap[uint64]{}, nil
 		q.deadOrder = nil
 	}
@@ -1058,8 +1058,7 @@ func noRepeats(ids []uint64) error {
 }
 
 func (s *State) pushWaiting(q *QueueState, id uint64, e *entry) {
-	q.dheap().Push(id)
-	q.maxDelayedDue = max(q.maxDelayedDue, e.due)
+	q.pushDelayed(id, e.due)
 	if s.deadline(e) != 0 {
 		s.deadlines.Push(id)
 	}

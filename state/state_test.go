@@ -1105,7 +1105,7 @@ func BenchmarkSnapshot(b *testing.B) {
 }
 
 // TestPromoteAllAfterLoad promotes at once every item a snapshot load
-// left delayed, in the shapes that take each path of promoteAll (one
+// left delayed, in the shapes that take each path of promotePass (one
 // priority in due order, which is taken as the heap as it is; one
 // priority out of order; several priorities), then deletes items from
 // the middle of the heaps, which needs every item's place in its heap to
