@@ -76,9 +76,9 @@ func TestWriteFaultEveryStep(t *testing.T) {
 		t.Run(policy.String(), func(t *testing.T) {
 			opts := Options{SegmentSize: 200, Sync: policy}
 			// The default run faults every step of the first 20 and every
-			// third after (a log's life runs a few hundred); the long tests
+			// fifth after (a log's life runs a few hundred); the long tests
 			// fault every step.
-			stride := 3
+			stride := 5
 			if testrule.Long {
 				stride = 1
 			}

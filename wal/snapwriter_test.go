@@ -16,9 +16,7 @@ func TestSnapshotWriter(t *testing.T) {
 	for _, size := range []int{0, 1, 4095, 1 << 20, 1<<20 + 17, snapshotSyncEvery + 3} {
 		dir := t.TempDir()
 		state := make([]byte, size)
-		for i := range state {
-			state[i] = byte(r.IntN(256))
-		}
+		rand.NewChaCha8([32]byte{byte(size), byte(size >> 8), byte(size >> 16), byte(size >> 24)}).Read(state)
 		w, err := CreateSnapshot(OSFS(), dir, testDir, 99, SectionDirIndex4, 0o600)
 		if err != nil {
 			t.Fatal(err)
