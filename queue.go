@@ -237,6 +237,13 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 		ids[i] = ids[first]
 		errs = setErr(errs, len(items), i, fmt.Errorf("%w: key %q is held by item %d of the same batch", ErrDuplicate, items[i].Key, ids[first]))
 	}
+	if commit == nil {
+		// Every key was held: the holders may not be durable yet, and a
+		// crash that takes them back must not have been answered
+		// "duplicate" (a record appended, when there is one, comes after
+		// them and is waited for anyway).
+		commit = q.log.Barrier()
+	}
 	q.mu.Unlock()
 	if commit != nil {
 		if err := q.wait(commit); err != nil {
@@ -682,8 +689,7 @@ func (q *Queue) Redrive(ids ...uint64) error {
 	}
 	q.mu.Lock()
 	if err := q.checkDeadLocked(ids); err != nil {
-		q.mu.Unlock()
-		return err
+		return q.answerLocked(err)
 	}
 	_, commit, err := q.appendToLocked(q.rt.id, &state.Redrive{Time: q.qt.now(), IDs: append([]uint64(nil), ids...)})
 	q.mu.Unlock()
@@ -705,12 +711,10 @@ func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
 			return err
 		}
 		if q.st.Queue(q.rt.id).Gauges().Dead == 0 {
-			q.mu.Unlock()
-			return nil
+			return q.answerLocked(nil)
 		}
 	} else if err := q.checkDeadLocked(ids); err != nil {
-		q.mu.Unlock()
-		return err
+		return q.answerLocked(err)
 	}
 	rec.Time = q.qt.now()
 	_, commit, err := q.appendToLocked(q.rt.id, rec)
@@ -740,8 +744,7 @@ func (q *Queue) DeleteItems(ids ...uint64) error {
 	seen := make(map[uint64]bool, len(ids))
 	for _, id := range ids {
 		if it := q.st.Item(id); it == nil || it.Queue != q.rt.id {
-			q.mu.Unlock()
-			return fmt.Errorf("%w: item %d in %s", ErrNoItem, id, q.rt.label())
+			return q.answerLocked(fmt.Errorf("%w: item %d in %s", ErrNoItem, id, q.rt.label()))
 		}
 		if seen[id] {
 			q.mu.Unlock()

@@ -200,6 +200,9 @@ func (q *Queue) OpenQueue(name string, opts QueueOptions) (*Queue, error) {
 				q.mu.Unlock()
 				return nil, err
 			}
+		} else {
+			// The queue and its settings may rest on records not durable yet.
+			commit = q.log.Barrier()
 		}
 	}
 	q.mu.Unlock()
@@ -264,8 +267,7 @@ func (q *Queue) setPause(until time.Time, pause bool) error {
 			}
 		}
 	} else if q.st.Queue(q.rt.id).PausedUntil() == 0 {
-		q.mu.Unlock()
-		return nil
+		return q.answerLocked(nil) // not paused: unless its resume is not durable yet
 	}
 	_, commit, err := q.appendToLocked(q.rt.id, rec)
 	q.mu.Unlock()
@@ -293,8 +295,7 @@ func (q *Queue) Delete(force bool) error {
 	}
 	qs := q.st.Queue(q.rt.id)
 	if n := qs.Leased(); n > 0 && !force {
-		q.mu.Unlock()
-		return fmt.Errorf("%w: delete %s: %d leases open (force to delete anyway)", ErrQueueBusy, q.rt.label(), n)
+		return q.answerLocked(fmt.Errorf("%w: delete %s: %d leases open (force to delete anyway)", ErrQueueBusy, q.rt.label(), n))
 	}
 	items := qs.Len()
 	_, commit, err := q.appendToLocked(q.rt.id, &state.DeleteQueue{Time: q.qt.now(), Force: force})
@@ -403,8 +404,7 @@ func (q *Queue) RedriveTo(target *Queue, ids ...uint64) error {
 	}
 	q.mu.Lock()
 	if err := q.checkDeadLocked(ids); err != nil {
-		q.mu.Unlock()
-		return err
+		return q.answerLocked(err)
 	}
 	if err := target.callLocked(); err != nil {
 		q.mu.Unlock()
@@ -439,6 +439,8 @@ func (q *Queue) RedriveTo(target *Queue, ids ...uint64) error {
 			q.mu.Unlock()
 			return err
 		}
+	} else {
+		commit = q.log.Barrier() // none moved: the keys and counts may rest on records not durable yet
 	}
 	q.mu.Unlock()
 	if commit != nil {

@@ -69,6 +69,22 @@ func (q *Queue) wait(c *wal.Commit) error {
 	return err
 }
 
+// answerLocked gives an answer that a call appending nothing read from the
+// state (a key held, no pause to end, no dead letter, an item not there):
+// it releases mu and waits until every record appended so far is durable
+// under the sync policy, as a write would, so that no answer rests on a
+// record a crash can still take back. It returns err, or the failure of
+// the records it waited for. It never waits while holding mu, and costs a
+// lock and a load when everything is durable already.
+func (q *Queue) answerLocked(err error) error {
+	c := q.log.Barrier()
+	q.mu.Unlock()
+	if werr := q.wait(c); werr != nil {
+		return werr
+	}
+	return err
+}
+
 // appendToLocked gives rec, a record of the given queue, the next LSN,
 // adds it to the log's pending batch and applies it to the state. The
 // caller waits on the commit after releasing mu.

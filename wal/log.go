@@ -127,7 +127,11 @@ type Log struct {
 	// mu, one more each time, so LSN order is Append order.
 	last    uint64
 	pending *batch // appended, not yet taken by the committer; never nil
-	failure error  // sticky once set; wraps ErrFailed
+	// flying is the Commit of the batch the committer took and has not
+	// released yet (nil when none): what Barrier waits for when nothing
+	// is pending.
+	flying  *Commit
+	failure error // sticky once set; wraps ErrFailed
 	closed  bool
 	// failed is closed when failure is set (setFailureLocked), so exactly
 	// once, and never by Close.
@@ -155,6 +159,7 @@ type Log struct {
 	syncTimer  *time.Timer
 	timerArmed bool          // SyncInterval: syncTimer runs; set only while written > synced
 	wakes      atomic.Uint64 // rounds of the committer (Wakes)
+	barriers   atomic.Uint64 // Barriers that found a record not durable (BarrierWaits)
 	offsets    []int64       // OnWritten's Bodies, reused
 }
 
@@ -245,6 +250,10 @@ func (c *Commit) release(err error) {
 	c.err = err
 	close(c.done)
 }
+
+// durableCommit is a Commit that is done already, with no error: what a
+// Barrier returns when every record is durable. It is never released again.
+var durableCommit = failedCommit(nil)
 
 // Done is closed when the batch is durable under the sync policy or failed.
 func (c *Commit) Done() <-chan struct{} { return c.done }
@@ -610,6 +619,39 @@ func (l *Log) append(typ byte, queue uint64, encode func(dst []byte) []byte) (ui
 	return lsn, p.commit
 }
 
+// Barrier returns a Commit that is done when every record appended before
+// the call is durable under the sync policy, or the log failed: what an
+// answer read from state that a record changed waits for before it is
+// given, so that nothing a crash can take back is reported. It appends
+// nothing, and when everything is durable already it costs a lock and an
+// atomic load and returns a Commit that is done.
+func (l *Log) Barrier() *Commit {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.durable.Load() >= l.last {
+		return durableCommit
+	}
+	l.barriers.Add(1)
+	switch {
+	case l.failure != nil:
+		return failedCommit(l.failure)
+	case l.pending.commit != nil:
+		return l.pending.commit // it holds l.last
+	case l.flying != nil:
+		return l.flying // it holds l.last: nothing came after it
+	}
+	// Not durable, nothing pending or being written: the committer took
+	// the last batch and failed or closed before it was counted durable.
+	if l.closed {
+		return failedCommit(ErrClosed)
+	}
+	return failedCommit(fmt.Errorf("%w: record %d is not durable and not being written", ErrFailed, l.last))
+}
+
+// BarrierWaits is how many Barriers found a record not durable yet, and
+// so gave a Commit that was not done.
+func (l *Log) BarrierWaits() uint64 { return l.barriers.Load() }
+
 // LastLSN returns the LSN of the last appended record.
 func (l *Log) LastLSN() uint64 {
 	l.mu.Lock()
@@ -840,6 +882,7 @@ func (l *Log) flush(force bool) error {
 	empty := p.commit == nil
 	if !empty {
 		l.pending, l.spare = l.spare, nil
+		l.flying = p.commit
 	}
 	l.mu.Unlock()
 	if empty {
@@ -858,6 +901,7 @@ func (l *Log) flush(force bool) error {
 	// Nothing came in meanwhile: the log is idle, and both batches let go
 	// of what a burst grew (the pending one under mu, where appends fill it).
 	l.mu.Lock()
+	l.flying = nil
 	if l.pending.commit == nil {
 		l.pending.trim()
 		p.trim()
