@@ -185,6 +185,39 @@ func Example_namedQueues() {
 	// Output: <nil> 2 1 1
 }
 
+// Opening a queue that exists never changes its settings; SetSettings
+// does, for every handle, recorded.
+func ExampleQueue_SetSettings() {
+	dir, _ := os.MkdirTemp("", "walq-example")
+	defer os.RemoveAll(dir)
+	q, err := walq.Open(dir, walq.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+	if _, err := q.OpenQueue("exports", walq.QueueOptions{MaxInFlight: 4}); err != nil {
+		log.Fatal(err)
+	}
+
+	// Another component opens it only to put into it: the cap stays.
+	exports, err := q.OpenQueue("exports", walq.QueueOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(exports.Settings().MaxInFlight)
+	_, err = q.OpenQueue("exports", walq.QueueOptions{MaxInFlight: 8})
+	fmt.Println(errors.Is(err, walq.ErrInvalid))
+
+	s := exports.Settings()
+	s.MaxInFlight = 8
+	err = exports.SetSettings(s)
+	fmt.Println(err, exports.Settings().MaxInFlight)
+	// Output:
+	// 4
+	// true
+	// <nil> 8
+}
+
 // A Prometheus collector covers every queue of the directory.
 func ExampleNewCollector() {
 	dir, _ := os.MkdirTemp("", "walq-example")

@@ -78,8 +78,7 @@ func TestWriteQueuesFixture(t *testing.T) {
 	must(t, mail.RedriveTo(archive, dead))
 	o := queuesFixtureOptions["mail"]
 	o.MaxInFlight = 5 // a settings record after the snapshot
-	_, err = q.OpenQueue("mail", o)
-	must(t, err)
+	must(t, mail.SetSettings(o))
 	put(mail, "mail-1 after the snapshot")
 	must(t, q.Close())
 	os.Remove(filepath.Join(dir, "RESERVE"))
@@ -130,7 +129,9 @@ func TestOpenQueuesFixture(t *testing.T) {
 		sort.Strings(out)
 		return out
 	}
-	mail, held, reborn, archive := mustOpenQueue(t, q, "mail", queuesFixtureOptions["mail"]), mustOpenQueue(t, q, "held", QueueOptions{MaxItems: 100}),
+	// mail's MaxInFlight is 5 since a settings record after the snapshot;
+	// opening with what it was created with (3) would be refused.
+	mail, held, reborn, archive := mustOpenQueue(t, q, "mail", QueueOptions{Backoff: queuesFixtureOptions["mail"].Backoff}), mustOpenQueue(t, q, "held", QueueOptions{MaxItems: 100}),
 		mustOpenQueue(t, q, "reborn", QueueOptions{}), mustOpenQueue(t, q, "archive", QueueOptions{MaxBytes: 1 << 20})
 	dl := mail.DeadLetters(0)
 	if len(dl) != 1 || string(dl[0].Body) != "mail fails twice" || dl[0].LastError != "smtp 451" ||

@@ -123,8 +123,21 @@ func TestQueueSettingsRecorded(t *testing.T) {
 		got.MaxItems != o.MaxItems || got.MaxBytes != o.MaxBytes || got.MaxInFlight != o.MaxInFlight {
 		t.Fatalf("settings after reopen %+v, want %+v", got, o)
 	}
+	// Opening never changes them: zero fields keep what is recorded, and
+	// a field that differs is refused, naming it.
+	h := mustOpenQueue(t, q, "s", QueueOptions{})
+	if got := h.Settings(); got.MaxInFlight != 3 || got.MaxItems != 5 || got.Visibility != time.Minute {
+		t.Fatalf("OpenQueue with zero options changed the settings: %+v", got)
+	}
 	o.MaxInFlight = 1
-	mustOpenQueue(t, q, "s", o)
+	if _, err := q.OpenQueue("s", o); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "MaxInFlight") ||
+		!strings.Contains(err.Error(), "SetSettings") {
+		t.Fatalf("OpenQueue with another MaxInFlight: %v, want ErrInvalid naming it and SetSettings", err)
+	}
+	if q.Stats().LastLSN != last {
+		t.Fatal("opening a queue wrote a record")
+	}
+	must(t, h.SetSettings(o))
 	if q.Stats().LastLSN != last+1 {
 		t.Fatalf("a change of settings wrote %d records", q.Stats().LastLSN-last)
 	}
@@ -455,4 +468,29 @@ func TestWorkOnDeletedQueue(t *testing.T) {
 	if err := <-done; !errors.Is(err, ErrQueueDeleted) {
 		t.Fatalf("Work with a handler running on a deleted queue = %v", err)
 	}
+}
+
+// TestOpenQueueKeepsSettings: a second component that opens a queue only
+// to put into it (QueueOptions{}) leaves its cap, visibility and attempts
+// as recorded, across a reopen too. On 997a6e0 the zero fields were filled
+// from the directory's Options and recorded: the cap was lifted.
+func TestOpenQueueKeepsSettings(t *testing.T) {
+	q, clock, dir := testQueue(t, Options{})
+	o := QueueOptions{Visibility: time.Minute, MaxAttempts: 2, MaxInFlight: 3}
+	mustOpenQueue(t, q, "exports", o)
+	mustOpenQueue(t, q, "exports", QueueOptions{})
+	check := func(when string) {
+		t.Helper()
+		infos, err := q.Queues()
+		must(t, err)
+		for _, in := range infos {
+			if in.Name == "exports" && (in.Options.MaxInFlight != 3 || in.Options.Visibility != time.Minute || in.Options.MaxAttempts != 2) {
+				t.Fatalf("%s: settings %+v, want MaxInFlight 3, Visibility 1m, MaxAttempts 2", when, in.Options)
+			}
+		}
+	}
+	check("after a second OpenQueue with no options")
+	q = reopen(t, q, dir, Options{Clock: clock})
+	mustOpenQueue(t, q, "exports", QueueOptions{})
+	check("after a reopen")
 }

@@ -153,17 +153,24 @@ var (
 )
 
 // OpenQueue returns a handle on the named queue of q's directory, creating
-// it when there is none, and records opts as its settings when they differ
-// from those recorded. The record is durable, under the sync policy, when
-// OpenQueue returns. Names are 1 to 100 bytes of ASCII letters, digits,
-// '.', '_' and '-', starting with a letter or digit; a bad name is
-// ErrInvalid and says why.
+// it when there is none with opts as its settings: a zero Visibility,
+// MaxAttempts or KeyWindow is the directory's Options, a zero MaxItems,
+// MaxBytes or MaxInFlight no bound. The creation is durable, under the
+// sync policy, when OpenQueue returns. Names are 1 to 100 bytes of ASCII
+// letters, digits, '.', '_' and '-', starting with a letter or digit; a
+// bad name is ErrInvalid and says why.
+//
+// Opening a queue that exists never changes its settings: a zero field of
+// opts keeps what is recorded, and a field that differs from the record is
+// ErrInvalid, which names it; SetSettings changes them. So a component
+// that opens a queue only to put into it, or a tool that opens it to pause
+// it, passes QueueOptions{} and leaves its caps as they are. Backoff is not
+// recorded: a non-nil Backoff applies to the queue in this process.
 //
 // A named queue has the methods of the default queue; its items, keys,
 // dead letters, counters and settings are its own, and it shares the
 // directory's log, group commit, timer and compaction. Item IDs are unique
-// in the directory. Handles of one queue share its state: settings given
-// by the latest OpenQueue apply to all of them.
+// in the directory. Handles of one queue share its state and settings.
 func (q *Queue) OpenQueue(name string, opts QueueOptions) (*Queue, error) {
 	if err := state.CheckQueueName(name); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
@@ -192,18 +199,15 @@ func (q *Queue) OpenQueue(name string, opts QueueOptions) (*Queue, error) {
 		q.opts.Logger.Info("walq: queue created", "queue", name, "id", lsn)
 	} else {
 		rt = q.rts[qs.ID()]
-		// The settings apply before their record, whose wake-up (a cap
-		// raised) must see them; a failed append fails the queue.
-		rt.set = set
-		if qs.Settings() != set.record() {
-			if _, commit, err = q.appendToLocked(rt.id, &state.SetQueue{Time: now, Settings: set.record()}); err != nil {
-				q.mu.Unlock()
-				return nil, err
-			}
-		} else {
-			// The queue and its settings may rest on records not durable yet.
-			commit = q.log.Barrier()
+		if err := sameSettings(name, opts, qs.Settings()); err != nil {
+			q.mu.Unlock()
+			return nil, err
 		}
+		if opts.Backoff != nil {
+			rt.set.backoff = opts.Backoff
+		}
+		// The queue and its settings may rest on records not durable yet.
+		commit = q.log.Barrier()
 	}
 	q.mu.Unlock()
 	if commit != nil {
@@ -212,6 +216,86 @@ func (q *Queue) OpenQueue(name string, opts QueueOptions) (*Queue, error) {
 		}
 	}
 	return &Queue{directory: q.directory, rt: rt, detached: make(chan struct{})}, nil
+}
+
+// sameSettings is nil when every non-zero field of opts, but Backoff, is
+// what rec records, and otherwise ErrInvalid naming the first that is not.
+func sameSettings(name string, opts QueueOptions, rec state.Settings) error {
+	for _, f := range []struct {
+		field      string
+		given, has int64
+		show       func(int64) any
+	}{
+		{"Visibility", int64(opts.Visibility), rec.Visibility, showDuration},
+		{"MaxAttempts", int64(opts.MaxAttempts), rec.MaxAttempts, showInt},
+		{"KeyWindow", int64(opts.KeyWindow), rec.KeyWindow, showDuration},
+		{"MaxItems", int64(opts.MaxItems), rec.MaxItems, showInt},
+		{"MaxBytes", opts.MaxBytes, rec.MaxBytes, showInt},
+		{"MaxInFlight", int64(opts.MaxInFlight), rec.MaxInFlight, showInt},
+	} {
+		if f.given != 0 && f.given != f.has {
+			return fmt.Errorf("%w: queue %q exists with %s %v, opened with %v: opening never changes a queue's settings "+
+				"(pass 0 to keep what is recorded, or change it with SetSettings)", ErrInvalid, name, f.field, f.show(f.has), f.show(f.given))
+		}
+	}
+	return nil
+}
+
+func showDuration(v int64) any { return time.Duration(v) }
+func showInt(v int64) any      { return v }
+
+// Settings returns the queue's settings as recorded (for the default
+// queue: its Options), with the Backoff its handles use in this process.
+func (q *Queue) Settings() QueueOptions {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	s := q.rt.set
+	return QueueOptions{
+		Visibility: s.visibility, MaxAttempts: s.maxAttempts, Backoff: s.backoff, KeyWindow: s.keyWindow,
+		MaxItems: s.maxItems, MaxBytes: s.maxBytes, MaxInFlight: s.maxInFlight,
+	}
+}
+
+// SetSettings replaces the named queue's settings with opts, filled as
+// OpenQueue fills a new queue's (a zero Visibility, MaxAttempts or
+// KeyWindow is the directory's Options; a zero MaxItems, MaxBytes or
+// MaxInFlight is no bound; a nil Backoff keeps the one in use), for every
+// handle of the queue. The change is recorded, and durable under the sync
+// policy when SetSettings returns; to change one field, change it in what
+// Settings returns. Leases open keep their ends; a raised MaxInFlight
+// wakes the Gets it lets lease. The default queue's settings are the
+// Options given to Open and are not recorded: SetSettings on it is
+// ErrInvalid.
+func (q *Queue) SetSettings(opts QueueOptions) error {
+	if q.rt.id == state.DefaultQueue {
+		return fmt.Errorf("%w: the default queue's settings are the Options given to Open", ErrInvalid)
+	}
+	set, err := q.opts.queueSettings(q.rt.name, opts)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	if err := q.callLocked(); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	if opts.Backoff == nil {
+		set.backoff = q.rt.set.backoff
+	}
+	if q.st.Queue(q.rt.id).Settings() == set.record() {
+		q.rt.set = set
+		return q.answerLocked(nil)
+	}
+	// The settings apply before their record, whose wake-up (a cap
+	// raised) must see them; a failed append fails the queue.
+	q.rt.set = set
+	_, commit, err := q.appendToLocked(q.rt.id, &state.SetQueue{Time: q.qt.now(), Settings: set.record()})
+	q.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	q.opts.Logger.Info("walq: queue settings changed", "queue", q.rt.name, "id", q.rt.id)
+	return q.wait(commit)
 }
 
 // Name is the queue's name ("" for the default queue).

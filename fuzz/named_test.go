@@ -110,8 +110,11 @@ func TestReopenNamedQueueSettings(t *testing.T) {
 	if err := q.Compact(); err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := q.OpenQueue("jobs", walq.QueueOptions{MaxAttempts: 1})
+	jobs, err := q.OpenQueue("jobs", walq.QueueOptions{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := jobs.SetSettings(walq.QueueOptions{MaxAttempts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := jobs.Put(t.Context(), []byte("job")); err != nil {

@@ -76,7 +76,7 @@ func FuzzQueueOps(f *testing.F) {
 // The operations, the first byte of each step modulo qopCount; the bytes
 // after it are the operation's arguments.
 const (
-	qopOpen        = iota // name, options: OpenQueue (creates, or sets the settings)
+	qopOpen        = iota // name, options: OpenQueue (creates), or SetSettings
 	qopHandle             // name: OpenQueue with the queue's settings as they are
 	qopPut                // handle, flags: delay and priority
 	qopPutNow             // handle: no delay
@@ -449,7 +449,16 @@ func (h *queuesHarness) open(step int, nb, ob byte, same bool) {
 	if same && inc != nil {
 		qo = inc.opts
 	}
-	q, err := h.d.OpenQueue(name, qo)
+	var q *walq.Queue
+	var err error
+	if inc == nil || same {
+		q, err = h.d.OpenQueue(name, qo)
+	} else {
+		// Opening never changes settings: open as it is, then set them.
+		if q, err = h.d.OpenQueue(name, walq.QueueOptions{}); err == nil {
+			err = q.SetSettings(qo)
+		}
+	}
 	if err != nil {
 		h.fatalf(step, "OpenQueue(%q, %+v): %v", name, qo, err)
 	}

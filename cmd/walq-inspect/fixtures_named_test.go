@@ -100,7 +100,9 @@ func buildNamed(dir string) (time.Time, error) {
 	})
 	// Raise the cap: a set-queue record.
 	jobsOpts.MaxInFlight = 2
-	jobs = open("jobs", jobsOpts)
+	if s.err == nil {
+		s.do("set jobs", jobs.SetSettings(jobsOpts))
+	}
 	on(jobs, func(j *script) {
 		j.get(10)
 		j.get(4)
