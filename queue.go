@@ -276,16 +276,23 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 	signalled := false // the last wait ended in a signal, counted in rt.woken
 	for {
 		q.mu.Lock()
+		passOn := signalled // a Get that leaves without leasing passes its signal on
 		if signalled {
 			rt.woken--
 			signalled = false
 		}
 		if err := q.callLocked(); err != nil {
+			if passOn {
+				q.wakeLocked(rt, q.qt.now()) // the handle closed as the signal came
+			}
 			q.mu.Unlock()
 			return Message{}, err
 		}
 		m, src, commit, err := q.leaseLocked()
 		if err != nil {
+			if passOn {
+				q.wakeLocked(rt, q.qt.now())
+			}
 			q.mu.Unlock()
 			return Message{}, err
 		}
