@@ -33,7 +33,10 @@ import (
 //   - the highest watermark any frame on disk states: the log writes into
 //     each frame the last LSN fsynced at that moment (wal/format.go), so a
 //     watermark is a fact about the disk, whatever the policy; this is what
-//     shows the fsyncs of SyncInterval's timer and of Sync calls;
+//     shows the fsyncs of SyncInterval's timer and of Sync calls. That
+//     includes the authentic header of a frame the kill tore (a large
+//     write is cut short by SIGKILL at a page) and copies of frames inside
+//     bodies past the last whole frame: recovery reads them too;
 //   - the first LSN of the newest segment, less one: a segment is fsynced
 //     whole before the next one is created.
 //
@@ -111,6 +114,16 @@ func (h *harness) fsynced(events []event, always bool) (fsyncedPoint, error) {
 			return p, fmt.Errorf("segment %s after the kill: %w", s.Name, err)
 		}
 		raise(seg.watermark(), "a frame's watermark in "+s.Name)
+		if seg.bad != "" {
+			// A frame the kill tore (a large write cut short) still has
+			// its authentic header, and its watermark is as much a fact:
+			// recovery reads it, and refuses a log whose records up to it
+			// are damaged. So do copies of the segment's frames inside
+			// bodies: each states what was fsynced when it was written.
+			for _, f := range authenticHeaders(data, seg.end, seg.salt) {
+				raise(f.watermark, "the watermark of an authentic frame header past the last whole frame of "+s.Name)
+			}
+		}
 		if i == len(p.segs)-1 {
 			p.tail, p.data = seg, data
 			raise(seg.first-1, "a newer segment was created after it")
