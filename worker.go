@@ -24,7 +24,9 @@ type WorkOptions struct {
 	Timeout time.Duration
 	// HeartbeatEvery is how often a running handler's lease is extended by
 	// the engine's Visibility, counted from the start of the lease; it must
-	// be shorter than the Visibility, and at least 1ms [Visibility/3].
+	// be shorter than the Visibility, and at least 1ms [Visibility/3]. Each
+	// beat reads the Visibility in force: once a queue's settings make it
+	// no longer than HeartbeatEvery, beats come every third of it.
 	HeartbeatEvery time.Duration
 	// Grace is how long a handler whose context Work cancelled (timeout,
 	// lost lease, drain timeout) may take to return before Work abandons
@@ -277,6 +279,7 @@ func newWorkRun(ctx, take context.Context, stopTaking context.CancelCauseFunc, e
 		e:          e,
 		clock:      e.Clock(),
 		vis:        vis,
+		every:      opts.HeartbeatEvery,
 		log:        o.Logger,
 		cnt:        o.Counters,
 		handler:    handler,
@@ -301,7 +304,10 @@ type workRun struct {
 	e     Engine
 	fast  fastEngine // e's fast path, when e is a walq Queue; nil otherwise
 	clock Clock
-	vis   time.Duration
+	vis   time.Duration // the engine's Visibility when Work began
+	// every is WorkOptions.HeartbeatEvery as given (0: a third of the
+	// visibility in force at each beat).
+	every time.Duration
 	log   *slog.Logger
 	cnt   *WorkCounters
 	// failed and closed are closed when the engine fails or is closed, for
@@ -388,6 +394,23 @@ type leased struct {
 	start time.Duration
 }
 
+// beatPlan returns the visibility in force now and the heartbeat interval
+// under it: the queue's settings may change while Work runs (SetSettings),
+// and a shorter Visibility must not outrun the heartbeat of a lease taken
+// under it. The interval is HeartbeatEvery when given and shorter than the
+// visibility, otherwise a third of the visibility.
+func (w *workRun) beatPlan() (vis, every time.Duration) {
+	vis = w.e.Visibility()
+	if vis <= 0 {
+		vis = w.vis
+	}
+	every = w.every
+	if every <= 0 || every >= vis {
+		every = vis / 3
+	}
+	return vis, max(every, minHeartbeat)
+}
+
 // leased dates m's lease: LeaseEnd less the visibility, read against the
 // wall clock now, and kept within [called, now], the span of the call that
 // leased it, so that neither a wall-clock step in that span nor an engine
@@ -396,7 +419,8 @@ func (w *workRun) leased(m Message, called time.Duration) leased {
 	now := w.clock.Monotonic()
 	start := called
 	if !m.LeaseEnd.IsZero() {
-		start = now - w.clock.Now().Sub(m.LeaseEnd.Add(-w.vis))
+		vis, _ := w.beatPlan()
+		start = now - w.clock.Now().Sub(m.LeaseEnd.Add(-vis))
 	}
 	return leased{m: m, start: min(max(start, called), now)}
 }
@@ -418,17 +442,20 @@ type beater struct {
 	m         Message
 	timer     Timer
 	lastStart time.Duration // monotonic reading at which the lease was last started or extended
+	vis       time.Duration // what the next beat extends the lease by (beatPlan)
+	every     time.Duration // the interval to the next beat (beatPlan)
 }
 
 func (w *workRun) newBeater(l leased) *beater {
 	b := &beater{w: w, m: l.m, lastStart: l.start}
+	b.vis, b.every = w.beatPlan()
 	b.timer = w.clock.NewTimer(b.wait())
 	return b
 }
 
 // wait is how long until the next beat is due.
 func (b *beater) wait() time.Duration {
-	return b.w.opts.HeartbeatEvery - (b.w.clock.Monotonic() - b.lastStart)
+	return b.every - (b.w.clock.Monotonic() - b.lastStart)
 }
 
 // beat extends the lease and arms the next beat. It returns ErrLeaseLost
@@ -439,14 +466,15 @@ func (b *beater) beat() error {
 	start := w.clock.Monotonic()
 	var err error
 	if w.fast != nil {
-		err = w.fast.heartbeat(b.m.Receipt, w.vis)
+		err = w.fast.heartbeat(b.m.Receipt, b.vis)
 	} else {
-		err = w.e.Extend(b.m.Receipt, w.vis)
+		err = w.e.Extend(b.m.Receipt, b.vis)
 	}
 	if err != nil {
 		return err
 	}
 	b.lastStart = start
+	b.vis, b.every = w.beatPlan()
 	b.timer.Reset(b.wait())
 	return nil
 }
