@@ -69,7 +69,7 @@ func runItem(c *cmdEnv) int {
 	})
 	scanErr := r.run()
 	st, stErr := r.state()
-	now := o.now.now()
+	now := o.now.nowFor(st)
 
 	w := c.stdout
 	switch {

@@ -72,7 +72,7 @@ func runState(c *cmdEnv) int {
 		now = st.LastTime()
 	}
 	if now == 0 {
-		now = o.now.now()
+		now = o.now.nowFor(st)
 	}
 	if o.json {
 		enc := json.NewEncoder(c.stdout)

@@ -55,7 +55,6 @@ const recoveryCause = "lease open at recovery"
 
 func runSummary(c *cmdEnv) int {
 	o := c.opts.(*summaryOpts)
-	now := o.now.now()
 	if !c.wantArgs(0) {
 		return c.usageErrorf("summary takes one argument, the queue directory")
 	}
@@ -159,6 +158,7 @@ func runSummary(c *cmdEnv) int {
 		return exitFailed
 	}
 	sc := scope{st: st, q: sel}
+	now := o.now.nowFor(st)
 	summarizeState(line, sc, now)
 	line("space", "log %s, live data ~%s (\"walq-inspect space\" for more)",
 		fmtSize(qf.bytes(qf.segmentKind())), fmtSize(liveBytes(st)))

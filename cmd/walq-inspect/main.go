@@ -42,6 +42,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/walq/walq/state"
 )
 
 func main() {
@@ -248,7 +250,7 @@ func (t *timeFlag) Set(s string) error {
 // nowFlag adds --now to a command.
 func nowFlag(fs *flag.FlagSet) *timeFlag {
 	t := new(timeFlag)
-	fs.Var(t, "now", "judge ages and due times as of this `time` (RFC 3339) instead of the current time")
+	fs.Var(t, "now", "judge ages and due times as of this `time` (RFC 3339) instead of the queue's time (the clock, or the log's newest time when the clock is behind it)")
 	return t
 }
 
@@ -258,6 +260,28 @@ func (t *timeFlag) now() int64 {
 		return t.ns
 	}
 	return time.Now().UnixNano()
+}
+
+// nowFor is now for the directory whose state is st: without --now, the
+// queue's own time, which is the clock raised to the log's newest time
+// when the clock is behind it (a clock once set ahead and then corrected
+// leaves the log ahead of it; the queue counts from the log's time, and so
+// does this, or items the queue delivers would show as delayed).
+func (t *timeFlag) nowFor(st *state.State) int64 {
+	if t.ns != 0 {
+		return t.ns
+	}
+	return queueNow(st)
+}
+
+// queueNow is the queue's time for a directory whose state is st (nil:
+// the clock).
+func queueNow(st *state.State) int64 {
+	now := time.Now().UnixNano()
+	if st != nil {
+		now = max(now, st.LastTime())
+	}
+	return now
 }
 
 // parseIndex parses a log index or item ID (a positive integer).

@@ -161,7 +161,7 @@ func (s *dirSource) Queue(name string) (web.QueueSummary, error) {
 // summaryLocked describes q now. It promotes the items whose due time has
 // come, as a Get would: the state is this process's own copy.
 func (s *dirSource) summaryLocked(q *state.QueueState) web.QueueSummary {
-	now := time.Now().UnixNano()
+	now := queueNow(s.st)
 	q.Promote(now)
 	g := q.Gauges()
 	c := q.Counters()
@@ -240,7 +240,7 @@ func (s *dirSource) ListItems(queue string, opts walq.ListOptions) (walq.ItemPag
 			budget = walq.DefaultBodyBudget
 		}
 	}
-	now := time.Now().UnixNano()
+	now := queueNow(s.st)
 	page := walq.ItemPage{Stored: s.st.TotalLen()}
 	if browse.None(q, f, now) {
 		return page, nil
@@ -270,7 +270,7 @@ func (s *dirSource) Head(queue string, n int) ([]walq.ItemView, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now().UnixNano()
+	now := queueNow(s.st)
 	sel := browse.NewHead(min(max(n, 0), walq.MaxHead))
 	q.Promote(now)
 	if first := q.NextReady(); first != nil {
@@ -304,7 +304,7 @@ func (s *dirSource) Item(queue string, id uint64) (walq.ItemView, error) {
 	if err != nil {
 		return walq.ItemView{}, err
 	}
-	return view(it, queue, time.Now().UnixNano()), nil
+	return view(it, queue, queueNow(s.st)), nil
 }
 
 func (s *dirSource) ItemBody(queue string, id uint64) ([]byte, error) {
