@@ -250,8 +250,8 @@ func TestDeleteQueue(t *testing.T) {
 	if _, err := d.Put(context.Background(), []byte("x")); !errors.Is(err, ErrQueueDeleted) {
 		t.Fatalf("an old handle reached the new incarnation: %v", err)
 	}
-	if err := again.Ack(m.Receipt); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("an old receipt on the new incarnation = %v, want ErrInvalid", err)
+	if err := again.Ack(m.Receipt); !errors.Is(err, ErrQueueDeleted) || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("an old receipt on the new incarnation = %v, want ErrQueueDeleted (and ErrInvalid)", err)
 	}
 	must(t, q.Compact())
 	q = reopen(t, q, dir, Options{Clock: clock})

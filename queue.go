@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
@@ -113,6 +114,20 @@ const (
 
 	batchItemOverhead = 16
 )
+
+// MaxIDs is the most item IDs one call that names items (DeleteItems,
+// Redrive, PurgeDeadLetters, RedriveTo) takes: the IDs are one record,
+// bounded as a batch is (MaxBatchBytes, at 8 bytes an ID). More is
+// ErrTooLarge, and nothing is changed.
+const MaxIDs = MaxBatchBytes / 8
+
+// checkIDs refuses a list of IDs longer than MaxIDs.
+func checkIDs(call string, ids []uint64) error {
+	if len(ids) > MaxIDs {
+		return fmt.Errorf("%w: %s of %d items: at most %d in one call", ErrTooLarge, call, len(ids), MaxIDs)
+	}
+	return nil
+}
 
 // PutBatch stores items in one log record: after a crash either all of the
 // items it stored are there or none. ids[i] is the ID of items[i], or for an
@@ -490,7 +505,7 @@ func (q *Queue) Extend(r Receipt, d time.Duration) error {
 }
 
 func (q *Queue) extendLocked(r Receipt, d time.Duration) (*wal.Commit, error) {
-	if err := q.checkReceipt(r, "extend"); err != nil {
+	if err := q.checkReceiptLocked(r, "extend"); err != nil {
 		return nil, err
 	}
 	if err := q.callLocked(); err != nil {
@@ -506,7 +521,8 @@ func (q *Queue) extendLocked(r Receipt, d time.Duration) (*wal.Commit, error) {
 
 // Ack ends a lease in success: the item is gone for good. It returns
 // ErrLeaseLost when the lease already ended, and ErrInvalid for a receipt
-// this queue did not issue.
+// this queue did not issue; one of a queue since deleted (an earlier queue
+// of this name, say) is ErrQueueDeleted too.
 func (q *Queue) Ack(r Receipt) error {
 	q.mu.Lock()
 	commit, err := q.ackLocked(r)
@@ -518,7 +534,7 @@ func (q *Queue) Ack(r Receipt) error {
 }
 
 func (q *Queue) ackLocked(r Receipt) (*wal.Commit, error) {
-	if err := q.checkReceipt(r, "ack"); err != nil {
+	if err := q.checkReceiptLocked(r, "ack"); err != nil {
 		return nil, err
 	}
 	if err := q.callLocked(); err != nil {
@@ -554,7 +570,11 @@ func causeText(err error, none string) string {
 	}
 	s := err.Error()
 	if len(s) > maxCause {
-		s = s[:maxCause] + "…"
+		n := maxCause
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n-- // cut before a rune, not inside it
+		}
+		s = s[:n] + "…"
 	}
 	return s
 }
@@ -694,6 +714,9 @@ func (q *Queue) Redrive(ids ...uint64) error {
 	if len(ids) == 0 {
 		return nil
 	}
+	if err := checkIDs("redrive", ids); err != nil {
+		return err
+	}
 	q.mu.Lock()
 	if err := q.checkDeadLocked(ids); err != nil {
 		return q.answerLocked(err)
@@ -710,6 +733,9 @@ func (q *Queue) Redrive(ids ...uint64) error {
 // of them. Every ID must be a dead letter, or nothing is changed and the
 // error is ErrNotFound.
 func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
+	if err := checkIDs("purge", ids); err != nil {
+		return err
+	}
 	q.mu.Lock()
 	rec := &state.Purge{IDs: append([]uint64(nil), ids...), All: len(ids) == 0}
 	if rec.All {
@@ -742,6 +768,9 @@ func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
 func (q *Queue) DeleteItems(ids ...uint64) error {
 	if len(ids) == 0 {
 		return fmt.Errorf("%w: delete of no items", ErrInvalid)
+	}
+	if err := checkIDs("delete", ids); err != nil {
+		return err
 	}
 	q.mu.Lock()
 	if err := q.callLocked(); err != nil {

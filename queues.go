@@ -486,6 +486,9 @@ func (q *Queue) RedriveTo(target *Queue, ids ...uint64) error {
 	if len(ids) == 0 {
 		return nil
 	}
+	if err := checkIDs("redrive", ids); err != nil {
+		return err
+	}
 	q.mu.Lock()
 	if err := q.checkDeadLocked(ids); err != nil {
 		return q.answerLocked(err)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
 
@@ -40,6 +41,19 @@ func (q *Queue) receiptFor(lease uint64) Receipt {
 // issue: the zero Receipt, or one of another directory or another queue.
 // It reads only what Open set, so it needs no lock.
 func (q *Queue) checkReceipt(r Receipt, call string) error {
+	return q.checkReceiptThen(r, call, func() error {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return q.otherQueueLocked(r, call)
+	})
+}
+
+// checkReceiptLocked is checkReceipt for a caller that holds mu.
+func (q *Queue) checkReceiptLocked(r Receipt, call string) error {
+	return q.checkReceiptThen(r, call, func() error { return q.otherQueueLocked(r, call) })
+}
+
+func (q *Queue) checkReceiptThen(r Receipt, call string, other func() error) error {
 	switch {
 	case r == Receipt{}:
 		return fmt.Errorf("%w: %s with the zero Receipt, which names no delivery", ErrInvalid, call)
@@ -47,12 +61,24 @@ func (q *Queue) checkReceipt(r Receipt, call string) error {
 		return fmt.Errorf("%w: %s with receipt %s: it belongs to queue directory %s, this queue's directory is %s",
 			ErrInvalid, call, r, r.dir, q.dirID)
 	case r.queue != q.rt.id:
-		return fmt.Errorf("%w: %s with receipt %s: it belongs to queue %d of this directory, this is %s",
-			ErrInvalid, call, r, r.queue, q.rt.label())
+		return other()
 	case r.lease == 0:
 		return fmt.Errorf("%w: %s with receipt %s: it names no lease", ErrInvalid, call, r)
 	}
 	return nil
+}
+
+// otherQueueLocked is the error for a receipt of this directory and
+// another queue: ErrInvalid, and also ErrQueueDeleted when that queue is
+// no longer there (an earlier incarnation of this queue's name, say: its
+// leases ended with it).
+func (q *Queue) otherQueueLocked(r Receipt, call string) error {
+	if r.queue != state.DefaultQueue && q.st.Queue(r.queue) == nil {
+		return fmt.Errorf("%w (%w): %s with receipt %s: it belongs to queue incarnation %d of this directory, which is deleted (this is %s)",
+			ErrQueueDeleted, ErrInvalid, call, r, r.queue, q.rt.label())
+	}
+	return fmt.Errorf("%w: %s with receipt %s: it belongs to queue %d of this directory, this is %s",
+		ErrInvalid, call, r, r.queue, q.rt.label())
 }
 
 // IsZero reports whether r is the zero Receipt.

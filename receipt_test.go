@@ -241,7 +241,7 @@ func TestReceiptFromAnotherDirectory(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, a.dirID.String()) || !strings.Contains(msg, b.dirID.String()) {
 		t.Errorf("error %q names not both directories", msg)
 	}
-	if err := b.Ack(Receipt{dir: b.dirID, queue: 1, lease: 2}); !strings.Contains(err.Error(), "queue 1") {
+	if err := b.Ack(Receipt{dir: b.dirID, queue: 1, lease: 2}); !strings.Contains(err.Error(), "queue incarnation 1") && !strings.Contains(err.Error(), "queue 1") {
 		t.Errorf("error %q does not name the queue", err)
 	}
 
