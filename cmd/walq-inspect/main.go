@@ -254,14 +254,6 @@ func nowFlag(fs *flag.FlagSet) *timeFlag {
 	return t
 }
 
-// now is the time ages are judged against: --now when given, else the clock.
-func (t *timeFlag) now() int64 {
-	if t.ns != 0 {
-		return t.ns
-	}
-	return time.Now().UnixNano()
-}
-
 // nowFor is now for the directory whose state is st: without --now, the
 // queue's own time, which is the clock raised to the log's newest time
 // when the clock is behind it (a clock once set ahead and then corrected
