@@ -98,6 +98,7 @@ func runChild(cfg childConfig) int {
 	}
 	c := &child{cfg: cfg, mix: cfg.Mix, q: q, clock: clock, rep: rep, running: runningSet{m: make(map[string]running)}}
 	c.stalls.probe = func() { q.DeadLetters(1) }
+	c.stalls.fsyncs = func() walq.Histogram { return q.Stats().Fsync }
 	c.stalls.start()
 	rep.line("R %d %d %d", time.Now().UnixNano(), q.Stats().DurableLSN, wall)
 	c.slots = []*slot{{h: q}}

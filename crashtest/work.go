@@ -40,7 +40,14 @@ import (
 //   - a sampler reads the runtime's histogram of how long goroutines waited
 //     to run once runnable (runtime/metrics /sched/latencies:seconds) every
 //     watchEvery; a wait of starveWatch or more is a stall of that length
-//     ending at the sample.
+//     ending at the sample;
+//   - a second sampler reads the queue's histogram of fsync latencies
+//     every diskEvery; an fsync of starveWatch or more is a stall as long
+//     as its bucket's lower bound, ending at the sample: under SyncAlways
+//     Work starts a handler, and its heartbeat, once the lease is durable,
+//     so a lease record that waited that long on the disk left the
+//     handler that much less of the visibility (two soaks beside -race
+//     test runs lost leases 21 ms and 39 ms into handlers that way).
 //
 // A lost lease or a second run is a violation (V) unless stalls cover at
 // least starveLimit of the visibility before it was seen (their union:
@@ -70,7 +77,11 @@ const (
 // stallWatch records the recent stretches in which the child could not
 // run freely, as far as its watchers can tell.
 type stallWatch struct {
-	probe  func() // takes the queue's lock, as a heartbeat does
+	probe func() // takes the queue's lock, as a heartbeat does
+	// fsyncs reads the queue's histogram of fsync latencies (nil: not
+	// watched): a lease whose record waits long for the disk before Work
+	// starts its handler is as lost as one whose holder could not run.
+	fsyncs func() walq.Histogram
 	mu     sync.Mutex
 	stalls []stall // the last few thousand, in the order seen
 	// ended is when each watcher last ended a round (its start, before
@@ -95,6 +106,55 @@ func (w *stallWatch) start() {
 		go w.watch(i)
 	}
 	go w.sample()
+	if w.fsyncs != nil {
+		go w.sampleDisk()
+	}
+}
+
+// diskEvery is how often sampleDisk reads the fsync histogram.
+const diskEvery = 25 * time.Millisecond
+
+// sampleDisk records each fsync of starveWatch or more as a stall ending
+// at the sample that saw it, as long as its bucket's lower bound: the
+// process waited on the disk, and a lease record that took that long to
+// become durable left its handler that much less of the visibility (Work
+// starts the handler, and its heartbeat, once the lease is durable). The
+// watchers and the scheduler's histogram see the CPU, not the disk.
+func (w *stallWatch) sampleDisk() {
+	var prev []uint64
+	for {
+		select {
+		case <-time.After(diskEvery):
+		case <-w.quit:
+			return
+		}
+		h := w.fsyncs()
+		now := time.Now()
+		// Per bucket: Counts are cumulative up to each bound; the last
+		// bucket is above every bound.
+		n := len(h.Bounds)
+		cur := make([]uint64, n+1)
+		for i := range n {
+			cur[i] = h.Counts[i]
+			if i > 0 {
+				cur[i] -= h.Counts[i-1]
+			}
+		}
+		if n > 0 {
+			cur[n] = h.Count - h.Counts[n-1]
+		}
+		if len(prev) == len(cur) {
+			for i := n; i >= 1; i-- { // the slowest bucket that grew
+				if cur[i] > prev[i] {
+					if low := time.Duration(h.Bounds[i-1] * float64(time.Second)); low >= starveWatch {
+						w.add(now.Add(-low), now)
+					}
+					break
+				}
+			}
+		}
+		prev = cur
+	}
 }
 
 // settleTimeout bounds how long settle waits for the watchers.

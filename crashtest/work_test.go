@@ -169,3 +169,40 @@ func TestStallWatchSeesStallJustEnded(t *testing.T) {
 		t.Errorf("after settle: stalls cover %v of the last %v, the longest %v", union, now.Sub(start), longest)
 	}
 }
+
+// A slow fsync is a stall too: a lease record that waited on the disk
+// left its handler that much less of the visibility, and the watchers,
+// which see the CPU, cannot tell.
+func TestStallWatchSeesSlowFsync(t *testing.T) {
+	var mu sync.Mutex
+	h := walq.Histogram{Bounds: []float64{1e-3, 25e-3, 100e-3, 250e-3}, Counts: make([]uint64, 4)}
+	read := make(chan struct{}, 1)
+	w := &stallWatch{probe: func() {}, quit: make(chan struct{}), fsyncs: func() walq.Histogram {
+		mu.Lock()
+		defer mu.Unlock()
+		select {
+		case read <- struct{}{}:
+		default:
+		}
+		return walq.Histogram{Bounds: h.Bounds, Counts: append([]uint64(nil), h.Counts...), Count: h.Count}
+	}}
+	defer close(w.quit)
+	w.start()
+	<-read
+	<-read // a sample before the fsync
+	start := time.Now()
+	mu.Lock()
+	h.Counts[3]++ // one fsync between 100 ms and 250 ms
+	h.Count++
+	mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, longest := w.covered(start.Add(-time.Second), time.Now()); longest >= 100*time.Millisecond {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a 100 to 250 ms fsync was not recorded as a stall of 100 ms")
+		}
+		time.Sleep(diskEvery)
+	}
+}
