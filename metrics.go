@@ -167,9 +167,13 @@ type Stats struct {
 	KeptSegments int
 	LastLSN      uint64 // last record appended
 	DurableLSN   uint64 // last record durable under the sync policy
-	SnapshotLSN  uint64
-	LiveBytes    int64 // what a snapshot of the state would take, approximately
-	Compactions  uint64
+	// FsyncedLSN is the last record an fsync covers: DurableLSN under
+	// SyncAlways; under SyncInterval and SyncNever, records past it are
+	// written to the OS and not yet safe from a power loss.
+	FsyncedLSN  uint64
+	SnapshotLSN uint64
+	LiveBytes   int64 // what a snapshot of the state would take, approximately
+	Compactions uint64
 	// CompactionsFailed counts compactions that returned an error (the log
 	// is kept whole; the next one starts once the log has doubled).
 	CompactionsFailed uint64
@@ -339,6 +343,7 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 		KeptSegments:      keptN,
 		LastLSN:           last,
 		DurableLSN:        q.log.DurableLSN(),
+		FsyncedLSN:        q.log.FsyncedLSN(),
 		SnapshotLSN:       snapLSN,
 		LiveBytes:         live,
 		Compactions:       q.metrics.compactions.Load(),

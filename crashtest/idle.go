@@ -136,8 +136,23 @@ func (h *harness) idleCheck(where string) error {
 		return nil
 	}
 	// What was arranged to come due has (a delay of 5 ms, a pause of 20
-	// ms), and the committer's interval sync after the last write is done.
-	time.Sleep(max(50*time.Millisecond, h.syncEvery+30*time.Millisecond))
+	// ms); under SyncInterval, wait for the interval fsync that the last
+	// write armed, seen in FsyncedLSN (a fixed wait of the interval and
+	// 30 ms was not enough beside -race test runs: the fsync fell inside
+	// the window).
+	time.Sleep(50 * time.Millisecond)
+	if h.syncEvery > 0 {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			st := q.DirStats()
+			if st.FsyncedLSN >= st.LastLSN {
+				break
+			}
+			if time.Now().After(deadline) {
+				r.fail("the interval fsync never came: last LSN %d, fsynced %d after 10s", st.LastLSN, st.FsyncedLSN)
+				return nil
+			}
+		}
+	}
 	timer, committer := r.window()
 	h.sum.IdleTimerMax = max(h.sum.IdleTimerMax, timer)
 	h.sum.IdleCommitterMax = max(h.sum.IdleCommitterMax, committer)

@@ -83,3 +83,33 @@ func waitNow(c *Commit) error {
 		return errors.New("not done")
 	}
 }
+
+// TestFsyncedLSN: under SyncNever a record is durable once written and
+// fsynced only by a Sync; under SyncAlways both move together.
+func TestFsyncedLSN(t *testing.T) {
+	l, _ := openLog(t, t.TempDir(), Options{Sync: SyncNever})
+	lsn, c := l.Append(1, []byte("x"))
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if l.DurableLSN() != lsn || l.FsyncedLSN() != 0 {
+		t.Fatalf("SyncNever after a write: durable %d, fsynced %d; want %d, 0", l.DurableLSN(), l.FsyncedLSN(), lsn)
+	}
+	if _, err := l.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if l.FsyncedLSN() != lsn {
+		t.Fatalf("after Sync: fsynced %d, want %d", l.FsyncedLSN(), lsn)
+	}
+	l.Close()
+
+	a, _ := openLog(t, t.TempDir(), Options{Sync: SyncAlways})
+	defer a.Close()
+	lsn, c = a.Append(1, []byte("y"))
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if a.FsyncedLSN() != lsn || a.DurableLSN() != lsn {
+		t.Fatalf("SyncAlways: durable %d, fsynced %d, want %d", a.DurableLSN(), a.FsyncedLSN(), lsn)
+	}
+}

@@ -140,6 +140,8 @@ type Log struct {
 	// durable is the last LSN that is durable under the sync policy: fsynced
 	// for SyncAlways, written to the OS for the others. It only grows.
 	durable atomic.Uint64
+	// fsynced is the last LSN an fsync of the log covers (FsyncedLSN).
+	fsynced atomic.Uint64
 
 	kick      chan struct{} // capacity 1: pending has records
 	reqs      chan request  // Sync, TruncateFront and Close, run by the committer
@@ -446,6 +448,7 @@ func Open(dir string, opts Options, from uint64, apply func(Position, Record) er
 		return fail(err)
 	}
 	l.durable.Store(info.Last)
+	l.fsynced.Store(info.Last)
 	l.syncTimer = time.NewTimer(time.Hour)
 	l.syncTimer.Stop()
 	info.Segments = len(segs)
@@ -662,6 +665,12 @@ func (l *Log) LastLSN() uint64 {
 // DurableLSN returns the last LSN durable under the sync policy: fsynced
 // for SyncAlways, written to the OS for SyncInterval and SyncNever.
 func (l *Log) DurableLSN() uint64 { return l.durable.Load() }
+
+// FsyncedLSN returns the last LSN an fsync of the log covers since it was
+// opened (what it found on disk counts as fsynced): DurableLSN under
+// SyncAlways; under SyncInterval and SyncNever what lies past it is
+// written to the OS and not yet safe from a power loss.
+func (l *Log) FsyncedLSN() uint64 { return l.fsynced.Load() }
 
 // Err returns the sticky failure, or nil.
 func (l *Log) Err() error {
@@ -1011,6 +1020,7 @@ func (l *Log) syncTail() error {
 		l.opts.OnSync(time.Since(start))
 	}
 	l.synced = l.written
+	l.fsynced.Store(l.synced)
 	return nil
 }
 
