@@ -87,7 +87,11 @@ type stallWatch struct {
 	// ended is when each watcher last ended a round (its start, before
 	// the first); the watcher's next round is due watchEvery after it.
 	ended []time.Time
-	quit  chan struct{} // closed to stop the watchers and the sampler (tests; nil: never)
+	// diskEnded is when sampleDisk last read the histogram (zero: it does
+	// not run); settle waits for it too, since an fsync is recorded only
+	// when it ends, just as the lease it held up is found lost.
+	diskEnded time.Time
+	quit      chan struct{} // closed to stop the watchers and the sampler (tests; nil: never)
 }
 
 type stall struct{ from, to time.Time }
@@ -107,6 +111,9 @@ func (w *stallWatch) start() {
 	}
 	go w.sample()
 	if w.fsyncs != nil {
+		w.mu.Lock()
+		w.diskEnded = now
+		w.mu.Unlock()
 		go w.sampleDisk()
 	}
 }
@@ -154,6 +161,9 @@ func (w *stallWatch) sampleDisk() {
 			}
 		}
 		prev = cur
+		w.mu.Lock()
+		w.diskEnded = now
+		w.mu.Unlock()
 	}
 }
 
@@ -165,7 +175,7 @@ const settleTimeout = time.Second
 func (w *stallWatch) settle(t time.Time) {
 	for deadline := time.Now().Add(settleTimeout); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		w.mu.Lock()
-		done := true
+		done := w.diskEnded.IsZero() || w.diskEnded.After(t)
 		for _, e := range w.ended {
 			done = done && e.After(t)
 		}
