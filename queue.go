@@ -179,8 +179,7 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 
 	q.mu.Lock()
 	if err := q.callLocked(); err != nil {
-		q.mu.Unlock()
-		return nil, err
+		return nil, q.answerLocked(err) // a delete, say, not durable yet
 	}
 	rt := q.rt
 	qs := q.st.Queue(rt.id)
@@ -227,8 +226,7 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 		bytes += int64(len(n.Body))
 	}
 	if err := rt.checkRoom(qs, len(accepted), bytes); err != nil {
-		q.mu.Unlock()
-		return nil, err
+		return nil, q.answerLocked(err) // the items it counts may not be durable yet
 	}
 	var commit *wal.Commit
 	if len(accepted) > 0 {
@@ -501,10 +499,10 @@ func (q *Queue) Extend(r Receipt, d time.Duration) error {
 	}
 	q.mu.Lock()
 	commit, err := q.extendLocked(r, d)
-	q.mu.Unlock()
 	if err != nil {
-		return err
+		return q.answerLocked(err) // a lease lost to a record not durable yet
 	}
+	q.mu.Unlock()
 	return q.wait(commit)
 }
 
@@ -530,10 +528,10 @@ func (q *Queue) extendLocked(r Receipt, d time.Duration) (*wal.Commit, error) {
 func (q *Queue) Ack(r Receipt) error {
 	q.mu.Lock()
 	commit, err := q.ackLocked(r)
-	q.mu.Unlock()
 	if err != nil {
-		return err
+		return q.answerLocked(err) // a lease lost to a record not durable yet
 	}
+	q.mu.Unlock()
 	return q.wait(commit)
 }
 
@@ -589,14 +587,12 @@ func (q *Queue) end(r Receipt, kind byte, cause string) error {
 	}
 	q.mu.Lock()
 	if err := q.callLocked(); err != nil {
-		q.mu.Unlock()
-		return err
+		return q.answerLocked(err)
 	}
 	now := q.qt.now()
 	it, err := q.openLeaseLocked(r, now, state.TypeName(kind))
 	if err != nil {
-		q.mu.Unlock()
-		return err
+		return q.answerLocked(err) // a lease lost to a record not durable yet
 	}
 	_, commit, err := q.appendEndLocked(q.rt, kind, it, now, cause)
 	q.mu.Unlock()
@@ -778,8 +774,7 @@ func (q *Queue) DeleteItems(ids ...uint64) error {
 	}
 	q.mu.Lock()
 	if err := q.callLocked(); err != nil {
-		q.mu.Unlock()
-		return err
+		return q.answerLocked(err)
 	}
 	seen := make(map[uint64]bool, len(ids))
 	for _, id := range ids {
@@ -787,8 +782,7 @@ func (q *Queue) DeleteItems(ids ...uint64) error {
 			return q.answerLocked(fmt.Errorf("%w: item %d in %s", ErrNoItem, id, q.rt.label()))
 		}
 		if seen[id] {
-			q.mu.Unlock()
-			return fmt.Errorf("%w: item %d named twice", ErrInvalid, id)
+			return q.answerLocked(fmt.Errorf("%w: item %d named twice", ErrInvalid, id))
 		}
 		seen[id] = true
 	}

@@ -200,8 +200,7 @@ func (q *Queue) OpenQueue(name string, opts QueueOptions) (*Queue, error) {
 	} else {
 		rt = q.rts[qs.ID()]
 		if err := sameSettings(name, opts, qs.Settings()); err != nil {
-			q.mu.Unlock()
-			return nil, err
+			return nil, q.answerLocked(err) // the settings it compares may not be durable yet
 		}
 		if opts.Backoff != nil {
 			rt.set.backoff = opts.Backoff
@@ -386,17 +385,24 @@ func (q *Queue) Delete(force bool) error {
 	if err == nil {
 		rt := q.rt
 		rt.gone = true
-		close(rt.deleted)
 		q.rollAtCompaction.Store(true)
 		delete(q.rts, rt.id)
-		rt.signalWatchersLocked() // Gets see rt.deleted; a watch learns it from TryGet
 	}
 	q.mu.Unlock()
 	if err != nil {
 		return err
 	}
+	if err := q.wait(commit); err != nil {
+		return err
+	}
+	// Blocked Gets and Work learn of the deletion once it is durable: a
+	// failed write fails the directory instead, and they return that.
+	q.mu.Lock()
+	close(q.rt.deleted)
+	q.rt.signalWatchersLocked() // Gets see rt.deleted; a watch learns it from TryGet
+	q.mu.Unlock()
 	q.opts.Logger.Info("walq: queue deleted", "queue", q.rt.name, "id", q.rt.id, "items", items, "forced", force)
-	return q.wait(commit)
+	return nil
 }
 
 // QueueInfo describes one queue of a directory.
@@ -494,8 +500,7 @@ func (q *Queue) RedriveTo(target *Queue, ids ...uint64) error {
 		return q.answerLocked(err)
 	}
 	if err := target.callLocked(); err != nil {
-		q.mu.Unlock()
-		return fmt.Errorf("redrive into %s: %w", target.rt.label(), err)
+		return q.answerLocked(fmt.Errorf("redrive into %s: %w", target.rt.label(), err))
 	}
 	now := q.qt.now()
 	to := q.st.Queue(target.rt.id)

@@ -43,8 +43,7 @@ func (q *Queue) receiptFor(lease uint64) Receipt {
 func (q *Queue) checkReceipt(r Receipt, call string) error {
 	return q.checkReceiptThen(r, call, func() error {
 		q.mu.Lock()
-		defer q.mu.Unlock()
-		return q.otherQueueLocked(r, call)
+		return q.answerLocked(q.otherQueueLocked(r, call)) // a delete not durable yet, say
 	})
 }
 

@@ -442,13 +442,12 @@ type beater struct {
 	m         Message
 	timer     Timer
 	lastStart time.Duration // monotonic reading at which the lease was last started or extended
-	vis       time.Duration // what the next beat extends the lease by (beatPlan)
-	every     time.Duration // the interval to the next beat (beatPlan)
+	every     time.Duration // the interval for the lease or extension granted last (beatPlan)
 }
 
 func (w *workRun) newBeater(l leased) *beater {
 	b := &beater{w: w, m: l.m, lastStart: l.start}
-	b.vis, b.every = w.beatPlan()
+	_, b.every = w.beatPlan()
 	b.timer = w.clock.NewTimer(b.wait())
 	return b
 }
@@ -464,17 +463,22 @@ func (b *beater) wait() time.Duration {
 func (b *beater) beat() error {
 	w := b.w
 	start := w.clock.Monotonic()
+	// Extend by the visibility in force now, and come back within the
+	// interval for that extension: the next beat is planned from what
+	// this one granted, not from a visibility read later (a raised one
+	// would plan the next beat past the end of this extension).
+	vis, every := w.beatPlan()
 	var err error
 	if w.fast != nil {
-		err = w.fast.heartbeat(b.m.Receipt, b.vis)
+		err = w.fast.heartbeat(b.m.Receipt, vis)
 	} else {
-		err = w.e.Extend(b.m.Receipt, b.vis)
+		err = w.e.Extend(b.m.Receipt, vis)
 	}
 	if err != nil {
 		return err
 	}
 	b.lastStart = start
-	b.vis, b.every = w.beatPlan()
+	b.every = every
 	b.timer.Reset(b.wait())
 	return nil
 }
