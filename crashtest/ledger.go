@@ -94,6 +94,9 @@ type ledger struct {
 	byID    map[uint64]*entry
 	pending map[uint64]*pauseOp
 	qsum    queueCounts
+	// keyed holds, by queue and key, the entries put with a key whose put
+	// has not been reported (and some that since have: pruned as read).
+	keyed map[string][]*entry
 
 	// Counters at the last check, and what may have changed since.
 	opsChecked     int // completed calls whose outcome was checked
@@ -123,9 +126,45 @@ type ledger struct {
 func newLedger() *ledger {
 	l := &ledger{entries: make(map[string]*entry), startedAt: make(map[uint64]uint64),
 		queues: make(map[uint64]*incarnation), latest: make(map[string]uint64), byID: make(map[uint64]*entry),
-		pending: make(map[uint64]*pauseOp)}
+		pending: make(map[uint64]*pauseOp), keyed: make(map[string][]*entry)}
 	l.queues[0] = newIncarnation(0, "", true)
 	return l
+}
+
+// keyedKey is the key of ledger.keyed.
+func keyedKey(queue uint64, key string) string { return strconv.FormatUint(queue, 10) + "/" + key }
+
+// holderSure records that item holder, which holds key in queue, is
+// stored as surely as an item whose put was reported done: the queue
+// answers ErrDuplicate only once the holder is durable, so a trusted
+// answer makes the holder promised, and a check that finds it gone
+// without an ack, a purge or a deadline reports it lost. A holder whose
+// own put has not been reported is the one entry of the queue waiting
+// with that key; when there are several, which one it is cannot be told,
+// and nothing is recorded.
+func (l *ledger) holderSure(queue uint64, key string, holder uint64) {
+	h := l.byID[holder]
+	if h == nil {
+		k := keyedKey(queue, key)
+		var waiting []*entry
+		for _, x := range l.keyed[k] {
+			if x.put == putMaybe && x.id == 0 && !x.seen && !x.gone {
+				waiting = append(waiting, x)
+			}
+		}
+		l.keyed[k] = waiting
+		if len(waiting) != 1 {
+			return
+		}
+		h = waiting[0]
+		h.id = holder
+		l.byID[holder] = h
+	}
+	if h.put == putMaybe {
+		h.put = putDone
+		h.idSure = true
+		l.inc(h.queue).durable = true
+	}
 }
 
 func (l *ledger) violate(format string, args ...any) {
@@ -260,8 +299,13 @@ func (l *ledger) intent(ev event) {
 			if key == "-" {
 				key = ""
 			}
-			l.entries[f[0]] = &entry{tok: f[0], batch: l.batches, span: span, window: -1, enqueueFloor: l.cycleFloor,
+			e := &entry{tok: f[0], batch: l.batches, span: span, window: -1, enqueueFloor: l.cycleFloor,
 				priority: prio, key: key, put: putMaybe, queue: ev.queue}
+			l.entries[f[0]] = e
+			if key != "" {
+				k := keyedKey(ev.queue, key)
+				l.keyed[k] = append(l.keyed[k], e)
+			}
 			l.inc(ev.queue).putsIntended++
 		}
 	case "redrive":
@@ -321,6 +365,8 @@ func (l *ledger) done(in, ev event, trusted bool, started uint64) {
 			if h := l.byID[holder]; h != nil && (h.queue != e.queue || h.key != e.key) {
 				l.violate("item %s put into queue %d with key %q refused as a duplicate of item %s (id %d), put into queue %d with key %q",
 					e.tok, e.queue, e.key, h.tok, holder, h.queue, h.key)
+			} else if trusted {
+				l.holderSure(e.queue, e.key, holder)
 			}
 		}
 	case "get", "work":
