@@ -119,7 +119,10 @@ func (q *Queue) appendToLocked(queue uint64, rec state.Record) (uint64, *wal.Com
 		q.logBytes += int64(len(q.encBuf) + wal.HeaderSize + 3)
 		return lsn, commit, nil
 	}
-	now := q.qt.now()
+	// At the record's own time, not the clock's now: a caller that read
+	// its time before appending (a Get that discards items past their
+	// deadline, then leases) must not find ready an item due after it.
+	now := rec.At()
 	q.promoteLocked(queue, now)
 	q.kickLocked(q.changedWakeLocked(queue))
 	q.wakeLocked(q.rts[queue], now)
