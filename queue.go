@@ -61,12 +61,8 @@ type directory struct {
 	closed   bool                // under mu
 	timerAt  int64               // when the timer loop will wake next (MaxInt64: not armed); under mu
 	logBytes int64               // bytes in the log segments, approximately; under mu
-	// opening is set while Open writes the endings of leases open at the
-	// crash: no consumer waits and the timer has not started, and what
-	// they make due is made ready in Open's one pass afterwards (under mu).
-	opening bool
-	kick    chan struct{} // wakes the timer loop to look again
-	done    chan struct{} // closed by Close
+	kick     chan struct{}       // wakes the timer loop to look again
+	done     chan struct{}       // closed by Close
 
 	// failed is closed at the first failure (a failed write or fsync, or a
 	// record the state refused), after failErr is set: every blocked call

@@ -269,10 +269,14 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	q.mu.Lock()
 	now := q.qt.now()
 	q.pruneKeysLocked(now)
+	// What is due now is ready from the start: Stats counts it, and the
+	// first Get costs what a later one does. A snapshot's items are
+	// unordered until first needed, so this costs one pass over them, as
+	// ordering them would, whatever share of them is due.
+	st.EachQueue(func(qs *state.QueueState) { qs.Promote(now) })
 	// Leases open at the crash end as expired: the attempt was counted when
 	// the lease began. Writing the endings keeps the history complete.
 	var lastCommit *wal.Commit
-	q.opening = true
 	for _, it := range st.OpenLeases() {
 		_, c, err := q.appendEndLocked(q.rts[it.Queue], state.TypeExpire, it, now, "lease open at recovery")
 		if err != nil {
@@ -283,13 +287,6 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		lastCommit = c
 		q.recovery.LeasesExpired++
 	}
-	q.opening = false
-	// What is due now is ready from the start: Stats counts it, and the
-	// first Get costs what a later one does. A snapshot's items are
-	// unordered until first needed (the lease endings above leave them
-	// so), so this costs one pass over them, as ordering them would,
-	// whatever share of them is due.
-	st.EachQueue(func(qs *state.QueueState) { qs.Promote(now) })
 	q.mu.Unlock()
 	if lastCommit != nil {
 		if _, err := log.Sync(); err != nil {

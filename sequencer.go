@@ -112,13 +112,6 @@ func (q *Queue) appendToLocked(queue uint64, rec state.Record) (uint64, *wal.Com
 	// its target): this is the one place that wakes their consumers.
 	// What the record made due now (a put, a nack without backoff, a
 	// redrive) is ready now: the timer is not woken for it.
-	if q.opening {
-		// Open's lease endings: nothing waits, and Open makes what is due
-		// ready in one pass after them (a promotion here would order the
-		// loaded items first, record by record).
-		q.logBytes += int64(len(q.encBuf) + wal.HeaderSize + 3)
-		return lsn, commit, nil
-	}
 	// At the record's own time, not the clock's now: a caller that read
 	// its time before appending (a Get that discards items past their
 	// deadline, then leases) must not find ready an item due after it.
