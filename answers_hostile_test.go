@@ -24,12 +24,7 @@ func TestHostileNoAnswerBeforeDurable(t *testing.T) {
 			exports = e
 		}
 	}
-	for _, tc := range []struct {
-		name  string
-		setup func(t *testing.T, q *Queue)
-		held  func(q *Queue) error
-		ask   func(q *Queue) error
-	}{
+	runHeldCases(t, []heldCase{
 		{"ErrFull resting on a put not durable",
 			named(QueueOptions{MaxItems: 1}),
 			func(q *Queue) error { _, err := exports.Put(ctx, []byte("a")); return err },
@@ -101,30 +96,7 @@ func TestHostileNoAnswerBeforeDurable(t *testing.T) {
 			},
 			func(q *Queue) error { return exports.Delete(true) },
 			func(q *Queue) error { return q.Ack(rcpt) }}, // on the default handle: not the old one
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			q, gate, ffs := gatedQueue(t, Options{Sync: SyncAlways, MaxAttempts: 1})
-			if tc.setup != nil {
-				tc.setup(t, q)
-			}
-			gate.arm()
-			heldRes := make(chan error, 1)
-			go func() { heldRes <- tc.held(q) }()
-			<-gate.entered
-			res, returned := answerOf(t, q, func() error { return tc.ask(q) })
-			if returned {
-				t.Fatalf("answered %v while the record it rests on was not durable", <-res)
-			}
-			ffs.FailNext("write")
-			gate.open()
-			if err := recv(t, "the held call", heldRes); !errors.Is(err, ErrFailed) {
-				t.Fatalf("the held call: %v, want ErrFailed", err)
-			}
-			if err := recv(t, "the answer", res); !errors.Is(err, ErrFailed) {
-				t.Fatalf("the answer: %v, want ErrFailed: what it rested on was lost", err)
-			}
-		})
-	}
+	})
 }
 
 // TestHostileBlockedGetToldDeletedBeforeDurable: a Get blocked on a named

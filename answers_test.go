@@ -98,12 +98,7 @@ func answerOf(t *testing.T, q *Queue, call func() error) (chan error, bool) {
 func TestNoAnswerBeforeDurable(t *testing.T) {
 	ctx := context.Background()
 	var exports *Queue
-	for _, tc := range []struct {
-		name  string
-		setup func(t *testing.T, q *Queue) // before the record held
-		held  func(q *Queue) error         // appends the record held in the write
-		ask   func(q *Queue) error         // appends nothing; its answer rests on held's record
-	}{
+	runHeldCases(t, []heldCase{
 		{"a key held by a put not durable",
 			nil,
 			func(q *Queue) error { _, err := q.Put(ctx, []byte("a"), WithKey("order-7")); return err },
@@ -149,30 +144,7 @@ func TestNoAnswerBeforeDurable(t *testing.T) {
 			},
 			func(q *Queue) error { return q.DeleteItems(1) },
 			func(q *Queue) error { return q.DeleteItems(1) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			q, gate, ffs := gatedQueue(t, Options{Sync: SyncAlways, MaxAttempts: 1})
-			if tc.setup != nil {
-				tc.setup(t, q)
-			}
-			gate.arm()
-			heldRes := make(chan error, 1)
-			go func() { heldRes <- tc.held(q) }()
-			<-gate.entered
-			res, returned := answerOf(t, q, func() error { return tc.ask(q) })
-			if returned {
-				t.Fatalf("answered %v while the record it rests on was not durable", <-res)
-			}
-			ffs.FailNext("write")
-			gate.open()
-			if err := recv(t, "the held call", heldRes); !errors.Is(err, ErrFailed) {
-				t.Fatalf("the held call: %v, want ErrFailed", err)
-			}
-			if err := recv(t, "the answer", res); !errors.Is(err, ErrFailed) {
-				t.Fatalf("the answer: %v, want ErrFailed: what it rested on was lost", err)
-			}
-		})
-	}
+	})
 }
 
 // TestDuplicateAnswerWaitsForItsHolder: the same race with the write
@@ -231,5 +203,44 @@ func deadLetter(t *testing.T, q *Queue) {
 	}
 	if q.Stats().Dead != 1 {
 		t.Fatalf("no dead letter: %+v", q.Stats())
+	}
+}
+
+// heldCase is a call whose answer rests on a record another call appends.
+type heldCase struct {
+	name  string
+	setup func(t *testing.T, q *Queue) // before the record held
+	held  func(q *Queue) error         // appends the record held in the write
+	ask   func(q *Queue) error         // appends nothing; its answer rests on held's record
+}
+
+// runHeldCases runs each case on a gated queue: it holds held's record in
+// the log's write, asks, then fails the write. The answer must wait for
+// the record and be the failure.
+func runHeldCases(t *testing.T, cases []heldCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			q, gate, ffs := gatedQueue(t, Options{Sync: SyncAlways, MaxAttempts: 1})
+			if tc.setup != nil {
+				tc.setup(t, q)
+			}
+			gate.arm()
+			heldRes := make(chan error, 1)
+			go func() { heldRes <- tc.held(q) }()
+			<-gate.entered
+			res, returned := answerOf(t, q, func() error { return tc.ask(q) })
+			if returned {
+				t.Fatalf("answered %v while the record it rests on was not durable", <-res)
+			}
+			ffs.FailNext("write")
+			gate.open()
+			if err := recv(t, "the held call", heldRes); !errors.Is(err, ErrFailed) {
+				t.Fatalf("the held call: %v, want ErrFailed", err)
+			}
+			if err := recv(t, "the answer", res); !errors.Is(err, ErrFailed) {
+				t.Fatalf("the answer: %v, want ErrFailed: what it rested on was lost", err)
+			}
+		})
 	}
 }
