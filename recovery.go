@@ -277,7 +277,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	// Leases open at the crash end as expired: the attempt was counted when
 	// the lease began. Writing the endings keeps the history complete.
 	var lastCommit *wal.Commit
-	for _, it := range st.OpenLeases() {
+	for _, it := range st.LeasesToExpire() {
 		_, c, err := q.appendEndLocked(q.rts[it.Queue], state.TypeExpire, it, now, "lease open at recovery")
 		if err != nil {
 			q.mu.Unlock()
@@ -288,8 +288,11 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		q.recovery.LeasesExpired++
 	}
 	q.mu.Unlock()
+	// The endings are waited for as any record is, under the sync policy:
+	// until then a crash takes them back, and the next recovery ends the
+	// same leases again.
 	if lastCommit != nil {
-		if _, err := log.Sync(); err != nil {
+		if err := waitDurable(lastCommit); err != nil {
 			log.Close()
 			return nil, fmt.Errorf("walq: expire leases open at the crash: %w", err)
 		}
