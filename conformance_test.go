@@ -144,8 +144,10 @@ func namedTarget(sync walq.SyncPolicy) walqtest.Target {
 			}()
 			return &namedQueue{Queue: walqtest.Walq(subject), dir: d, stop: stop, done: done}, nil
 		},
+		// A named queue records its settings; the default queue's are
+		// the Options it is opened with.
 		Caps: walqtest.Capabilities{ManualClock: true, Reopen: true, Processes: true,
-			Priority: true, Keys: true, Deadlines: true},
+			Priority: true, Keys: true, Deadlines: true, RecordedSettings: true},
 	}
 }
 

@@ -147,7 +147,7 @@ func (q *Queue) Redrive(ids ...uint64) error {
 		}
 		prio, _ := strconv.Atoi(m.Header.Get(HeaderPriority))
 		if q.level(prio) == nil {
-			prio = q.o.Priorities[0]
+			prio = q.opt().Priorities[0]
 		}
 		it := walq.Item{Body: m.Data, Priority: prio}
 		c := &carry{id: id, msgID: fmt.Sprintf("walq-r-%d-%d", id, m.Sequence)}

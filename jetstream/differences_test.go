@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -160,25 +161,66 @@ func TestDiffHistory(t *testing.T) {
 	}
 }
 
-// Row "settings": the Visibility is the consumers' AckWait, so the last
-// OpenQueue sets it for every process; MaxAttempts, Backoff and Fence are
-// each client's.
-func TestDiffSettingsLastOpenWins(t *testing.T) {
-	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{Visibility: time.Second})
-	q2, err := q.dir.OpenQueue(context.Background(), "jobs", walqjs.QueueOptions{Visibility: 3 * time.Second})
+// Row "settings": a queue's Visibility, MaxAttempts and Priorities are
+// recorded in its consumers; opening keeps them (a zero field takes them, a
+// differing one is refused) and only SetSettings changes them.
+func TestDiffSettingsRecorded(t *testing.T) {
+	ctx := context.Background()
+	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{Visibility: time.Second, MaxAttempts: 2, Priorities: []int{0, 1}})
+	ackWait := func() time.Duration {
+		t.Helper()
+		c, err := q.js.Consumer(ctx, "WALQ_diff", walqjs.ConsumerName("jobs", 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.CachedInfo().Config.AckWait
+	}
+	for _, qo := range []walqjs.QueueOptions{
+		{Visibility: 3 * time.Second},
+		{MaxAttempts: 9},
+		{Priorities: []int{0, 2}},
+		{Visibility: -time.Second},
+	} {
+		if _, err := q.dir.OpenQueue(ctx, "jobs", qo); !errors.Is(err, walq.ErrInvalid) {
+			t.Fatalf("OpenQueue(%+v) = %v, want ErrInvalid", qo, err)
+		}
+	}
+	if got := ackWait(); got != time.Second {
+		t.Fatalf("after refused opens the AckWait is %v, want 1s", got)
+	}
+	q2, err := q.dir.OpenQueue(ctx, "jobs", walqjs.QueueOptions{Priorities: []int{1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q2.Close()
-	c, err := q.js.Consumer(context.Background(), "WALQ_diff", walqjs.ConsumerName("jobs", 0))
+	if s := q2.Settings(); s.Visibility != time.Second || s.MaxAttempts != 2 || !slices.Equal(s.Priorities, []int{0, 1}) {
+		t.Fatalf("a second handle opened with zero settings has %+v", s)
+	}
+	// SetSettings lengthens the Visibility for every delivery at once; it
+	// refuses to shorten it or to change the levels.
+	s := q2.Settings()
+	s.Visibility, s.MaxAttempts = 3*time.Second, 4
+	if err := q2.SetSettings(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got := ackWait(); got != 3*time.Second {
+		t.Fatalf("after SetSettings the AckWait is %v, want 3s", got)
+	}
+	for _, bad := range []walqjs.QueueOptions{{Visibility: 2 * time.Second}, {Visibility: 3 * time.Second, Priorities: []int{0, 1, 2}}} {
+		if err := q2.SetSettings(ctx, bad); !errors.Is(err, walq.ErrInvalid) {
+			t.Fatalf("SetSettings(%+v) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	q3, err := q.dir.OpenQueue(ctx, "jobs", walqjs.QueueOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ci := c.CachedInfo(); ci.Config.AckWait != 3*time.Second {
-		t.Fatalf("AckWait %v", ci.Config.AckWait)
+	defer q3.Close()
+	if s := q3.Settings(); s.Visibility != 3*time.Second || s.MaxAttempts != 4 {
+		t.Fatalf("a handle opened after SetSettings has %+v", s)
 	}
-	// The first handle still fences at its own 1s (less its fence): safe,
-	// since the server now waits longer.
+	// The first handle fences at its own 1s (less its fence) until it is
+	// opened again: safe, since the server now waits longer.
 	put(t, q, "a")
 	m := get(t, q, 5*time.Second)
 	if time.Until(m.LeaseEnd) > time.Second {

@@ -132,7 +132,7 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 	for _, it := range items {
 		if !it.Dead && queues[it.Queue].level(it.Priority) == nil {
 			return rep, fmt.Errorf("%w: move: item %d of queue %q has priority %d, not one of the queue's levels %v",
-				walq.ErrInvalid, it.ID, it.Queue, it.Priority, queues[it.Queue].o.Priorities)
+				walq.ErrInvalid, it.ID, it.Queue, it.Priority, queues[it.Queue].opt().Priorities)
 		}
 	}
 	// Where an earlier run stopped.

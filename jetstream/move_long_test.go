@@ -97,7 +97,7 @@ func TestMoveKilledAndRerun(t *testing.T) {
 	got := map[uint64]int{}
 	ctx := context.Background()
 	for _, name := range []string{"", "mail", "held"} {
-		q, err := openQueue(s.ClientURL(), "moved", name, walqjs.Options{}, walqjs.QueueOptions{Priorities: []int{-1, 0, 1}, Visibility: 10 * time.Second})
+		q, err := openQueue(s.ClientURL(), "moved", name, walqjs.Options{}, walqjs.QueueOptions{Priorities: []int{-1, 0, 1}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -124,7 +124,8 @@ func (q *Queue) accept(m *nats.Msg, t0 time.Time, lv *level) (walq.Message, bool
 		q.d.log.Warn("walq/jetstream: a delivery without JetStream's ack subject; ignored", "subject", m.Subject, "reply", m.Reply)
 		return walq.Message{}, false
 	}
-	until := t0.Add(q.o.Visibility)
+	o := q.opt()
+	until := t0.Add(o.Visibility)
 	foreign := func(why string) (walq.Message, bool) {
 		cause := fmt.Sprintf("%v: %s (subject %s, stream sequence %d)", errForeign, why, m.Subject, meta.sseq)
 		q.d.log.Warn("walq/jetstream: dead-lettering a message walq did not write", "cause", cause)
@@ -178,15 +179,15 @@ func (q *Queue) accept(m *nats.Msg, t0 time.Time, lv *level) (walq.Message, bool
 	}
 	att := int(before) + int(meta.delivered)
 	deliv := int(delivBefore) + int(meta.delivered)
-	if att > q.o.MaxAttempts {
-		cause := fmt.Sprintf("walq/jetstream: the lease expired on the last attempt (%d of %d)", att-1, q.o.MaxAttempts)
+	if att > o.MaxAttempts {
+		cause := fmt.Sprintf("walq/jetstream: the lease expired on the last attempt (%d of %d)", att-1, o.MaxAttempts)
 		if err := q.moveToDead(context.Background(), m, meta, id, lv.prio, att-1, deliv-1, hist,
 			attempt{How: "expire"}, cause, until); err != nil {
 			q.d.log.Warn("walq/jetstream: could not dead-letter an item past its attempts", "id", id, "err", err)
 		}
 		return walq.Message{}, false
 	}
-	end := t0.Add(q.o.Visibility - q.o.Fence)
+	end := t0.Add(o.Visibility - o.Fence)
 	if !now.Before(end) {
 		// The request waited so long that no lease is left: back at once.
 		q.d.nc.Publish(m.Reply, []byte("-NAK"))

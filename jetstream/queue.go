@@ -7,9 +7,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,11 +52,10 @@ type QueueOptions struct {
 type Queue struct {
 	d      *Dir
 	name   string
-	o      QueueOptions
+	set    atomic.Pointer[QueueOptions]
 	levels []*level
 	issuer [16]byte
 	qnum   uint64
-	pull   time.Duration // the expiry of a waiting pull request
 
 	// ctx ends at Close: Gets blocked on the server and background work
 	// stop with it.
@@ -97,87 +96,58 @@ type lease struct {
 	timer *time.Timer
 }
 
-// OpenQueue opens the queue called name ("" is the default queue) in d,
-// creating its consumers or updating them to opts.
+// OpenQueue opens the queue called name ("" is the default queue) in d.
+// A queue that exists keeps the settings recorded in its consumers
+// (Visibility, MaxAttempts, Priorities): a zero field of opts takes what is
+// recorded, a field that differs is ErrInvalid, and Priorities may name
+// some of the queue's levels (the handle serves them all). A queue that
+// does not exist is created with opts, defaults filled in. Backoff, Fence
+// and PollInterval are the handle's own. Opening never changes what is
+// recorded; SetSettings does.
 func (d *Dir) OpenQueue(ctx context.Context, name string, opts QueueOptions) (*Queue, error) {
 	if err := checkQueueName(name); err != nil {
 		return nil, err
 	}
-	o := opts
-	if o.Visibility == 0 {
-		o.Visibility = 30 * time.Second
+	if opts.Visibility < 0 || opts.MaxAttempts < 0 {
+		// A negative field would be taken for "differs" where the queue
+		// exists: say what it is wherever it is.
+		return nil, fillQueueOptions(opts).check()
 	}
-	if o.MaxAttempts == 0 {
-		o.MaxAttempts = 5
+	o, err := d.settle(ctx, name, opts)
+	if err != nil {
+		return nil, err
 	}
-	if o.Backoff == nil {
-		o.Backoff = walq.DefaultBackoff
-	}
-	if len(o.Priorities) == 0 {
-		o.Priorities = []int{0}
-	}
-	if o.Fence == 0 {
-		o.Fence = min(o.Visibility/10, time.Second)
-	}
-	if o.PollInterval == 0 {
-		o.PollInterval = 50 * time.Millisecond
-	}
-	switch {
-	case o.Visibility < 10*time.Millisecond:
-		return nil, fmt.Errorf("%w: QueueOptions.Visibility = %v: under 10ms", walq.ErrInvalid, o.Visibility)
-	case o.MaxAttempts < 0:
-		return nil, fmt.Errorf("%w: QueueOptions.MaxAttempts = %d", walq.ErrInvalid, o.MaxAttempts)
-	case o.Fence < 0 || o.Fence >= o.Visibility/2:
-		return nil, fmt.Errorf("%w: QueueOptions.Fence = %v: negative or not under half the visibility %v", walq.ErrInvalid, o.Fence, o.Visibility)
-	case o.PollInterval < 0:
-		return nil, fmt.Errorf("%w: QueueOptions.PollInterval = %v", walq.ErrInvalid, o.PollInterval)
-	}
-	prios := slices.Clone(o.Priorities)
-	slices.Sort(prios)
-	prios = slices.Compact(prios)
-	o.Priorities = prios
-
-	q := &Queue{d: d, name: name, o: o, leases: make(map[uint64]*lease), done: make(chan struct{}), qnum: 1}
+	q := &Queue{d: d, name: name, leases: make(map[uint64]*lease), done: make(chan struct{}), qnum: 1}
+	q.set.Store(&o)
 	q.ctx, q.cancel = context.WithCancel(context.Background())
 	sum := sha256.Sum256([]byte("walq/jetstream\x00" + d.name + "\x00" + name))
 	copy(q.issuer[:], sum[:16])
 	var seed [8]byte
 	rand.Read(seed[:])
 	q.next = binary.LittleEndian.Uint64(seed[:]) >> 1
-	// A lease waits at most this long on the server for an item: the
-	// lease is timed from the request, so it must leave most of the
-	// visibility to the handler.
-	q.pull = min(o.Visibility/2-o.Fence, 5*time.Second)
-	for _, p := range prios {
+	for _, p := range o.Priorities {
 		lv := &level{prio: p, subject: d.readySubject(name, p), consumer: consumerName(name, p)}
 		lv.nextSubj = d.apiPrefix + "CONSUMER.MSG.NEXT." + workStream(d.name) + "." + lv.consumer
-		_, err := d.js.CreateOrUpdateConsumer(ctx, workStream(d.name), jetstream.ConsumerConfig{
-			Durable:       lv.consumer,
-			Description:   fmt.Sprintf("walq queue %q, priority %d", name, p),
-			FilterSubject: lv.subject,
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       o.Visibility,
-			// walq counts the attempts and dead-letters; the server's
-			// MaxDeliver would leave the item in the stream with one
-			// advisory nobody may hear.
-			MaxDeliver:    -1,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-			MaxAckPending: -1,
-			MaxWaiting:    4096,
-		})
-		if err != nil {
-			return nil, unavailable(fmt.Sprintf("create the consumer of queue %q, priority %d", name, p), err)
-		}
 		q.levels = append(q.levels, lv)
 	}
 	return q, nil
+}
+
+// opt is the handle's settings; SetSettings replaces them.
+func (q *Queue) opt() *QueueOptions { return q.set.Load() }
+
+// pull is how long a lease waits at most on the server for an item: the
+// lease is timed from the request, so it must leave most of the visibility
+// to the handler.
+func (o *QueueOptions) pull() time.Duration {
+	return min(o.Visibility/2-o.Fence, 5*time.Second)
 }
 
 // Name is the queue's name.
 func (q *Queue) Name() string { return q.name }
 
 // Visibility implements walq.Engine: the consumers' AckWait.
-func (q *Queue) Visibility() time.Duration { return q.o.Visibility }
+func (q *Queue) Visibility() time.Duration { return q.opt().Visibility }
 
 // Clock implements walq.Engine: the system clock (JetStream's timers run
 // on the servers' clocks).
@@ -228,7 +198,7 @@ type carry struct {
 func (q *Queue) moveMsg(it walq.Item, c *carry) (*nats.Msg, error) {
 	lv := q.level(it.Priority)
 	if lv == nil {
-		return nil, fmt.Errorf("%w: priority %d is not one of the queue's levels %v", walq.ErrInvalid, it.Priority, q.o.Priorities)
+		return nil, fmt.Errorf("%w: priority %d is not one of the queue's levels %v", walq.ErrInvalid, it.Priority, q.opt().Priorities)
 	}
 	h := q.itemHeader(it, c)
 	now := time.Now()
@@ -285,7 +255,7 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 	}
 	lv := q.level(it.Priority)
 	if lv == nil {
-		return 0, fmt.Errorf("%w: priority %d is not one of the queue's levels %v (QueueOptions.Priorities: one subject per level)", walq.ErrInvalid, it.Priority, q.o.Priorities)
+		return 0, fmt.Errorf("%w: priority %d is not one of the queue's levels %v (QueueOptions.Priorities: one subject per level)", walq.ErrInvalid, it.Priority, q.opt().Priorities)
 	}
 	now := time.Now()
 	due := now.Add(it.Delay)
@@ -378,7 +348,7 @@ func (q *Queue) Watch() (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	stop := make(chan struct{})
 	go func() {
-		t := time.NewTicker(q.o.PollInterval)
+		t := time.NewTicker(q.opt().PollInterval)
 		defer t.Stop()
 		for {
 			select {
@@ -505,9 +475,9 @@ func (q *Queue) take(ctx context.Context, wait bool) (walq.Message, bool, error)
 			return m, ok, err
 		}
 	}
-	expires := q.pull
+	expires := q.opt().pull()
 	if len(q.levels) > 1 {
-		expires = min(expires, q.o.PollInterval)
+		expires = min(expires, q.opt().PollInterval)
 	}
 	msg, t0, err := q.pullOne(ctx, q.levels[0], false, expires)
 	if err != nil || msg == nil {
@@ -577,8 +547,9 @@ func (q *Queue) Extend(r walq.Receipt, d time.Duration) error {
 	if d <= 0 {
 		return fmt.Errorf("%w: Extend by %v", walq.ErrInvalid, d)
 	}
-	if d > q.o.Visibility {
-		return fmt.Errorf("%w: Extend by %v: past the Visibility %v (InProgress restarts the consumer's AckWait, it cannot extend by a chosen duration)", walq.ErrInvalid, d, q.o.Visibility)
+	o := q.opt()
+	if d > o.Visibility {
+		return fmt.Errorf("%w: Extend by %v: past the Visibility %v (InProgress restarts the consumer's AckWait, it cannot extend by a chosen duration)", walq.ErrInvalid, d, o.Visibility)
 	}
 	l, err := q.hold(r, "extend")
 	if err != nil {
@@ -590,8 +561,8 @@ func (q *Queue) Extend(r walq.Receipt, d time.Duration) error {
 		return q.failedSettle(l, "extend", err)
 	}
 	end := sent.Add(d)
-	if d > q.o.Visibility-q.o.Fence {
-		end = sent.Add(q.o.Visibility - q.o.Fence)
+	if d > o.Visibility-o.Fence {
+		end = sent.Add(o.Visibility - o.Fence)
 	}
 	// As walq's Extend: the lease ends d from now, sooner or later than
 	// before. Sooner only makes the client give it up before the server
@@ -637,7 +608,7 @@ func (q *Queue) Nack(r walq.Receipt, cause error) error {
 		return err
 	}
 	defer l.mu.Unlock()
-	if l.attempt >= q.o.MaxAttempts {
+	if l.attempt >= q.opt().MaxAttempts {
 		return q.deadLetterLocked(l, cause, "nack")
 	}
 	now := time.Now()
@@ -647,7 +618,7 @@ func (q *Queue) Nack(r walq.Receipt, cause error) error {
 	}
 	cancel()
 	body := "-NAK"
-	if delay := q.o.Backoff(l.attempt); delay > 0 {
+	if delay := q.opt().Backoff(l.attempt); delay > 0 {
 		body = fmt.Sprintf(`-NAK {"delay":%d}`, delay.Nanoseconds())
 	}
 	if err := q.ackRequest(l, body); err != nil {
@@ -726,13 +697,14 @@ func (q *Queue) expire(l *lease) {
 	l.mu.Unlock()
 	end := time.Now()
 	q.background(func(ctx context.Context) {
-		if l.attempt >= q.o.MaxAttempts {
+		o := q.opt()
+		if l.attempt >= o.MaxAttempts {
 			// The server delivers it again no sooner than AckWait after
 			// it sent it: time enough, in general, to move it first. If
 			// not, the next delivery moves it (its attempt is past
 			// MaxAttempts), deduplicated by ID and sequence.
-			until := l.start.Add(q.o.Visibility)
-			cause := fmt.Sprintf("walq/jetstream: the lease expired on the last attempt (%d of %d)", l.attempt, q.o.MaxAttempts)
+			until := l.start.Add(o.Visibility)
+			cause := fmt.Sprintf("walq/jetstream: the lease expired on the last attempt (%d of %d)", l.attempt, o.MaxAttempts)
 			if err := q.moveToDead(ctx, l.msg, l.meta, l.id, l.prio, l.attempt, l.deliv, l.hist,
 				attempt{Start: l.start.UnixNano(), End: end.UnixNano(), How: "expire"}, cause, until); err != nil {
 				q.d.log.Warn("walq/jetstream: could not dead-letter an item whose last lease expired; its next delivery will", "id", l.id, "err", err)

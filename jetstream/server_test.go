@@ -19,7 +19,7 @@ import (
 // Caps declares what the adapter offers: everything but the manual clock
 // (the server's timers run in real time).
 var caps = walqtest.Capabilities{ManualClock: false, Reopen: true, Processes: true,
-	Priority: true, Keys: true, Deadlines: true}
+	Priority: true, Keys: true, Deadlines: true, RecordedSettings: true}
 
 func startServer(t testing.TB, dir string, port int) *server.Server {
 	t.Helper()

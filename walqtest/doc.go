@@ -30,6 +30,9 @@
 //     the order they became ready.
 //   - Keys: a key holds its item's ID across a reopen and for the key
 //     window after the ack.
+//   - OpeningKeepsSettings: a queue opened again with a zero Visibility
+//     and MaxAttempts runs on those it was created with; one opened with
+//     a differing one is refused with walq.ErrInvalid and changes nothing.
 //   - KilledWorker: a worker process killed with SIGKILL mid-run: its
 //     items come back after a reopen, none lost, none whose ack returned
 //     delivered again.

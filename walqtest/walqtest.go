@@ -77,6 +77,11 @@ type Capabilities struct {
 	// Deadlines: WithDeadline discards an item, never delivering it, once
 	// its deadline passes.
 	Deadlines bool
+	// RecordedSettings: a queue keeps the Visibility and MaxAttempts it
+	// was created with. Open with a zero Config.Visibility or MaxAttempts
+	// opens it with those; Open with one that differs fails with an error
+	// wrapping walq.ErrInvalid and changes nothing.
+	RecordedSettings bool
 }
 
 // Target is an engine under test.
@@ -86,7 +91,8 @@ type Target struct {
 	// a name is also the path of an empty directory of its own, for
 	// engines that keep files. The suite opens a name again only after
 	// closing it (or, for Capabilities.Processes, after the process that
-	// held it died), with the same cfg.
+	// held it died), with the same cfg (for Capabilities.RecordedSettings
+	// also with a zero or a differing Visibility or MaxAttempts).
 	Open func(name string, cfg Config) (Queue, error)
 	// Caps declares what the engine offers.
 	Caps Capabilities
@@ -117,6 +123,7 @@ var (
 	capPriority  = capability{"Priority", func(c Capabilities) bool { return c.Priority }}
 	capKeys      = capability{"Keys", func(c Capabilities) bool { return c.Keys }}
 	capDeadlines = capability{"Deadlines", func(c Capabilities) bool { return c.Deadlines }}
+	capSettings  = capability{"RecordedSettings", func(c Capabilities) bool { return c.RecordedSettings }}
 )
 
 // behaviours in the order Run runs them.
@@ -138,6 +145,7 @@ var behaviours = []behaviour{
 	{name: "DeadlineAfterDelay", needs: []capability{capDeadlines}, run: testDeadlineAfterDelay},
 	{name: "PriorityThenReadyOrder", needs: []capability{capPriority}, run: testPriorityOrder},
 	{name: "KeysAcrossReopen", needs: []capability{capKeys, capReopen}, run: testKeysAcrossReopen},
+	{name: "OpeningKeepsSettings", needs: []capability{capSettings, capReopen}, run: testSettingsKept},
 	{name: "KilledWorker", needs: []capability{capProcesses}, run: testKilledWorker, slow: true},
 }
 
@@ -248,6 +256,15 @@ func (e *env) reopen() {
 		e.t.Fatalf("close before reopen: %v", err)
 	}
 	e.open()
+}
+
+// reopenWith closes the queue and opens it again with cfg (durations as
+// they are, the clock the queue runs on): the queue's Config from then on.
+func (e *env) reopenWith(cfg Config) {
+	e.t.Helper()
+	cfg.Clock = e.cfg.Clock
+	e.cfg = cfg
+	e.reopen()
 }
 
 // now is the queue's wall time: the manual clock's, or the system's.

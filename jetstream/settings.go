@@ -1,0 +1,419 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/walq/walq"
+)
+
+// A queue's settings live in its consumers, one per priority level: the
+// Visibility is their AckWait, and the metadata below records the rest
+// that every process must agree on. Backoff, Fence and PollInterval are
+// each handle's own.
+const (
+	metaQueue       = "walq.queue"
+	metaMaxAttempts = "walq.max_attempts"
+	metaPriorities  = "walq.priorities"
+)
+
+// recorded is what a queue's consumers say of its settings.
+type recorded struct {
+	visibility time.Duration
+	// maxAttempts is 0 for a queue whose consumers were created before
+	// the adapter recorded it: each handle then brings its own.
+	maxAttempts int
+	priorities  []int
+	// configs are the consumers found, by priority level.
+	configs map[int]jetstream.ConsumerConfig
+}
+
+// findQueue reads the settings of queue name from its consumers; it
+// returns nil when the queue has none (it does not exist yet). want are
+// the levels to look at first (those a caller asked for).
+func (d *Dir) findQueue(ctx context.Context, name string, want []int) (*recorded, error) {
+	r := &recorded{configs: map[int]jetstream.ConsumerConfig{}}
+	var base *jetstream.ConsumerConfig
+	for _, p := range append(slices.Clone(want), 0) {
+		cfg, err := d.consumerConfig(ctx, name, p)
+		if err != nil {
+			return nil, err
+		}
+		if cfg != nil {
+			base = cfg
+			r.configs[p] = *cfg
+			break
+		}
+	}
+	if base == nil || base.Metadata[metaPriorities] == "" {
+		// A queue without level 0, or one created before the levels were
+		// recorded: its consumers are found by name.
+		levels, err := d.listLevels(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if len(levels) == 0 {
+			return nil, nil
+		}
+		r.priorities = levels
+		if base == nil {
+			cfg, err := d.consumerConfig(ctx, name, levels[0])
+			if err != nil {
+				return nil, err
+			}
+			if cfg == nil {
+				return nil, unavailable(fmt.Sprintf("read the consumer of queue %q, priority %d", name, levels[0]), jetstream.ErrConsumerNotFound)
+			}
+			base = cfg
+			r.configs[levels[0]] = *cfg
+		}
+	} else {
+		levels, err := parseLevels(base.Metadata[metaPriorities])
+		if err != nil {
+			return nil, fmt.Errorf("%w: queue %q: the consumer %s records priorities %q: %v", walq.ErrInvalid, name, base.Durable, base.Metadata[metaPriorities], err)
+		}
+		r.priorities = levels
+	}
+	r.visibility = base.AckWait
+	if s := base.Metadata[metaMaxAttempts]; s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%w: queue %q: the consumer %s records MaxAttempts %q", walq.ErrInvalid, name, base.Durable, s)
+		}
+		r.maxAttempts = n
+	}
+	return r, nil
+}
+
+// consumerConfig is the configuration of the consumer of queue name's
+// level p, or nil when there is none.
+func (d *Dir) consumerConfig(ctx context.Context, name string, p int) (*jetstream.ConsumerConfig, error) {
+	c, err := d.work.Consumer(ctx, consumerName(name, p))
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, unavailable(fmt.Sprintf("read the consumer of queue %q, priority %d", name, p), err)
+	}
+	cfg := c.CachedInfo().Config
+	return &cfg, nil
+}
+
+// listLevels finds the priority levels of queue name by its consumers'
+// names.
+func (d *Dir) listLevels(ctx context.Context, name string) ([]int, error) {
+	prefix := "walq." + d.name + ".q." + token(name) + "."
+	var levels []int
+	l := d.work.ListConsumers(ctx)
+	for info := range l.Info() {
+		lt, ok := strings.CutPrefix(info.Config.FilterSubject, prefix)
+		if !ok {
+			continue
+		}
+		p, err := parseLevel(lt)
+		if err != nil || info.Name != consumerName(name, p) {
+			continue
+		}
+		levels = append(levels, p)
+	}
+	if err := l.Err(); err != nil {
+		return nil, unavailable(fmt.Sprintf("list the consumers of queue %q", name), err)
+	}
+	slices.Sort(levels)
+	return levels, nil
+}
+
+// parseLevel reads a level token: p0, p1, m1 (for -1).
+func parseLevel(s string) (int, error) {
+	if len(s) < 2 || (s[0] != 'p' && s[0] != 'm') {
+		return 0, fmt.Errorf("level token %q", s)
+	}
+	n, err := strconv.Atoi(s[1:])
+	if err != nil || n < 0 || strconv.Itoa(n) != s[1:] || (s[0] == 'm' && n == 0) {
+		return 0, fmt.Errorf("level token %q", s)
+	}
+	if s[0] == 'm' {
+		n = -n
+	}
+	return n, nil
+}
+
+// formatLevels and parseLevels write and read the recorded priorities:
+// "-1,0,1".
+func formatLevels(levels []int) string {
+	s := make([]string, len(levels))
+	for i, p := range levels {
+		s[i] = strconv.Itoa(p)
+	}
+	return strings.Join(s, ",")
+}
+
+func parseLevels(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		p, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	if !slices.IsSorted(out) || len(slices.Compact(slices.Clone(out))) != len(out) {
+		return nil, fmt.Errorf("not sorted without repeats")
+	}
+	return out, nil
+}
+
+// levelConfig is the consumer of queue name's level p under the settings
+// o (defaults filled in).
+func (d *Dir) levelConfig(name string, p int, o QueueOptions) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       consumerName(name, p),
+		Description:   fmt.Sprintf("walq queue %q, priority %d", name, p),
+		FilterSubject: d.readySubject(name, p),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       o.Visibility,
+		// walq counts the attempts and dead-letters; the server's
+		// MaxDeliver would leave the item in the stream with one advisory
+		// nobody may hear.
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		MaxAckPending: -1,
+		MaxWaiting:    4096,
+		Metadata: map[string]string{
+			metaQueue:       name,
+			metaMaxAttempts: strconv.Itoa(o.MaxAttempts),
+			metaPriorities:  formatLevels(o.Priorities),
+		},
+	}
+}
+
+// settle gives the settings a handle of queue name opens with: those
+// recorded, where the queue exists (a zero field of opts keeps what is
+// recorded, a field that differs is refused), or opts with the defaults
+// filled in, recorded by creating the consumers. Opening never changes
+// what is recorded; SetSettings does.
+func (d *Dir) settle(ctx context.Context, name string, opts QueueOptions) (QueueOptions, error) {
+	o := opts
+	o.Priorities = sortedLevels(opts.Priorities)
+	for try := 0; ; try++ {
+		r, err := d.findQueue(ctx, name, o.Priorities)
+		if err != nil {
+			return o, err
+		}
+		if r != nil {
+			return d.keep(ctx, name, o, r)
+		}
+		c := fillQueueOptions(o)
+		if err := c.check(); err != nil {
+			return o, err
+		}
+		created, err := d.createLevels(ctx, name, c, c.Priorities)
+		if errors.Is(err, jetstream.ErrConsumerExists) && try == 0 && created == 0 {
+			// Another process created the queue meanwhile, with other
+			// settings: those are the queue's now.
+			continue
+		}
+		return c, err
+	}
+}
+
+// keep checks opts against the recorded settings r and gives the handle's
+// settings; it creates the consumers of recorded levels that are missing
+// (a creation that stopped half-way).
+func (d *Dir) keep(ctx context.Context, name string, opts QueueOptions, r *recorded) (QueueOptions, error) {
+	o := opts
+	how := "; opening never changes a queue's recorded settings: Queue.SetSettings does"
+	if o.Visibility != 0 && o.Visibility != r.visibility {
+		return o, fmt.Errorf("%w: queue %q: QueueOptions.Visibility = %v differs from the queue's %v%s", walq.ErrInvalid, name, o.Visibility, r.visibility, how)
+	}
+	o.Visibility = r.visibility
+	if r.maxAttempts != 0 {
+		if o.MaxAttempts != 0 && o.MaxAttempts != r.maxAttempts {
+			return o, fmt.Errorf("%w: queue %q: QueueOptions.MaxAttempts = %d differs from the queue's %d%s", walq.ErrInvalid, name, o.MaxAttempts, r.maxAttempts, how)
+		}
+		o.MaxAttempts = r.maxAttempts
+	}
+	for _, p := range o.Priorities {
+		if !slices.Contains(r.priorities, p) {
+			return o, fmt.Errorf("%w: queue %q: QueueOptions.Priorities %v holds %d, not one of the queue's levels %v%s", walq.ErrInvalid, name, o.Priorities, p, r.priorities, how)
+		}
+	}
+	o.Priorities = r.priorities
+	o = fillQueueOptions(o)
+	if err := o.check(); err != nil {
+		return o, err
+	}
+	var missing []int
+	for _, p := range r.priorities {
+		if _, ok := r.configs[p]; ok {
+			continue
+		}
+		cfg, err := d.consumerConfig(ctx, name, p)
+		if err != nil {
+			return o, err
+		}
+		if cfg == nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) > 0 {
+		rec := o
+		if r.maxAttempts == 0 {
+			// Recorded as it was: not at all.
+			rec.MaxAttempts = 0
+		}
+		if _, err := d.createLevels(ctx, name, rec, missing); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+// createLevels creates the consumers of queue name's levels under the
+// settings o, and says how many it created.
+func (d *Dir) createLevels(ctx context.Context, name string, o QueueOptions, levels []int) (int, error) {
+	for i, p := range levels {
+		cfg := d.levelConfig(name, p, o)
+		if o.MaxAttempts == 0 {
+			delete(cfg.Metadata, metaMaxAttempts)
+		}
+		if _, err := d.js.CreateConsumer(ctx, workStream(d.name), cfg); err != nil {
+			if errors.Is(err, jetstream.ErrConsumerExists) {
+				return i, err
+			}
+			return i, unavailable(fmt.Sprintf("create the consumer of queue %q, priority %d", name, p), err)
+		}
+	}
+	return len(levels), nil
+}
+
+func sortedLevels(levels []int) []int {
+	if len(levels) == 0 {
+		return nil
+	}
+	out := slices.Clone(levels)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// fillQueueOptions fills in the defaults of the zero fields of o.
+func fillQueueOptions(o QueueOptions) QueueOptions {
+	if o.Visibility == 0 {
+		o.Visibility = 30 * time.Second
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = 5
+	}
+	if o.Backoff == nil {
+		o.Backoff = walq.DefaultBackoff
+	}
+	if len(o.Priorities) == 0 {
+		o.Priorities = []int{0}
+	}
+	if o.Fence == 0 {
+		o.Fence = min(o.Visibility/10, time.Second)
+	}
+	if o.PollInterval == 0 {
+		o.PollInterval = 50 * time.Millisecond
+	}
+	return o
+}
+
+// check refuses settings out of range, defaults filled in.
+func (o QueueOptions) check() error {
+	switch {
+	case o.Visibility < 10*time.Millisecond:
+		return fmt.Errorf("%w: QueueOptions.Visibility = %v: under 10ms", walq.ErrInvalid, o.Visibility)
+	case o.MaxAttempts < 0:
+		return fmt.Errorf("%w: QueueOptions.MaxAttempts = %d", walq.ErrInvalid, o.MaxAttempts)
+	case o.Fence < 0 || o.Fence >= o.Visibility/2:
+		return fmt.Errorf("%w: QueueOptions.Fence = %v: negative or not under half the visibility %v", walq.ErrInvalid, o.Fence, o.Visibility)
+	case o.PollInterval < 0:
+		return fmt.Errorf("%w: QueueOptions.PollInterval = %v", walq.ErrInvalid, o.PollInterval)
+	}
+	return nil
+}
+
+// Settings returns the handle's settings: the queue's as recorded when it
+// was opened or by its last SetSettings, with the handle's own Backoff,
+// Fence and PollInterval.
+func (q *Queue) Settings() QueueOptions {
+	o := *q.opt()
+	o.Priorities = slices.Clone(o.Priorities)
+	return o
+}
+
+// SetSettings changes the queue's recorded settings to opts, filled as
+// OpenQueue fills a new queue's (a nil Backoff keeps the one in use), and
+// this handle's own. It returns once the server has them: the Visibility
+// (the consumers' AckWait) holds at once for every delivery; other handles
+// keep the MaxAttempts they opened with until they are opened again. To
+// change one field, change it in what Settings returns.
+//
+// The Visibility cannot be shortened: a handle open elsewhere would still
+// count its leases by the longer one after the server had ended them. The
+// priority levels cannot change: Priorities, when given, must be the
+// queue's. Both are ErrInvalid.
+func (q *Queue) SetSettings(ctx context.Context, opts QueueOptions) error {
+	if err := q.check(); err != nil {
+		return err
+	}
+	cur := q.opt()
+	if opts.Backoff == nil {
+		opts.Backoff = cur.Backoff
+	}
+	if len(opts.Priorities) == 0 {
+		opts.Priorities = cur.Priorities
+	}
+	o := fillQueueOptions(opts)
+	o.Priorities = sortedLevels(o.Priorities)
+	if err := o.check(); err != nil {
+		return err
+	}
+	d := q.d
+	r, err := d.findQueue(ctx, q.name, nil)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return fmt.Errorf("%w: queue %q: its consumers are gone", walq.ErrNotFound, q.name)
+	}
+	switch {
+	case !slices.Equal(o.Priorities, r.priorities):
+		return fmt.Errorf("%w: queue %q: Priorities %v: the queue's levels are %v and do not change", walq.ErrInvalid, q.name, o.Priorities, r.priorities)
+	case o.Visibility < r.visibility:
+		return fmt.Errorf("%w: queue %q: Visibility %v is shorter than the queue's %v: a handle open elsewhere would count its leases by the longer one after the server ended them", walq.ErrInvalid, q.name, o.Visibility, r.visibility)
+	}
+	for _, p := range r.priorities {
+		cfg, ok := r.configs[p]
+		if !ok {
+			c, err := d.consumerConfig(ctx, q.name, p)
+			if err != nil {
+				return err
+			}
+			if c == nil {
+				return fmt.Errorf("%w: queue %q: the consumer of priority %d is gone", walq.ErrNotFound, q.name, p)
+			}
+			cfg = *c
+		}
+		want := d.levelConfig(q.name, p, o)
+		cfg.AckWait = want.AckWait
+		cfg.Metadata = maps.Clone(cfg.Metadata)
+		if cfg.Metadata == nil {
+			cfg.Metadata = map[string]string{}
+		}
+		maps.Copy(cfg.Metadata, want.Metadata)
+		if _, err := d.js.UpdateConsumer(ctx, workStream(d.name), cfg); err != nil {
+			return unavailable(fmt.Sprintf("update the consumer of queue %q, priority %d", q.name, p), err)
+		}
+	}
+	q.set.Store(&o)
+	return nil
+}
