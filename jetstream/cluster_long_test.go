@@ -323,3 +323,112 @@ func TestClusterR1LosesWithItsNode(t *testing.T) {
 		t.Fatalf("R1 with its node killed lost nothing: the check cannot tell a lost item")
 	}
 }
+
+// TestClusterSettingsKeptByOtherOpeners: a Dir made R3 with a 1h key
+// window, its queue with a 45s visibility, opened again by another client
+// with default options and by walq-to-jetstream (another process) moving
+// a directory into it: replicas, key window and AckWait are unchanged.
+func TestClusterSettingsKeptByOtherOpeners(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the cluster test starts three servers")
+	}
+	mover, err := buildMover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := startCluster(t)
+	url := clusterURL(nodes)
+	connect := func() njs.JetStream {
+		t.Helper()
+		nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Timeout(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := njs.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return js
+	}
+	ctx := context.Background()
+	js := connect()
+	deadline := time.Now().Add(3 * time.Minute)
+	var dir *walqjs.Dir
+	for {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		dir, err = walqjs.OpenDir(octx, js, "kept", walqjs.Options{Replicas: 3, KeyWindow: time.Hour, FirstSeq: 1000})
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("open the Dir on the cluster: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	q, err := dir.OpenQueue(ctx, "jobs", walqjs.QueueOptions{Visibility: 45 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+
+	check := func(who string) {
+		t.Helper()
+		for _, name := range []string{"WALQ_kept", "WALQ_kept_DLQ", "KV_WALQ_kept_HIST"} {
+			st, err := js.Stream(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := st.CachedInfo().Config
+			if cfg.Replicas != 3 {
+				t.Errorf("after %s: %s has %d replicas, want 3", who, name, cfg.Replicas)
+			}
+			if name == "WALQ_kept" && cfg.Duplicates != time.Hour {
+				t.Errorf("after %s: the work stream's duplicate window is %v, want 1h", who, cfg.Duplicates)
+			}
+		}
+		c, err := js.Consumer(ctx, "WALQ_kept", walqjs.ConsumerName("jobs", 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.CachedInfo().Config.AckWait; got != 45*time.Second {
+			t.Errorf("after %s: the queue's AckWait is %v, want 45s", who, got)
+		}
+	}
+
+	// Another client, default options.
+	other, err := walqjs.OpenDir(ctx, connect(), "kept", walqjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oq, err := other.OpenQueue(ctx, "jobs", walqjs.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oq.Close()
+	check("an open with default options")
+
+	// walq-to-jetstream, moving a directory with a queue of that name.
+	src := t.TempDir()
+	wq, err := walq.Open(src, walq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := wq.OpenQueue("jobs", walq.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := jobs.Put(ctx, []byte(fmt.Sprintf("moved %d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(mover, "-dir", src, "-server", url, "-to", "kept").CombinedOutput(); err != nil {
+		t.Fatalf("walq-to-jetstream: %v: %s", err, out)
+	}
+	check("walq-to-jetstream")
+}

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,7 +16,10 @@ import (
 )
 
 // Options configure a Dir: what walq's Options are to a queue directory.
-// Each field's default is in brackets.
+// Each field's default is in brackets. Replicas and KeyWindow are the
+// Dir's settings, kept by its streams: they are set when OpenDir creates
+// the Dir, opening it again with zero fields keeps them (a field that
+// differs is ErrInvalid), and Dir.SetSettings changes them.
 type Options struct {
 	// Replicas is the replication factor of the Dir's streams and bucket
 	// [1]. On R1 an acknowledged write is on the one server's disk (with
@@ -47,6 +51,7 @@ type Dir struct {
 	js        jetstream.JetStream
 	nc        *nats.Conn
 	name      string
+	optsMu    sync.Mutex // guards opts, which SetSettings changes
 	opts      Options
 	log       *slog.Logger
 	apiPrefix string
@@ -63,48 +68,130 @@ func workStream(dir string) string { return "WALQ_" + dir }
 func dlqStream(dir string) string  { return "WALQ_" + dir + "_DLQ" }
 func histBucket(dir string) string { return "WALQ_" + dir + "_HIST" }
 
-// OpenDir opens the Dir called name on js, creating its streams and bucket
-// or updating them to opts. A name is 1 to 64 ASCII letters, digits, '_'
-// and '-'.
+// OpenDir opens the Dir called name on js. A Dir that exists keeps its
+// settings: a zero Replicas or KeyWindow takes what its work stream has, a
+// field that differs is ErrInvalid, and FirstSeq is ignored; SetSettings
+// changes them. A Dir that does not exist is created with opts, defaults
+// filled in (and so are the dead-letter stream and the history bucket of a
+// Dir whose creation stopped half-way, with the Dir's replicas). A name is
+// 1 to 64 ASCII letters, digits, '_' and '-'.
 func OpenDir(ctx context.Context, js jetstream.JetStream, name string, opts Options) (*Dir, error) {
 	if err := checkDirName(name); err != nil {
 		return nil, err
 	}
-	if opts.Replicas == 0 {
-		opts.Replicas = 1
-	}
-	if opts.Replicas < 0 {
-		return nil, fmt.Errorf("%w: Options.Replicas = %d", walq.ErrInvalid, opts.Replicas)
-	}
-	if opts.KeyWindow == 0 {
-		opts.KeyWindow = 2 * time.Minute
-	}
-	if opts.KeyWindow < 100*time.Millisecond {
-		return nil, fmt.Errorf("%w: Options.KeyWindow = %v: JetStream's duplicate window is at least 100ms", walq.ErrInvalid, opts.KeyWindow)
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Dir{js: js, nc: js.Conn(), name: name, opts: opts, log: opts.Logger, apiPrefix: apiPrefix(js.Options())}
-	var err error
-	firstSeq := opts.FirstSeq
-	if st, err := js.Stream(ctx, workStream(name)); err == nil {
-		firstSeq = st.CachedInfo().Config.FirstSeq
-	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, unavailable("look up the work stream", err)
+	d := &Dir{js: js, nc: js.Conn(), name: name, log: opts.Logger, apiPrefix: apiPrefix(js.Options())}
+	for try := 0; ; try++ {
+		work, err := js.Stream(ctx, workStream(name))
+		if err == nil {
+			cfg := work.CachedInfo().Config
+			if err := opts.differs(name, cfg); err != nil {
+				return nil, err
+			}
+			opts.Replicas, opts.KeyWindow, opts.FirstSeq = cfg.Replicas, cfg.Duplicates, cfg.FirstSeq
+			if d.work, err = d.upgrade(ctx, work); err != nil {
+				return nil, err
+			}
+			break
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, unavailable("look up the work stream", err)
+		}
+		opts = opts.filled()
+		d.work, err = js.CreateStream(ctx, d.workConfig(opts))
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) && try == 0 {
+			// Another process created it meanwhile: its settings are the
+			// Dir's.
+			continue
+		}
+		if err != nil {
+			return nil, unavailable("create the work stream", err)
+		}
+		break
 	}
-	d.work, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		FirstSeq:    firstSeq,
-		Name:        workStream(name),
+	d.opts = opts
+	var err error
+	if d.dlq, err = d.openStream(ctx, d.dlqConfig(opts)); err != nil {
+		return nil, err
+	}
+	hcfg := d.histConfig(opts)
+	d.hist, err = js.KeyValue(ctx, hcfg.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		d.hist, err = js.CreateKeyValue(ctx, hcfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			d.hist, err = js.KeyValue(ctx, hcfg.Bucket)
+		}
+	}
+	if err != nil {
+		return nil, unavailable("open the history bucket", err)
+	}
+	d.histStream, err = js.Stream(ctx, "KV_"+histBucket(name))
+	if err != nil {
+		return nil, unavailable("open the history bucket's stream", err)
+	}
+	return d, nil
+}
+
+// layoutVersion is recorded in the metadata of the work stream: what the
+// Dir's streams and subjects are laid out as.
+const (
+	metaLayout    = "walq.layout"
+	layoutVersion = "1"
+)
+
+// check refuses options out of range (zero fields are defaults).
+func (o Options) check() error {
+	if o.Replicas < 0 {
+		return fmt.Errorf("%w: Options.Replicas = %d", walq.ErrInvalid, o.Replicas)
+	}
+	if o.KeyWindow != 0 && o.KeyWindow < 100*time.Millisecond {
+		return fmt.Errorf("%w: Options.KeyWindow = %v: JetStream's duplicate window is at least 100ms", walq.ErrInvalid, o.KeyWindow)
+	}
+	return nil
+}
+
+// filled is o with its zero settings at their defaults.
+func (o Options) filled() Options {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.KeyWindow == 0 {
+		o.KeyWindow = 2 * time.Minute
+	}
+	return o
+}
+
+// differs refuses a setting of o that differs from the work stream's cfg.
+func (o Options) differs(name string, cfg jetstream.StreamConfig) error {
+	how := "; opening never changes a Dir's settings: Dir.SetSettings does"
+	if o.Replicas != 0 && o.Replicas != cfg.Replicas {
+		return fmt.Errorf("%w: Dir %q: Options.Replicas = %d differs from the Dir's %d%s", walq.ErrInvalid, name, o.Replicas, cfg.Replicas, how)
+	}
+	if o.KeyWindow != 0 && o.KeyWindow != cfg.Duplicates {
+		return fmt.Errorf("%w: Dir %q: Options.KeyWindow = %v differs from the Dir's %v%s", walq.ErrInvalid, name, o.KeyWindow, cfg.Duplicates, how)
+	}
+	return nil
+}
+
+// workConfig is the work stream of a Dir with the settings o.
+func (d *Dir) workConfig(o Options) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		FirstSeq:    o.FirstSeq,
+		Name:        workStream(d.name),
 		Description: "walq work stream: items by queue and priority, schedules of delayed items",
-		Subjects:    []string{"walq." + name + ".>"},
+		Subjects:    []string{"walq." + d.name + ".>"},
 		// WorkQueue: an acked (or terminated) message is removed; the
 		// schedules and the ID reservations, which no consumer reads,
 		// stay until they fire or expire.
 		Retention:         jetstream.WorkQueuePolicy,
 		Storage:           jetstream.FileStorage,
-		Replicas:          opts.Replicas,
-		Duplicates:        opts.KeyWindow,
+		Replicas:          o.Replicas,
+		Duplicates:        o.KeyWindow,
 		AllowMsgSchedules: true,
 		AllowMsgTTL:       true,
 		AllowDirect:       true,
@@ -112,41 +199,104 @@ func OpenDir(ctx context.Context, js jetstream.JetStream, name string, opts Opti
 		// committed in one atomic batch with the items it moved.
 		AllowRollup:        true,
 		AllowAtomicPublish: true,
-	})
-	if err != nil {
-		return nil, unavailable("create the work stream", err)
+		Metadata:           map[string]string{metaLayout: layoutVersion},
 	}
-	d.dlq, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        dlqStream(name),
+}
+
+// upgrade turns on what the adapter needs of a work stream that an older
+// adapter created without it, changing none of its settings.
+func (d *Dir) upgrade(ctx context.Context, work jetstream.Stream) (jetstream.Stream, error) {
+	cfg := work.CachedInfo().Config
+	if cfg.AllowMsgSchedules && cfg.AllowMsgTTL && cfg.AllowDirect && cfg.AllowRollup && cfg.AllowAtomicPublish {
+		return work, nil
+	}
+	cfg.AllowMsgSchedules, cfg.AllowMsgTTL, cfg.AllowDirect, cfg.AllowRollup, cfg.AllowAtomicPublish = true, true, true, true, true
+	up, err := d.js.UpdateStream(ctx, cfg)
+	if err != nil {
+		return nil, unavailable("turn on what the adapter needs of the work stream", err)
+	}
+	return up, nil
+}
+
+// dlqConfig is the dead-letter stream of a Dir with the settings o.
+func (d *Dir) dlqConfig(o Options) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        dlqStream(d.name),
 		Description: "walq dead letters: one message per dead item, subject walqdlq.<dir>.<queue>.<id>",
-		Subjects:    []string{"walqdlq." + name + ".>"},
+		Subjects:    []string{"walqdlq." + d.name + ".>"},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
-		Replicas:    opts.Replicas,
+		Replicas:    o.Replicas,
 		// One message per item: a second move of the same item (after a
 		// crash between the move and the Term, past the duplicate window)
 		// replaces the first.
 		MaxMsgsPerSubject: 1,
 		Duplicates:        2 * time.Minute,
 		AllowDirect:       true,
-	})
-	if err != nil {
-		return nil, unavailable("create the dead-letter stream", err)
 	}
-	d.hist, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      histBucket(name),
+}
+
+// histConfig is the history bucket of a Dir with the settings o.
+func (d *Dir) histConfig(o Options) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      histBucket(d.name),
 		Description: "walq attempt histories of live items that failed an attempt",
 		Storage:     jetstream.FileStorage,
-		Replicas:    opts.Replicas,
-	})
-	if err != nil {
-		return nil, unavailable("create the history bucket", err)
+		Replicas:    o.Replicas,
 	}
-	d.histStream, err = js.Stream(ctx, "KV_"+histBucket(name))
-	if err != nil {
-		return nil, unavailable("open the history bucket's stream", err)
+}
+
+// openStream opens the stream of cfg as it is, or creates it with cfg.
+func (d *Dir) openStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	st, err := d.js.Stream(ctx, cfg.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st, err = d.js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			st, err = d.js.Stream(ctx, cfg.Name)
+		}
 	}
-	return d, nil
+	if err != nil {
+		return nil, unavailable("open the stream "+cfg.Name, err)
+	}
+	return st, nil
+}
+
+// Settings returns the Dir's settings: its work stream's replicas, key
+// window and first sequence, and the Logger it was opened with.
+func (d *Dir) Settings() Options {
+	d.optsMu.Lock()
+	defer d.optsMu.Unlock()
+	return d.opts
+}
+
+// SetSettings changes the Dir's replicas and key window to those of opts,
+// filled as OpenDir fills a new Dir's, on its streams and bucket. It
+// returns once the server has them; to change one field, change it in
+// what Settings returns. The server decides what it can do (more replicas
+// than servers is an error). FirstSeq and Logger are ignored.
+func (d *Dir) SetSettings(ctx context.Context, opts Options) error {
+	if err := opts.check(); err != nil {
+		return err
+	}
+	o := opts.filled()
+	for _, name := range []string{workStream(d.name), dlqStream(d.name), "KV_" + histBucket(d.name)} {
+		st, err := d.js.Stream(ctx, name)
+		if err != nil {
+			return unavailable("read the stream "+name, err)
+		}
+		cfg := st.CachedInfo().Config
+		cfg.Replicas = o.Replicas
+		if name == workStream(d.name) {
+			cfg.Duplicates = o.KeyWindow
+		}
+		if _, err := d.js.UpdateStream(ctx, cfg); err != nil {
+			return unavailable("update the stream "+name, err)
+		}
+	}
+	d.optsMu.Lock()
+	d.opts.Replicas, d.opts.KeyWindow = o.Replicas, o.KeyWindow
+	d.optsMu.Unlock()
+	return nil
 }
 
 // Name is the Dir's name.

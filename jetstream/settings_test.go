@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/walq/walq"
 	walqjs "github.com/walq/walq/jetstream"
 )
@@ -56,5 +58,74 @@ func TestOpenQueueCreatedAtOnce(t *testing.T) {
 		if opened == 0 || round == 0 && opened != len(vis) {
 			t.Errorf("%s: %d of %d opened", name, opened, len(vis))
 		}
+	}
+}
+
+// TestOpenDirKeepsSettings: opening a Dir that exists never changes its
+// key window (nor its replicas): a zero field takes the Dir's, a differing
+// one is refused; a Dir made by an older adapter keeps its settings and
+// gains what the adapter needs; SetSettings is the change.
+func TestOpenDirKeepsSettings(t *testing.T) {
+	s := startServer(t, t.TempDir(), 0)
+	t.Cleanup(s.Shutdown)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := njs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dup := func(dir string) time.Duration {
+		t.Helper()
+		st, err := js.Stream(ctx, "WALQ_"+dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config.Duplicates
+	}
+	if _, err := walqjs.OpenDir(ctx, js, "keep", walqjs.Options{KeyWindow: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []walqjs.Options{{KeyWindow: 2 * time.Minute}, {Replicas: 3}} {
+		if _, err := walqjs.OpenDir(ctx, js, "keep", o); !errors.Is(err, walq.ErrInvalid) {
+			t.Fatalf("OpenDir(%+v) of a Dir with a 1h key window, R1: %v, want ErrInvalid", o, err)
+		}
+	}
+	d, err := walqjs.OpenDir(ctx, js, "keep", walqjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Settings(); got.KeyWindow != time.Hour || got.Replicas != 1 || dup("keep") != time.Hour {
+		t.Fatalf("opened with zero options: %+v, stream duplicates %v; want the 1h it was created with", got, dup("keep"))
+	}
+	s2 := d.Settings()
+	s2.KeyWindow = 5 * time.Minute
+	if err := d.SetSettings(ctx, s2); err != nil {
+		t.Fatal(err)
+	}
+	if got := dup("keep"); got != 5*time.Minute || d.Settings().KeyWindow != 5*time.Minute {
+		t.Fatalf("after SetSettings: stream duplicates %v, Settings %+v", got, d.Settings())
+	}
+
+	// A Dir an older adapter made: no layout metadata, no atomic publish.
+	if _, err := js.CreateStream(ctx, njs.StreamConfig{
+		Name: "WALQ_old", Subjects: []string{"walq.old.>"}, Retention: njs.WorkQueuePolicy,
+		Storage: njs.FileStorage, Duplicates: 45 * time.Minute, AllowMsgSchedules: true, AllowMsgTTL: true, AllowDirect: true,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := walqjs.OpenDir(ctx, js, "old", walqjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "WALQ_old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := st.CachedInfo().Config; cfg.Duplicates != 45*time.Minute || !cfg.AllowAtomicPublish || !cfg.AllowRollup || old.Settings().KeyWindow != 45*time.Minute {
+		t.Fatalf("an older Dir opened: duplicates %v, atomic publish %v, rollup %v", cfg.Duplicates, cfg.AllowAtomicPublish, cfg.AllowRollup)
 	}
 }
