@@ -29,8 +29,7 @@ type ActivityMinute struct {
 func (q *Queue) Activity(since time.Time) ([]ActivityMinute, error) {
 	q.mu.Lock()
 	if err := q.callLocked(); err != nil {
-		q.mu.Unlock()
-		return nil, err
+		return nil, q.answerLocked(err)
 	}
 	from := q.qt.fromWall(since)
 	off := q.qt.offset()

@@ -128,8 +128,7 @@ func (q *Queue) ListItems(opts ListOptions) (ItemPage, error) {
 		step := min(listStep, budget-page.Scanned)
 		q.mu.Lock()
 		if err := q.callLocked(); err != nil {
-			q.mu.Unlock()
-			return ItemPage{}, err
+			return ItemPage{}, q.answerLocked(err)
 		}
 		if page.Stored == 0 {
 			page.Stored = q.st.TotalLen()
@@ -225,15 +224,17 @@ func (q *Queue) view(it *state.Item, now int64, off offset) ItemView {
 // Item describes the queue's stored item id, or returns ErrNoItem.
 func (q *Queue) Item(id uint64) (ItemView, error) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if err := q.callLocked(); err != nil {
-		return ItemView{}, err
+		return ItemView{}, q.answerLocked(err)
 	}
 	it := q.st.Item(id)
 	if it == nil || it.Queue != q.rt.id {
-		return ItemView{}, fmt.Errorf("%w: item %d in %s", ErrNoItem, id, q.rt.label())
+		// Gone by an ack, say, that a crash can still take back.
+		return ItemView{}, q.answerLocked(fmt.Errorf("%w: item %d in %s", ErrNoItem, id, q.rt.label()))
 	}
-	return q.view(it, q.qt.now(), q.qt.offset()), nil
+	v := q.view(it, q.qt.now(), q.qt.offset())
+	q.mu.Unlock()
+	return v, nil
 }
 
 // ItemBody returns a copy of the body of the queue's stored item id, read
@@ -243,13 +244,11 @@ func (q *Queue) Item(id uint64) (ItemView, error) {
 func (q *Queue) ItemBody(id uint64) ([]byte, error) {
 	q.mu.Lock()
 	if err := q.callLocked(); err != nil {
-		q.mu.Unlock()
-		return nil, err
+		return nil, q.answerLocked(err)
 	}
 	it := q.st.Item(id)
 	if it == nil || it.Queue != q.rt.id {
-		q.mu.Unlock()
-		return nil, fmt.Errorf("%w: item %d in %s", ErrNoItem, id, q.rt.label())
+		return nil, q.answerLocked(fmt.Errorf("%w: item %d in %s", ErrNoItem, id, q.rt.label()))
 	}
 	q.bodies.drainLocked(q.st)
 	src := q.sourceLocked(it.ID, it.Body, false)
@@ -278,8 +277,7 @@ func (q *Queue) Head(n int) ([]ItemView, error) {
 	for {
 		q.mu.Lock()
 		if err := q.callLocked(); err != nil {
-			q.mu.Unlock()
-			return nil, err
+			return nil, q.answerLocked(err)
 		}
 		now = q.qt.now()
 		off = q.qt.offset()

@@ -103,10 +103,14 @@ func (q *Queue) ackAndLease(r Receipt) (next Message, ok bool, ackErr, err error
 	q.mu.Lock()
 	commit, ackErr := q.ackLocked(r)
 	if ackErr != nil && !errors.Is(ackErr, ErrLeaseLost) {
-		q.mu.Unlock()
-		return Message{}, false, nil, ackErr
+		return Message{}, false, nil, q.answerLocked(ackErr) // a delete, say, not durable yet
 	}
 	next, src, leaseCommit, err := q.leaseLocked()
+	if err == nil && commit == nil && leaseCommit == nil {
+		// A lost lease and nothing to lease: both read from the state,
+		// whose records may not be durable yet.
+		commit = q.log.Barrier()
+	}
 	q.mu.Unlock()
 	if err != nil {
 		return Message{}, false, nil, err

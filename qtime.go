@@ -41,6 +41,12 @@ func (t queueTime) now() int64 {
 	return t.start + int64(t.clock.Monotonic()-t.mono0)
 }
 
+// monotonic is queue time t on the clock's monotonic scale: exact, since
+// queue time is counted on it.
+func (t queueTime) monotonic(at int64) time.Duration {
+	return t.mono0 + time.Duration(at-t.start)
+}
+
 // maxOffset bounds a translated span so that queue time plus it cannot
 // overflow: twice the longest duration the queue adds to a time.
 const maxOffset = 2 * MaxDuration

@@ -26,6 +26,11 @@ type Message struct {
 	Key        string
 	EnqueuedAt time.Time // wall-clock time, translated from queue time (see qtime.go)
 	LeaseEnd   time.Time // wall-clock time, translated from queue time
+
+	// leaseEndMono is LeaseEnd on the monotonic scale of the queue's
+	// clock, exact (0 when the engine is not a walq Queue): Work dates
+	// its heartbeats from it, where a wall-clock reading can be stepped.
+	leaseEndMono time.Duration
 }
 
 // Queue is a handle on one queue of a queue directory: the directory's
@@ -298,8 +303,7 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 			if passOn {
 				q.wakeLocked(rt, q.qt.now()) // the handle closed as the signal came
 			}
-			q.mu.Unlock()
-			return Message{}, err
+			return Message{}, q.answerLocked(err) // a delete, say, not durable yet
 		}
 		m, src, commit, err := q.leaseLocked()
 		if err != nil {
@@ -371,8 +375,7 @@ func (q *Queue) TryGet() (Message, bool, error) {
 	for {
 		q.mu.Lock()
 		if err := q.callLocked(); err != nil {
-			q.mu.Unlock()
-			return Message{}, false, err
+			return Message{}, false, q.answerLocked(err)
 		}
 		m, src, commit, err := q.leaseLocked()
 		q.mu.Unlock()
@@ -431,6 +434,8 @@ func (q *Queue) leaseLocked() (Message, bodySource, *wal.Commit, error) {
 		Key:        it.Key(),
 		EnqueuedAt: off.toWall(it.EnqueuedAt),
 		LeaseEnd:   off.toWall(it.LeaseEnd),
+
+		leaseEndMono: q.qt.monotonic(it.LeaseEnd),
 	}, src, commit, nil
 }
 
@@ -736,8 +741,7 @@ func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
 	rec := &state.Purge{IDs: append([]uint64(nil), ids...), All: len(ids) == 0}
 	if rec.All {
 		if err := q.callLocked(); err != nil {
-			q.mu.Unlock()
-			return err
+			return q.answerLocked(err)
 		}
 		if q.st.Queue(q.rt.id).Gauges().Dead == 0 {
 			return q.answerLocked(nil)
@@ -823,6 +827,15 @@ func (q *Queue) Close() error {
 		q.detachOnce.Do(func() {
 			close(q.detached)
 			err = nil
+			// A WorkQueues pool idle on this handle's watch learns of the
+			// close from its next TryGet. Close takes no lock (a caller may
+			// close a handle from anywhere): the signals go out from a
+			// goroutine of their own.
+			go func() {
+				q.mu.Lock()
+				q.rt.signalWatchersLocked()
+				q.mu.Unlock()
+			}()
 		})
 		return err
 	}
@@ -833,6 +846,7 @@ func (q *Queue) Close() error {
 	}
 	q.closed = true
 	close(q.done)
+	q.signalAllWatchersLocked() // idle WorkQueues pools learn of it from TryGet
 	q.mu.Unlock()
 	q.wg.Wait()
 	q.compactMu.Lock() // let a Compact call in flight finish

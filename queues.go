@@ -275,8 +275,7 @@ func (q *Queue) SetSettings(opts QueueOptions) error {
 	}
 	q.mu.Lock()
 	if err := q.callLocked(); err != nil {
-		q.mu.Unlock()
-		return err
+		return q.answerLocked(err) // a delete, say, not durable yet
 	}
 	if opts.Backoff == nil {
 		set.backoff = q.rt.set.backoff
@@ -335,8 +334,7 @@ func (q *Queue) Resume() error {
 func (q *Queue) setPause(until time.Time, pause bool) error {
 	q.mu.Lock()
 	if err := q.callLocked(); err != nil {
-		q.mu.Unlock()
-		return err
+		return q.answerLocked(err) // a delete, say, not durable yet
 	}
 	now := q.qt.now()
 	rec := &state.PauseQueue{Time: now}
@@ -373,8 +371,7 @@ func (q *Queue) Delete(force bool) error {
 	}
 	q.mu.Lock()
 	if err := q.callLocked(); err != nil {
-		q.mu.Unlock()
-		return err
+		return q.answerLocked(err) // a delete, say, not durable yet
 	}
 	qs := q.st.Queue(q.rt.id)
 	if n := qs.Leased(); n > 0 && !force {

@@ -72,6 +72,11 @@ func (q *Queue) checkReceiptThen(r Receipt, call string, other func() error) err
 // no longer there (an earlier incarnation of this queue's name, say: its
 // leases ended with it).
 func (q *Queue) otherQueueLocked(r Receipt, call string) error {
+	if r.queue != state.DefaultQueue && r.queue > q.log.LastLSN() {
+		// A queue's number is the LSN of the record that created it.
+		return fmt.Errorf("%w: %s with receipt %s: it names queue %d, which this directory never had (its log ends at LSN %d)",
+			ErrInvalid, call, r, r.queue, q.log.LastLSN())
+	}
 	if r.queue != state.DefaultQueue && q.st.Queue(r.queue) == nil {
 		return fmt.Errorf("%w (%w): %s with receipt %s: it belongs to queue incarnation %d of this directory, which is deleted (this is %s)",
 			ErrQueueDeleted, ErrInvalid, call, r, r.queue, q.rt.label())

@@ -34,7 +34,8 @@ const reserveSize = 1 << 20
 //     in a .broken file) or refuse corruption with a *CorruptionError, and
 //     replay every record after the snapshot;
 //  5. end every lease that was open at the crash as expired, appending
-//     those records, and fsync;
+//     those records, and wait until they are durable under the sync
+//     policy;
 //  6. put the reserve file back and start serving.
 //
 // When Open refuses the directory it has cut nothing and deleted nothing (it

@@ -44,6 +44,14 @@ func (q *Queue) fail(err error) error {
 		// one appended after a failed write, must never reach the disk.
 		q.log.Fail(err)
 		q.opts.Logger.Error("walq: queue failed; close it and open it again to recover from disk", "dir", q.dir, "err", err)
+		// Idle WorkQueues pools learn of it from TryGet. fail may be
+		// called with mu held: the signals go out from a goroutine of
+		// their own.
+		go func() {
+			q.mu.Lock()
+			q.signalAllWatchersLocked()
+			q.mu.Unlock()
+		}()
 	})
 	return q.failErr
 }

@@ -73,8 +73,16 @@ func (q *Queue) wakeLocked(rt *queueRT, now int64) {
 	rt.signalWatchersLocked()
 }
 
+// signalAllWatchersLocked signals the watches of every queue of the
+// directory: it stopped serving (closed or failed).
+func (d *directory) signalAllWatchersLocked() {
+	for _, rt := range d.rts {
+		rt.signalWatchersLocked()
+	}
+}
+
 // signalWatchersLocked tells every WorkQueues watch of rt that its queue
-// changed: it can lease, or it was deleted.
+// changed: it can lease, or it was deleted, or it stopped serving.
 func (rt *queueRT) signalWatchersLocked() {
 	for _, w := range rt.watchers {
 		select {

@@ -411,16 +411,24 @@ func (w *workRun) beatPlan() (vis, every time.Duration) {
 	return vis, max(every, minHeartbeat)
 }
 
-// leased dates m's lease: LeaseEnd less the visibility, read against the
-// wall clock now, and kept within [called, now], the span of the call that
-// leased it, so that neither a wall-clock step in that span nor an engine
-// that cannot tell (a zero LeaseEnd) makes a heartbeat late.
+// leased dates m's lease on the clock's monotonic scale, kept within
+// [called, now], the span of the call that leased it. On walq's own Queue
+// (the fast path, on the queue's clock) the lease's end is known on that
+// scale. On another engine it is LeaseEnd less the visibility, read against
+// the wall clock now; a start after now can only be a wall clock set back
+// in that span, and the lease is then dated from the call, the earliest it
+// can be, so that the first heartbeat is never late. An engine that cannot
+// tell (a zero LeaseEnd) is dated from the call too.
 func (w *workRun) leased(m Message, called time.Duration) leased {
 	now := w.clock.Monotonic()
 	start := called
-	if !m.LeaseEnd.IsZero() {
-		vis, _ := w.beatPlan()
-		start = now - w.clock.Now().Sub(m.LeaseEnd.Add(-vis))
+	switch vis, _ := w.beatPlan(); {
+	case w.fast != nil && m.leaseEndMono != 0:
+		start = m.leaseEndMono - vis
+	case !m.LeaseEnd.IsZero():
+		if s := now - w.clock.Now().Sub(m.LeaseEnd.Add(-vis)); s <= now {
+			start = s
+		}
 	}
 	return leased{m: m, start: min(max(start, called), now)}
 }

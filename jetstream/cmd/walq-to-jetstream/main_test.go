@@ -1,0 +1,10 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/walq/walq/internal/testrule"
+)
+
+// TestMain holds every test of the package to the default run's time limit.
+func TestMain(m *testing.M) { testrule.Main(m) }
