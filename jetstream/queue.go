@@ -53,6 +53,7 @@ type Queue struct {
 	d      *Dir
 	name   string
 	set    atomic.Pointer[QueueOptions]
+	recSeq atomic.Uint64 // the stream sequence of the settings record set was read from (0: none)
 	levels []*level
 	issuer [16]byte
 	qnum   uint64
@@ -113,12 +114,13 @@ func (d *Dir) OpenQueue(ctx context.Context, name string, opts QueueOptions) (*Q
 		// exists: say what it is wherever it is.
 		return nil, fillQueueOptions(opts).check()
 	}
-	o, err := d.settle(ctx, name, opts)
+	o, seq, err := d.settle(ctx, name, opts)
 	if err != nil {
 		return nil, err
 	}
 	q := &Queue{d: d, name: name, leases: make(map[uint64]*lease), done: make(chan struct{}), qnum: 1}
 	q.set.Store(&o)
+	q.recSeq.Store(seq)
 	q.ctx, q.cancel = context.WithCancel(context.Background())
 	sum := sha256.Sum256([]byte("walq/jetstream\x00" + d.name + "\x00" + name))
 	copy(q.issuer[:], sum[:16])

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/walq/walq"
 )
@@ -52,7 +54,26 @@ func (d *Dir) findQueue(ctx context.Context, name string, want []int) (*recorded
 			break
 		}
 	}
-	if base == nil || base.Metadata[metaPriorities] == "" {
+	if base == nil {
+		// Found by its name: a level other than those asked for and 0.
+		levels, err := d.listLevels(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if len(levels) == 0 {
+			return nil, nil
+		}
+		cfg, err := d.consumerConfig(ctx, name, levels[0])
+		if err != nil {
+			return nil, err
+		}
+		if cfg == nil {
+			return nil, unavailable(fmt.Sprintf("read the consumer of queue %q, priority %d", name, levels[0]), jetstream.ErrConsumerNotFound)
+		}
+		base = cfg
+		r.configs[levels[0]] = *cfg
+	}
+	if base.Metadata[metaPriorities] == "" {
 		// A queue without level 0, or one created before the levels were
 		// recorded: its consumers are found by name.
 		levels, err := d.listLevels(ctx, name)
@@ -194,39 +215,142 @@ func (d *Dir) levelConfig(name string, p int, o QueueOptions) jetstream.Consumer
 	}
 }
 
-// settle gives the settings a handle of queue name opens with: those
-// recorded, where the queue exists (a zero field of opts keeps what is
-// recorded, a field that differs is refused), or opts with the defaults
-// filled in, recorded by creating the consumers. Opening never changes
-// what is recorded; SetSettings does.
-func (d *Dir) settle(ctx context.Context, name string, opts QueueOptions) (QueueOptions, error) {
+// queueRecord is a queue's settings as the Dir records them: the last
+// message on the work stream's subject walq.<dir>.cfg.<queue> (no
+// consumer reads it). The first is published only if the subject holds
+// none and each change only if it holds the one its writer read, so
+// creators and changers that race agree on one record. The consumers
+// follow it (AckWait, metadata).
+type queueRecord struct {
+	Visibility  time.Duration `json:"visibility"`
+	MaxAttempts int           `json:"max_attempts"`
+	Priorities  []int         `json:"priorities"`
+}
+
+// errRecordChanged: the record is not the one the writer read.
+var errRecordChanged = errors.New("the queue's settings changed meanwhile")
+
+func (d *Dir) recordSubject(queue string) string {
+	return "walq." + d.name + ".cfg." + token(queue)
+}
+
+// readRecord returns queue name's record and its stream sequence, or nil
+// when it has none (a new queue, or one an older adapter made).
+func (d *Dir) readRecord(ctx context.Context, name string) (*queueRecord, uint64, error) {
+	m, err := d.work.GetLastMsgForSubject(ctx, d.recordSubject(name))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, unavailable(fmt.Sprintf("read the settings of queue %q", name), err)
+	}
+	var r queueRecord
+	if err := json.Unmarshal(m.Data, &r); err != nil || r.Visibility <= 0 || r.MaxAttempts < 0 || len(r.Priorities) == 0 ||
+		!slices.Equal(sortedLevels(r.Priorities), r.Priorities) {
+		return nil, 0, fmt.Errorf("%w: queue %q: its settings record (stream sequence %d on %s) does not parse: %q",
+			walq.ErrInvalid, name, m.Sequence, m.Subject, m.Data)
+	}
+	return &r, m.Sequence, nil
+}
+
+// writeRecord publishes r as queue name's record if the last one is still
+// the one at sequence expect (0: none), and returns its sequence; it
+// returns errRecordChanged if another came first.
+func (d *Dir) writeRecord(ctx context.Context, name string, r queueRecord, expect uint64) (uint64, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return 0, err
+	}
+	m := &nats.Msg{Subject: d.recordSubject(name), Data: data, Header: nats.Header{}}
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	ack, err := d.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(expect))
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			return 0, errRecordChanged
+		}
+		return 0, unavailable(fmt.Sprintf("record the settings of queue %q", name), err)
+	}
+	return ack.Sequence, nil
+}
+
+func recordOf(o QueueOptions) queueRecord {
+	return queueRecord{Visibility: o.Visibility, MaxAttempts: o.MaxAttempts, Priorities: o.Priorities}
+}
+
+// fromRecord is r as recorded settings, with the configurations of its
+// levels' consumers (nil where one is missing).
+func (d *Dir) fromRecord(ctx context.Context, name string, r *queueRecord) (*recorded, error) {
+	rec := &recorded{visibility: r.Visibility, maxAttempts: r.MaxAttempts, priorities: r.Priorities, configs: map[int]jetstream.ConsumerConfig{}}
+	for _, p := range r.Priorities {
+		cfg, err := d.consumerConfig(ctx, name, p)
+		if err != nil {
+			return nil, err
+		}
+		if cfg != nil {
+			rec.configs[p] = *cfg
+		}
+	}
+	return rec, nil
+}
+
+// settle gives the settings a handle of queue name opens with, and the
+// sequence of the record they come from (0: a queue an older adapter
+// made, which has none): those recorded, where the queue exists (a zero
+// field of opts keeps what is recorded, a field that differs is refused),
+// or opts with the defaults filled in, recorded and its consumers
+// created. Opening never changes what is recorded; SetSettings does.
+func (d *Dir) settle(ctx context.Context, name string, opts QueueOptions) (QueueOptions, uint64, error) {
 	o := opts
 	o.Priorities = sortedLevels(opts.Priorities)
 	for try := 0; ; try++ {
+		rec, seq, err := d.readRecord(ctx, name)
+		if err != nil {
+			return o, 0, err
+		}
+		if rec != nil {
+			r, err := d.fromRecord(ctx, name, rec)
+			if err != nil {
+				return o, 0, err
+			}
+			o, err := d.keep(ctx, name, o, r)
+			return o, seq, err
+		}
+		// No record: a queue an older adapter made keeps what its
+		// consumers hold, unrecorded.
 		r, err := d.findQueue(ctx, name, o.Priorities)
 		if err != nil {
-			return o, err
+			return o, 0, err
 		}
 		if r != nil {
-			return d.keep(ctx, name, o, r)
+			o, err := d.keep(ctx, name, o, r)
+			return o, 0, err
 		}
 		c := fillQueueOptions(o)
 		if err := c.check(); err != nil {
-			return o, err
+			return o, 0, err
 		}
-		created, err := d.createLevels(ctx, name, c, c.Priorities)
-		if errors.Is(err, jetstream.ErrConsumerExists) && try == 0 && created == 0 {
-			// Another process created the queue meanwhile, with other
-			// settings: those are the queue's now.
-			continue
+		seq, err = d.writeRecord(ctx, name, recordOf(c), 0)
+		if errors.Is(err, errRecordChanged) && try < 3 {
+			continue // another creator came first: its settings are the queue's
 		}
-		return c, err
+		if err != nil {
+			return o, 0, err
+		}
+		if _, err := d.createLevels(ctx, name, c, c.Priorities); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+			return o, 0, err
+		}
+		return c, seq, nil
 	}
 }
 
 // keep checks opts against the recorded settings r and gives the handle's
 // settings; it creates the consumers of recorded levels that are missing
-// (a creation that stopped half-way).
+// (a creation that stopped half-way). The handle's Visibility is the
+// shortest of the record's and its consumers' AckWaits: a change that
+// stopped half-way leaves some consumers behind the record, and the server
+// redelivers by theirs.
 func (d *Dir) keep(ctx context.Context, name string, opts QueueOptions, r *recorded) (QueueOptions, error) {
 	o := opts
 	how := "; opening never changes a queue's recorded settings: Queue.SetSettings does"
@@ -246,25 +370,29 @@ func (d *Dir) keep(ctx context.Context, name string, opts QueueOptions, r *recor
 		}
 	}
 	o.Priorities = r.priorities
+	var missing []int
+	for _, p := range r.priorities {
+		cfg, ok := r.configs[p]
+		if !ok {
+			c, err := d.consumerConfig(ctx, name, p)
+			if err != nil {
+				return o, err
+			}
+			if c == nil {
+				missing = append(missing, p)
+				continue
+			}
+			cfg = *c
+		}
+		o.Visibility = min(o.Visibility, cfg.AckWait)
+	}
 	o = fillQueueOptions(o)
 	if err := o.check(); err != nil {
 		return o, err
 	}
-	var missing []int
-	for _, p := range r.priorities {
-		if _, ok := r.configs[p]; ok {
-			continue
-		}
-		cfg, err := d.consumerConfig(ctx, name, p)
-		if err != nil {
-			return o, err
-		}
-		if cfg == nil {
-			missing = append(missing, p)
-		}
-	}
 	if len(missing) > 0 {
 		rec := o
+		rec.Visibility = r.visibility
 		if r.maxAttempts == 0 {
 			// Recorded as it was: not at all.
 			rec.MaxAttempts = 0
@@ -354,10 +482,13 @@ func (q *Queue) Settings() QueueOptions {
 // OpenQueue fills a new queue's (a nil Backoff keeps the one in use), and
 // this handle's own. It returns once the server has them: the Visibility
 // (the consumers' AckWait) holds at once for every delivery; other handles
-// keep the MaxAttempts they opened with until they are opened again. To
+// keep the settings they opened with until they are opened again. To
 // change one field, change it in what Settings returns.
 //
-// The Visibility cannot be shortened: a handle open elsewhere would still
+// The change is refused with ErrInvalid if the queue's record is no longer
+// the one this handle read (another handle changed it since): the handle
+// then takes the record as it is now, and Settings shows it. The
+// Visibility cannot be shortened: a handle open elsewhere would still
 // count its leases by the longer one after the server had ended them. The
 // priority levels cannot change: Priorities, when given, must be the
 // queue's. Both are ErrInvalid.
@@ -378,12 +509,24 @@ func (q *Queue) SetSettings(ctx context.Context, opts QueueOptions) error {
 		return err
 	}
 	d := q.d
-	r, err := d.findQueue(ctx, q.name, nil)
+	rec, seq, err := d.readRecord(ctx, q.name)
+	if err != nil {
+		return err
+	}
+	var r *recorded
+	if rec != nil {
+		r, err = d.fromRecord(ctx, q.name, rec)
+	} else {
+		r, err = d.findQueue(ctx, q.name, nil)
+	}
 	if err != nil {
 		return err
 	}
 	if r == nil {
 		return fmt.Errorf("%w: queue %q: its consumers are gone", walq.ErrNotFound, q.name)
+	}
+	if seq != q.recSeq.Load() {
+		return q.changedMeanwhile(ctx, q.recSeq.Load())
 	}
 	switch {
 	case !slices.Equal(o.Priorities, r.priorities):
@@ -391,7 +534,21 @@ func (q *Queue) SetSettings(ctx context.Context, opts QueueOptions) error {
 	case o.Visibility < r.visibility:
 		return fmt.Errorf("%w: queue %q: Visibility %v is shorter than the queue's %v: a handle open elsewhere would count its leases by the longer one after the server ended them", walq.ErrInvalid, q.name, o.Visibility, r.visibility)
 	}
+	nseq, err := d.writeRecord(ctx, q.name, recordOf(o), seq)
+	if errors.Is(err, errRecordChanged) {
+		return q.changedMeanwhile(ctx, q.recSeq.Load())
+	}
+	if err != nil {
+		return err
+	}
+	// The consumers follow the record, never down: a change recorded
+	// after this one owns them.
 	for _, p := range r.priorities {
+		if _, last, err := d.readRecord(ctx, q.name); err != nil {
+			return err
+		} else if last != nseq {
+			break
+		}
 		cfg, ok := r.configs[p]
 		if !ok {
 			c, err := d.consumerConfig(ctx, q.name, p)
@@ -399,12 +556,15 @@ func (q *Queue) SetSettings(ctx context.Context, opts QueueOptions) error {
 				return err
 			}
 			if c == nil {
-				return fmt.Errorf("%w: queue %q: the consumer of priority %d is gone", walq.ErrNotFound, q.name, p)
+				if _, err := d.createLevels(ctx, q.name, o, []int{p}); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+					return err
+				}
+				continue
 			}
 			cfg = *c
 		}
 		want := d.levelConfig(q.name, p, o)
-		cfg.AckWait = want.AckWait
+		cfg.AckWait = max(cfg.AckWait, want.AckWait)
 		cfg.Metadata = maps.Clone(cfg.Metadata)
 		if cfg.Metadata == nil {
 			cfg.Metadata = map[string]string{}
@@ -415,5 +575,22 @@ func (q *Queue) SetSettings(ctx context.Context, opts QueueOptions) error {
 		}
 	}
 	q.set.Store(&o)
+	q.recSeq.Store(nseq)
 	return nil
+}
+
+// changedMeanwhile takes the queue's record as it is now for the handle
+// and says that SetSettings changed nothing.
+func (q *Queue) changedMeanwhile(ctx context.Context, was uint64) error {
+	cur := q.opt()
+	o, seq, err := q.d.settle(ctx, q.name, QueueOptions{Backoff: cur.Backoff, Fence: cur.Fence, PollInterval: cur.PollInterval})
+	if err != nil {
+		return err
+	}
+	if o.Fence >= o.Visibility/2 {
+		o.Fence = min(o.Visibility/10, time.Second)
+	}
+	q.set.Store(&o)
+	q.recSeq.Store(seq)
+	return fmt.Errorf("%w: queue %q: its settings changed since this handle read them (record %d, now %d); nothing changed: read Settings again", walq.ErrInvalid, q.name, was, seq)
 }
