@@ -360,6 +360,7 @@ func (q *QueueState) promotePass(now int64) {
 		h       *heap[uint64]
 		sorted  bool // h was empty and holds its items in due order
 		inPlace bool // its items go to the front of the delayed heap's slice
+		start   int  // how many items h held before the pass
 		last    *entry
 		lastID  uint64
 	}
@@ -393,7 +394,7 @@ func (q *QueueState) promotePass(now int64) {
 					q.levels = append(q.levels, e.priority)
 				}
 				inPlace := empty && !slices.ContainsFunc(runs, func(x run) bool { return x.inPlace })
-				runs = append(runs, run{p: e.priority, h: h, sorted: empty, inPlace: inPlace})
+				runs = append(runs, run{p: e.priority, h: h, sorted: empty, inPlace: inPlace, start: h.Len()})
 				r = len(runs) - 1
 			}
 		}
@@ -419,7 +420,17 @@ func (q *QueueState) promotePass(now int64) {
 			x.h.items = items[:w]
 			x.h.shrink() // most items stayed delayed: no need to hold their slice
 		}
-		if !x.sorted {
+		switch added := len(x.h.items) - x.start; {
+		case x.sorted:
+		case x.start > 0 && added*bits.Len(uint(len(x.h.items))) < len(x.h.items):
+			// A few items joined a large heap (a put of a batch into a
+			// backlog): pushed one by one, each in O(log n), and mostly at
+			// once, as they are due no sooner than what it holds. Ordering
+			// the whole heap again would cost O(n) per pass.
+			for i := x.start; i < len(x.h.items); i++ {
+				x.h.up(i)
+			}
+		default:
 			x.h.init()
 		}
 	}
