@@ -278,7 +278,8 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	// Leases open at the crash end as expired: the attempt was counted when
 	// the lease began. Writing the endings keeps the history complete.
 	var lastCommit *wal.Commit
-	for _, it := range st.LeasesToExpire() {
+	// By receipt: the items come back in the order they were leased.
+	for _, it := range st.OpenLeases() {
 		_, c, err := q.appendEndLocked(q.rts[it.Queue], state.TypeExpire, it, now, "lease open at recovery")
 		if err != nil {
 			q.mu.Unlock()

@@ -1967,9 +1967,6 @@ func (mc *machine) Check(t *rapid.T) {
 	if got, w := itemIDs(s.OpenLeases()), ids(m.leasesByReceipt(m.leased)); !slices.Equal(got, w) {
 		t.Fatalf("OpenLeases() = %v, model: %v", got, w)
 	}
-	if got, w := itemIDs(s.LeasesToExpire()), ids(m.leasesByReceipt(m.leased)); !sameSet(got, w) {
-		t.Fatalf("LeasesToExpire() = %v, model: %v", got, w)
-	}
 
 	// The next key release is that of a queue that exists, no later than
 	// the oldest key the model remembers as released (the state may also
@@ -2095,12 +2092,4 @@ func TestCutErrorModel(t *testing.T) {
 			t.Errorf("CutError(%.40q…) = %d bytes, model %d bytes", c, len(got), len(want))
 		}
 	}
-}
-
-// sameSet reports whether a and b hold the same IDs, in any order.
-func sameSet(a, b []uint64) bool {
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(a, b)
 }

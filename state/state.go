@@ -462,18 +462,6 @@ func walkHeap[T any](h *heap[T], match func(T) bool, max int, out *[]T) {
 	sort.Slice(*out, func(i, j int) bool { return h.less((*out)[i], (*out)[j]) })
 }
 
-// LeasesToExpire returns every open lease of every queue, as OpenLeases
-// does, in the order that ends them at the least cost: the reverse of the
-// lease heap's, so that each ending removes the heap's last element and
-// moves nothing (by receipt, each would take the root and sift the heap).
-func (s *State) LeasesToExpire() []*Item {
-	out := make([]*Item, 0, len(s.leaseHeap.items))
-	for i := len(s.leaseHeap.items) - 1; i >= 0; i-- {
-		out = append(out, s.viewOf(s.leaseHeap.items[i].id))
-	}
-	return out
-}
-
 // OpenLeases returns every open lease of every queue, by receipt.
 func (s *State) OpenLeases() []*Item {
 	out := make([]*Item, 0, len(s.leases))
