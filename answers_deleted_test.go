@@ -17,16 +17,7 @@ import (
 func TestDeletedAnswerWaitsForTheDelete(t *testing.T) {
 	ctx := context.Background()
 	var exports *Queue
-	named := func(t *testing.T, q *Queue) {
-		e, err := q.OpenQueue("exports", QueueOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := e.Put(ctx, []byte("x")); err != nil {
-			t.Fatal(err)
-		}
-		exports = e
-	}
+	named := exportsWithItem(&exports)
 	del := func(q *Queue) error { return exports.Delete(true) }
 	runHeldCases(t, []heldCase{
 		{"Get", named, del, func(q *Queue) error {

@@ -124,16 +124,7 @@ func TestNoAnswerBeforeDurable(t *testing.T) {
 			func(q *Queue) error { _, err := q.OpenQueue("exports", QueueOptions{}); return err },
 			func(q *Queue) error { _, err := q.OpenQueue("exports", QueueOptions{}); return err }},
 		{"a queue busy with a lease not durable",
-			func(t *testing.T, q *Queue) {
-				e, err := q.OpenQueue("exports", QueueOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := e.Put(ctx, []byte("x")); err != nil {
-					t.Fatal(err)
-				}
-				exports = e
-			},
+			exportsWithItem(&exports),
 			func(q *Queue) error { _, err := exports.Get(ctx); return err },
 			func(q *Queue) error { return exports.Delete(false) }},
 		{"an item gone by a delete not durable",
@@ -242,5 +233,20 @@ func runHeldCases(t *testing.T, cases []heldCase) {
 				t.Fatalf("the answer: %v, want ErrFailed: what it rested on was lost", err)
 			}
 		})
+	}
+}
+
+// exportsWithItem is a heldCase setup: it opens the named queue "exports",
+// puts one item into it and stores its handle in *dst.
+func exportsWithItem(dst **Queue) func(t *testing.T, q *Queue) {
+	return func(t *testing.T, q *Queue) {
+		e, err := q.OpenQueue("exports", QueueOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Put(context.Background(), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		*dst = e
 	}
 }

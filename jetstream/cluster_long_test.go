@@ -104,6 +104,27 @@ func clusterURL(nodes []*node) string {
 	return strings.Join(urls, ",")
 }
 
+// openClusterDir opens the Dir name on a fresh cluster, retrying until the
+// cluster takes it: it needs a meta leader before it takes a stream, and
+// on a loaded 2-core machine the election of three fresh processes has
+// taken over a minute.
+func openClusterDir(t *testing.T, js njs.JetStream, name string, opts walqjs.Options) *walqjs.Dir {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		dir, err := walqjs.OpenDir(ctx, js, name, opts)
+		cancel()
+		if err == nil {
+			return dir
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("open the Dir on the cluster: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // clusterRun is the workload of the cluster tests: a producer that puts
 // items (retrying with each item's key until a put returns: a put that
 // returned is acknowledged), four workers that get, work and ack, and a
@@ -130,23 +151,7 @@ func runCluster(t *testing.T, replicas int, items int, drainFor time.Duration) c
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	var dir *walqjs.Dir
-	// The cluster needs a meta leader before it takes a stream; on a
-	// loaded 2-core machine the election of three fresh processes has
-	// taken over a minute.
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		dir, err = walqjs.OpenDir(octx, js, "cluster", walqjs.Options{Replicas: replicas})
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("open the Dir on the cluster: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	dir := openClusterDir(t, js, "cluster", walqjs.Options{Replicas: replicas})
 	q, err := dir.OpenQueue(ctx, "jobs", walqjs.QueueOptions{Visibility: 2 * time.Second, MaxAttempts: 1000, Backoff: zeroBackoff})
 	if err != nil {
 		t.Fatal(err)
@@ -353,20 +358,7 @@ func TestClusterSettingsKeptByOtherOpeners(t *testing.T) {
 	}
 	ctx := context.Background()
 	js := connect()
-	deadline := time.Now().Add(3 * time.Minute)
-	var dir *walqjs.Dir
-	for {
-		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		dir, err = walqjs.OpenDir(octx, js, "kept", walqjs.Options{Replicas: 3, KeyWindow: time.Hour, FirstSeq: 1000})
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("open the Dir on the cluster: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	dir := openClusterDir(t, js, "kept", walqjs.Options{Replicas: 3, KeyWindow: time.Hour, FirstSeq: 1000})
 	q, err := dir.OpenQueue(ctx, "jobs", walqjs.QueueOptions{Visibility: 45 * time.Second})
 	if err != nil {
 		t.Fatal(err)

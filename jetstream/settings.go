@@ -54,14 +54,12 @@ func (d *Dir) findQueue(ctx context.Context, name string, want []int) (*recorded
 			break
 		}
 	}
+	var listed []int // the levels found by the consumers' names, once listed
 	if base == nil {
 		// Found by its name: a level other than those asked for and 0.
 		levels, err := d.listLevels(ctx, name)
-		if err != nil {
+		if err != nil || len(levels) == 0 {
 			return nil, err
-		}
-		if len(levels) == 0 {
-			return nil, nil
 		}
 		cfg, err := d.consumerConfig(ctx, name, levels[0])
 		if err != nil {
@@ -70,37 +68,26 @@ func (d *Dir) findQueue(ctx context.Context, name string, want []int) (*recorded
 		if cfg == nil {
 			return nil, unavailable(fmt.Sprintf("read the consumer of queue %q, priority %d", name, levels[0]), jetstream.ErrConsumerNotFound)
 		}
-		base = cfg
+		base, listed = cfg, levels
 		r.configs[levels[0]] = *cfg
 	}
-	if base.Metadata[metaPriorities] == "" {
-		// A queue without level 0, or one created before the levels were
-		// recorded: its consumers are found by name.
-		levels, err := d.listLevels(ctx, name)
+	if rec := base.Metadata[metaPriorities]; rec != "" {
+		levels, err := parseLevels(rec)
 		if err != nil {
-			return nil, err
-		}
-		if len(levels) == 0 {
-			return nil, nil
+			return nil, fmt.Errorf("%w: queue %q: the consumer %s records priorities %q: %v", walq.ErrInvalid, name, base.Durable, rec, err)
 		}
 		r.priorities = levels
-		if base == nil {
-			cfg, err := d.consumerConfig(ctx, name, levels[0])
+	} else {
+		// Created before the levels were recorded: its consumers are
+		// found by name.
+		if listed == nil {
+			levels, err := d.listLevels(ctx, name)
 			if err != nil {
 				return nil, err
 			}
-			if cfg == nil {
-				return nil, unavailable(fmt.Sprintf("read the consumer of queue %q, priority %d", name, levels[0]), jetstream.ErrConsumerNotFound)
-			}
-			base = cfg
-			r.configs[levels[0]] = *cfg
+			listed = levels
 		}
-	} else {
-		levels, err := parseLevels(base.Metadata[metaPriorities])
-		if err != nil {
-			return nil, fmt.Errorf("%w: queue %q: the consumer %s records priorities %q: %v", walq.ErrInvalid, name, base.Durable, base.Metadata[metaPriorities], err)
-		}
-		r.priorities = levels
+		r.priorities = listed
 	}
 	r.visibility = base.AckWait
 	if s := base.Metadata[metaMaxAttempts]; s != "" {
