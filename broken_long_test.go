@@ -176,32 +176,43 @@ var brokenEngines = []struct {
 	// mustFail are behaviours the suite must fail on this engine (it may
 	// fail others too; the test logs them all).
 	mustFail []string
+	// target, when set, is the engine itself, in place of walq's queue
+	// wrapped by wrap.
+	target func() walqtest.Target
 }{
 	{"ack-ignored", func(q walqtest.Queue) walqtest.Queue { return ackIgnored{q} },
-		[]string{"ReferenceScenario/Work", "AckEndsItem"}},
+		[]string{"ReferenceScenario/Work", "AckEndsItem"}, nil},
 	{"never-extended", func(q walqtest.Queue) walqtest.Queue { return neverExtended{q} },
-		[]string{"ReferenceScenario/Work", "ExtendHoldsLease"}},
+		[]string{"ReferenceScenario/Work", "ExtendHoldsLease"}, nil},
 	{"delay-cut-short", rewriting(func(it *walq.Item) { it.Delay /= 2 }),
-		[]string{"DelayNeverEarly", "EarlierInsertWakesConsumer"}},
+		[]string{"DelayNeverEarly", "EarlierInsertWakesConsumer"}, nil},
 	{"stale-accepted", func(q walqtest.Queue) walqtest.Queue { return newStaleAccepted(q) },
-		[]string{"StaleReceiptAfterExpiry", "StaleReceiptAfterRedrive"}},
+		[]string{"StaleReceiptAfterExpiry", "StaleReceiptAfterRedrive"}, nil},
 	// More, so that every behaviour is seen to fail on some engine.
 	{"attempts-reset", func(q walqtest.Queue) walqtest.Queue { return attemptsReset{q} },
-		[]string{"AttemptsCountedAtLease", "AttemptsCountedAcrossReopen", "NackBackoff"}},
+		[]string{"AttemptsCountedAtLease", "AttemptsCountedAcrossReopen", "NackBackoff"}, nil},
 	{"cause-dropped", func(q walqtest.Queue) walqtest.Queue { return causeDropped{q} },
-		[]string{"DeadLetterCauseAndAttempts"}},
+		[]string{"DeadLetterCauseAndAttempts"}, nil},
 	{"backoff-skipped", func(q walqtest.Queue) walqtest.Queue { return backoffSkipped{q} },
-		[]string{"NackBackoff"}},
+		[]string{"NackBackoff"}, nil},
 	{"redrive-ignored", func(q walqtest.Queue) walqtest.Queue { return redriveIgnored{q} },
-		[]string{"Redrive", "StaleReceiptAfterRedrive"}},
+		[]string{"Redrive", "StaleReceiptAfterRedrive"}, nil},
 	{"purge-ignored", func(q walqtest.Queue) walqtest.Queue { return purgeIgnored{q} },
-		[]string{"Purge"}},
+		[]string{"Purge"}, nil},
 	{"deadline-dropped", rewriting(func(it *walq.Item) { it.Deadline = time.Time{} }),
-		[]string{"DeadlineAfterDelay"}},
+		[]string{"DeadlineAfterDelay"}, nil},
 	{"priority-dropped", rewriting(func(it *walq.Item) { it.Priority = 0 }),
-		[]string{"PriorityThenReadyOrder"}},
+		[]string{"PriorityThenReadyOrder"}, nil},
 	{"key-dropped", rewriting(func(it *walq.Item) { it.Key = "" }),
-		[]string{"KeysAcrossReopen"}},
+		[]string{"KeysAcrossReopen"}, nil},
+	// settings-unrecorded claims to record a queue's settings but runs on
+	// whatever each open passes: walq's default queue, whose settings are
+	// the Options of the open.
+	{"settings-unrecorded", nil, []string{"OpeningKeepsSettings"}, func() walqtest.Target {
+		tg := walqTarget(walq.SyncNever)
+		tg.Caps.RecordedSettings = true
+		return tg
+	}},
 }
 
 const brokenEnv = "WALQ_BROKEN_ENGINE"
@@ -214,6 +225,10 @@ func TestBrokenEngine(t *testing.T) {
 	}
 	for _, b := range brokenEngines {
 		t.Run(b.name, func(t *testing.T) {
+			if b.target != nil {
+				walqtest.Run(t, b.target())
+				return
+			}
 			walqtest.Run(t, wrappedTarget(walq.SyncNever, b.wrap))
 		})
 	}
