@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -624,7 +625,7 @@ func (q *Queue) endRecordLocked(rt *queueRT, kind byte, it *state.Item, now int6
 	} else {
 		q.opts.Logger.Info("walq: item dead-lettered", "id", it.ID, "attempts", it.Attempts, "cause", cause)
 	}
-	if kind == state.TypeExpire {
+	if kind == state.TypeExpire && q.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		q.opts.Logger.Debug("walq: lease expired", "id", it.ID, "receipt", it.Receipt)
 	}
 	return rec

@@ -278,17 +278,26 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	// Leases open at the crash end as expired: the attempt was counted when
 	// the lease began. Writing the endings keeps the history complete.
 	var lastCommit *wal.Commit
-	// By receipt: the items come back in the order they were leased.
-	for _, it := range st.OpenLeases() {
+	// By receipt: the items come back in the order they were leased. In
+	// batches of endBatch: nobody waits for an ending but the last, and a
+	// committer woken for each would cost more than the endings.
+	release := log.Hold()
+	for i, it := range st.OpenLeases() {
+		if i > 0 && i%endBatch == 0 {
+			release()
+			release = log.Hold()
+		}
 		_, c, err := q.appendEndLocked(q.rts[it.Queue], state.TypeExpire, it, now, "lease open at recovery")
 		if err != nil {
 			q.mu.Unlock()
+			release()
 			log.Close()
 			return nil, fmt.Errorf("walq: expire leases open at the crash: %w", err)
 		}
 		lastCommit = c
 		q.recovery.LeasesExpired++
 	}
+	release()
 	q.mu.Unlock()
 	// The endings are waited for as any record is, under the sync policy:
 	// until then a crash takes them back, and the next recovery ends the
@@ -326,6 +335,10 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	go q.compactLoop()
 	return q, nil
 }
+
+// endBatch is how many endings of leases open at a crash recovery hands
+// the log's committer at a time.
+const endBatch = 4096
 
 // createDir creates dir when it is missing, with any missing parents, and
 // fsyncs the parent of each directory it created: the new entries must be

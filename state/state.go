@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -464,11 +465,17 @@ func walkHeap[T any](h *heap[T], match func(T) bool, max int, out *[]T) {
 
 // OpenLeases returns every open lease of every queue, by receipt.
 func (s *State) OpenLeases() []*Item {
-	out := make([]*Item, 0, len(s.leases))
-	for _, l := range s.leases {
-		out = append(out, s.viewOf(l.id))
+	// From the lease heap's slice (contiguous, unlike the map), sorted
+	// without reflection, into views allocated at once: recovery calls
+	// this with every lease a crash left open.
+	ls := slices.Clone(s.leaseHeap.items)
+	slices.SortFunc(ls, func(a, b *lease) int { return cmp.Compare(a.receipt, b.receipt) })
+	views := make([]Item, len(ls))
+	out := make([]*Item, len(ls))
+	for i, l := range ls {
+		views[i] = s.view(l.id, s.items.get(l.id))
+		out[i] = &views[i]
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Receipt < out[j].Receipt })
 	return out
 }
 

@@ -133,6 +133,9 @@ type Log struct {
 	flying  *Commit
 	failure error // sticky once set; wraps ErrFailed
 	closed  bool
+	// holds counts the Holds not yet released: while any is, appends
+	// do not kick the committer.
+	holds int
 	// failed is closed when failure is set (setFailureLocked), so exactly
 	// once, and never by Close.
 	failed chan struct{}
@@ -615,11 +618,43 @@ func (l *Log) append(typ byte, queue uint64, encode func(dst []byte) []byte) (ui
 	p.last = lsn
 	p.records++
 	l.last = lsn
+	if l.holds == 0 {
+		l.kickLocked()
+	}
+	return lsn, p.commit
+}
+
+func (l *Log) kickLocked() {
 	select {
 	case l.kick <- struct{}{}:
 	default: // the committer has a kick waiting already
 	}
-	return lsn, p.commit
+}
+
+// Hold keeps appends from waking the committer until the returned release
+// is called, which hands it what was appended meanwhile. It is for a burst
+// of appends whose caller waits for the last one only (recovery's endings
+// of leases a crash left open): written as one batch, not as the small
+// ones a committer woken by each append takes, each wake-up costing the
+// appender more than the append. A Commit of a held record is done after
+// the release at the earliest, unless a Sync (which the committer still
+// serves) or a kick already waiting takes the batch first. Release may be
+// called more than once.
+func (l *Log) Hold() (release func()) {
+	l.mu.Lock()
+	l.holds++
+	l.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.holds--
+			if l.holds == 0 && l.pending.commit != nil {
+				l.kickLocked()
+			}
+			l.mu.Unlock()
+		})
+	}
 }
 
 // Barrier returns a Commit that is done when every record appended before
