@@ -166,6 +166,12 @@ func (c *child) done(n uint64, result string) {
 
 func (c *child) failed(n uint64, reason string) { c.rep.line("E %d %s", n, reason) }
 
+// failedAt is failed with the durable LSN read after the call returned, for
+// an answer the ledger checks against what recovery finds.
+func (c *child) failedAt(n uint64, reason string) {
+	c.rep.line("E %d %s %d", n, reason, c.q.Stats().DurableLSN)
+}
+
 func pct(rng *rand.Rand, p int) bool { return rng.IntN(100) < p }
 
 func (c *child) produce(rng *rand.Rand) {
@@ -407,22 +413,41 @@ func (c *child) sweepDead(rng *rand.Rand) {
 	dead = dead[:1+rng.IntN(len(dead))]
 	ids := make([]uint64, len(dead))
 	toks := make([]string, len(dead))
+	deliveries := make([]string, len(dead))
 	for i, d := range dead {
 		ids[i], toks[i] = d.ID, itemToken(d.Body, d.Key)
+		deliveries[i] = strconv.Itoa(d.Deliveries)
 	}
-	op, fn := "redrive", h.Redrive
-	if pct(rng, c.mix.Purge) {
-		op, fn = "purge", h.PurgeDeadLetters
+	listed := strings.Join(toks, ",") + " " + strings.Join(deliveries, ",")
+	sweep := func(purge bool) {
+		op, fn := "redrive", h.Redrive
+		if purge {
+			op, fn = "purge", h.PurgeDeadLetters
+		}
+		call := c.intent("%s @%d %s", op, qid, listed)
+		switch err := fn(ids...); {
+		case err == nil:
+			c.done(call, "")
+		case errors.Is(err, walq.ErrNotFound):
+			// The other sweep took one of them first. With the durable
+			// point read after the answer: the ledger holds the answer to
+			// what recovery finds (ledger.checkNotFound).
+			c.failedAt(call, "notfound")
+		case errors.Is(err, walq.ErrQueueDeleted):
+			c.failed(call, "deleted")
+		default:
+			c.fatal(op, err)
+		}
 	}
-	call := c.intent("%s @%d %s", op, qid, strings.Join(toks, ","))
-	switch err := fn(ids...); {
-	case err == nil:
-		c.done(call, "")
-	case errors.Is(err, walq.ErrNotFound):
-		c.failed(call, "notfound")
-	case errors.Is(err, walq.ErrQueueDeleted):
-		c.failed(call, "deleted")
-	default:
-		c.fatal(op, err)
+	if !pct(rng, 25) {
+		sweep(pct(rng, c.mix.Purge))
+		return
 	}
+	// Two sweeps of the same dead letters at once: one of them finds the
+	// other took them, and must not say so before that is durable.
+	var wg sync.WaitGroup
+	for _, purge := range []bool{pct(rng, c.mix.Purge), pct(rng, c.mix.Purge)} {
+		wg.Go(func() { sweep(purge) })
+	}
+	wg.Wait()
 }

@@ -73,7 +73,10 @@ type entry struct {
 }
 
 type ledger struct {
-	entries    map[string]*entry
+	entries map[string]*entry
+	// notFound are the trusted ErrNotFound answers of redrives and purges
+	// since the last check (see checkNotFound).
+	notFound   []notFoundAnswer
 	bodies     map[uint64][]byte // the stored bodies check read, by item ID
 	batches    int
 	violations []string
@@ -120,6 +123,7 @@ type ledger struct {
 	// larger of checkTime and its wall clock at Open.
 	checkTime, cycleFloor int64
 	deadlinesChecked      int // stored deadlines checked by span
+	notFoundChecked       int // ErrNotFound answers checked (checkNotFound)
 	workRuns              int // Work handler calls
 }
 
@@ -230,6 +234,11 @@ func (l *ledger) ingest(events []event, trusted func(event) bool) cycleReport {
 				l.opsChecked++
 			} else if in.op == "put" || in.op == "putb" {
 				l.refused(in)
+			} else if (in.op == "redrive" || in.op == "purge") && ev.args[0] == "notfound" {
+				if trusted(ev) && len(in.args) == 2 {
+					l.notFound = append(l.notFound, notFoundAnswer{call: in.n, op: in.op,
+						toks: strings.Split(in.args[0], ","), deliveries: strings.Split(in.args[1], ",")})
+				}
 			} else {
 				l.queueCallFailed(in, ev)
 			}
@@ -536,9 +545,50 @@ func (l *ledger) check(st *state.State, body func(*state.Item) ([]byte, error), 
 	for _, inc := range l.queues {
 		inc.putsIntended = 0
 	}
+	l.checkNotFound(present, where)
 	l.checkKeys(st, where)
 	l.checkTime = max(l.checkTime, now)
 	return len(l.violations) - before
+}
+
+// notFoundAnswer is a redrive or purge answered ErrNotFound: of the dead
+// letters it named, as DeadLetters listed them (with their deliveries),
+// one was no longer dead when it was answered.
+type notFoundAnswer struct {
+	call       uint64
+	op         string
+	toks       []string
+	deliveries []string
+}
+
+// checkNotFound holds each ErrNotFound answer to the recovered state. The
+// dead letter that was gone was taken by another redrive or purge, and the
+// queue answers only once what it answers from is durable: so after
+// recovery, one of the named items is not a dead letter, or is one again
+// after a later delivery (more deliveries than listed). Every one of them
+// dead with the deliveries it was listed with means the answer rested on
+// a change the crash took back.
+func (l *ledger) checkNotFound(present map[string]*state.Item, where string) {
+	for _, a := range l.notFound {
+		if len(a.deliveries) != len(a.toks) {
+			l.violate("report: %s call %d names %d items and %d delivery counts", a.op, a.call, len(a.toks), len(a.deliveries))
+			continue
+		}
+		asListed := true
+		for i, tok := range a.toks {
+			it := present[tok]
+			if it == nil || it.Status != state.Dead || strconv.Itoa(int(it.Deliveries)) != a.deliveries[i] {
+				asListed = false
+				break
+			}
+		}
+		l.notFoundChecked++
+		if asListed {
+			l.violate("%s: %s call %d was answered ErrNotFound, but every item it named (%s) is a dead letter with the deliveries it was listed with: what took one of them was not durable",
+				where, a.op, a.call, strings.Join(a.toks, ","))
+		}
+	}
+	l.notFound = l.notFound[:0]
 }
 
 // deadlineTolerance is how far a stored deadline may lie outside the span

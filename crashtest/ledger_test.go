@@ -45,6 +45,16 @@ func TestLedger(t *testing.T) {
 			[]stored{{tok: "c1.1", attempts: 1, deliveries: 1}}, "dead-lettered and reported done"},
 		{"dead-lettered, redriven", put1 + done1 + get + "I 3 dead c1.1 2\nI 4 redrive c1.1\nD 3 120 7\n",
 			[]stored{{tok: "c1.1", attempts: 0, deliveries: 1}}, ""},
+		// A redrive answered ErrNotFound: another call took one of its
+		// dead letters first, and the answer waited for that to be durable.
+		{"notfound, yet dead as listed", put1 + done1 + get + "I 3 dead c1.1 2\nD 3 120 7\nI 4 redrive c1.1 1\nE 4 notfound 8\n",
+			[]stored{{tok: "c1.1", attempts: 1, deliveries: 1, dead: true}}, "answered ErrNotFound"},
+		{"notfound, redriven by another", put1 + done1 + get + "I 3 dead c1.1 2\nD 3 120 7\nI 4 redrive c1.1 1\nE 4 notfound 8\n",
+			[]stored{{tok: "c1.1", attempts: 0, deliveries: 1}}, ""},
+		{"notfound, purged by another", put1 + done1 + get + "I 3 dead c1.1 2\nD 3 120 7\nI 4 purge c1.1 1\nI 5 redrive c1.1 1\nD 4 125 8\nE 5 notfound 8\n",
+			[]stored{{tok: "c1.1", removed: true}}, ""},
+		{"notfound, listed with other deliveries", put1 + done1 + get + "I 3 dead c1.1 2\nD 3 120 7\nI 4 redrive c1.1 0\nE 4 notfound 8\n",
+			[]stored{{tok: "c1.1", attempts: 1, deliveries: 1, dead: true}}, ""},
 		{"attempts reset without redrive", put1 + done1 + get, []stored{{tok: "c1.1", deliveries: 1}}, "attempts went from 1 to 0"},
 		{"batch half stored", "I 1 putb c1.1/0/0/-,c1.2/0/0/-\n", []stored{{tok: "c1.1"}}, "c1.2 lost"},
 		{"batch in flight, keyed item refused", "I 1 putb c1.1/0/0/-,c1.2/0/0/k1\n", []stored{{tok: "c1.1"}}, ""},

@@ -24,14 +24,14 @@ import (
 //	I <n> put|putb [@<q>] <tok>/<span>/<prio>/<key>,...
 //	I <n> get|work [@<q>]
 //	I <n> ack|nack|dead|extend [@<q>] <tok> <receipt>
-//	I <n> redrive|purge [@<q>] <tok>,...
+//	I <n> redrive|purge [@<q>] <tok>,... <deliveries>,...   the dead letters as listed
 //	I <n> compact
 //	I <n> open <name>                  OpenQueue; done with the incarnation's ID
 //	I <n> pause @<q> <span>            Pause until the child's wall clock + span (0: until Resume)
 //	I <n> resume @<q>
 //	I <n> delete @<q> force|soft
 //	D <n> <ts> <dlsn> [result]         call n returned nil
-//	E <n> <reason>                     call n returned an expected error
+//	E <n> <reason> [<dlsn>]            call n returned an expected error
 //	X <message>                        the child hit an unexpected error
 //	V <message>                        the child saw a violation (Work: an item ran twice)
 //	S <message>                        the same, while the child was starved (work.go)
@@ -56,7 +56,9 @@ import (
 // 0 for the default queue, which is also what a line without it means). A
 // pause's result is w<ns> or w? as a put's; an open's is the ID of the
 // incarnation the handle is on. An E line's reason "deleted" is
-// ErrQueueDeleted: the call wrote nothing.
+// ErrQueueDeleted: the call wrote nothing. A redrive's or purge's
+// "notfound" is ErrNotFound (one of the dead letters was taken by another
+// call first) and carries dlsn, read after the answer.
 
 type reportWriter struct {
 	mu sync.Mutex
@@ -140,8 +142,11 @@ func parseLine(line string) (event, error) {
 		}
 	case ev.kind == 'D' && len(f) >= 4:
 		ev.n, ev.ts, ev.dlsn, ev.args = num(f[1]), int64(num(f[2])), num(f[3]), f[4:]
-	case ev.kind == 'E' && len(f) == 3:
-		ev.n, ev.args = num(f[1]), f[2:]
+	case ev.kind == 'E' && (len(f) == 3 || len(f) == 4):
+		ev.n, ev.args = num(f[1]), f[2:3]
+		if len(f) == 4 {
+			ev.dlsn = num(f[3])
+		}
 	case ev.kind == 'W' && len(f) == 5:
 		ev.args = f[1:]
 		for _, a := range ev.args {
