@@ -122,6 +122,16 @@
 // tens of thousands of timer rounds in the window, at the first idle
 // check).
 //
+// Answers read from the state rather than written (a duplicate key's
+// holder, a dead letter not found) are given only once what they rest on
+// is durable, and the ledger holds them to the recovered state: a trusted
+// duplicate's holder stored, and for a redrive or purge answered
+// ErrNotFound, one of the items it named gone or delivered again since it
+// was listed (not a dead letter with the deliveries it was listed with).
+// A quarter of the dead-letter sweeps race a second sweep of the same dead
+// letters so that such answers come often; a build whose ErrNotFound did
+// not wait was reported at the fifth cycle of a power-loss run.
+//
 // The harness must be able to fail: built with the tag walq_bug_early_ack
 // the queue returns from every call before its record is durable, and
 // TestCatchesEarlyAck (and soak.sh's early-ack mode) assert that the
