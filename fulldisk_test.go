@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/walq/walq/wal"
 )
 
 // A real full disk: the queue in a size-limited tmpfs, filled under load
@@ -479,5 +481,68 @@ func TestCloseOnFullDisk(t *testing.T) {
 		if want := fmt.Sprintf("item %d", id-1); string(b) != want {
 			t.Fatalf("item %d: %q, want %q", id, b, want)
 		}
+	}
+}
+
+// TestDuplicateAnswerOnAFullDisk is the first durability bug of the answers
+// on a real full disk: producer A's Put holds key K in memory while its
+// write waits, and the write then fails for want of room. Producer B's
+// Put(K) must not have answered ErrDuplicate meanwhile (on 997a6e0 it did,
+// at once, and B dropped an order whose holder never reached the disk): it
+// waits for A's record and answers its failure. After a reopen with room,
+// K is free and nothing is stored.
+func TestDuplicateAnswerOnAFullDisk(t *testing.T) {
+	mnt := mountTmpfs(t, "8m")
+	dir := filepath.Join(mnt, "queue")
+	g := &gateFS{FS: wal.OSFS(), release: make(chan struct{})}
+	t.Cleanup(g.open)
+	q, err := Open(dir, withFS(Options{Sync: SyncAlways}, g))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		g.open() // a failing test must not leave Close waiting on the write
+		q.Close()
+	}()
+	filler := filepath.Join(mnt, "filler")
+	writeFile(t, filler, freeBytes(t, mnt)-256<<10)
+	ctx := context.Background()
+
+	g.arm()
+	held := make(chan error, 1)
+	go func() {
+		_, err := q.Put(ctx, fullDiskBody(1, 1<<20), WithKey("order-7"))
+		held <- err
+	}()
+	<-g.entered
+	res, returned := answerOf(t, q, func() error {
+		_, err := q.Put(ctx, []byte("the same order again"), WithKey("order-7"))
+		return err
+	})
+	if returned {
+		t.Fatalf("B's Put answered %v while A's record holding the key was not on the disk", <-res)
+	}
+	g.open()
+	if err := recv(t, "A's put", held); !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("A's put on the full disk: %v, want ErrFailed for ENOSPC", err)
+	}
+	if err := recv(t, "B's put", res); errors.Is(err, ErrDuplicate) || !errors.Is(err, ErrFailed) {
+		t.Fatalf("B's put: %v, want the failure of the write that was to hold the key, not ErrDuplicate", err)
+	}
+	q.Close()
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	q, err = Open(dir, Options{Sync: SyncAlways})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if st := q.Stats(); st.Items != 0 || st.Keys != 0 {
+		t.Fatalf("after the reopen: %d items, %d keys; the put that failed stored nothing", st.Items, st.Keys)
+	}
+	if _, err := q.Put(ctx, []byte("the order, put again"), WithKey("order-7")); err != nil {
+		t.Fatalf("the key after the reopen: %v, want it free", err)
 	}
 }
