@@ -98,7 +98,7 @@ type lease struct {
 }
 
 // OpenQueue opens the queue called name ("" is the default queue) in d.
-// A queue that exists keeps the settings recorded in its consumers
+// A queue that exists keeps the settings recorded for it on the work stream
 // (Visibility, MaxAttempts, Priorities): a zero field of opts takes what is
 // recorded, a field that differs is ErrInvalid, and Priorities may name
 // some of the queue's levels (the handle serves them all). A queue that
