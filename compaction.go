@@ -65,24 +65,74 @@ func (q *Queue) Compact() error {
 
 var errCompactionStopped = errors.New("walq: compaction stopped: queue closing")
 
+// compactRetryMin and compactRetryMax bound the wait before an automatic
+// compaction is tried again after one failed: the wait doubles with each
+// failure in a row, from the first to the second.
+const (
+	compactRetryMin = time.Second
+	compactRetryMax = time.Minute
+)
+
+// compactLoop runs the automatic compactions: when an append finds the log
+// over its bounds (compactSignal), and after a failed one, again on a
+// timer of the queue's clock, as long as the log is still over them. While
+// that timer runs, appends do not start one sooner.
 func (q *Queue) compactLoop() {
 	defer q.wg.Done()
+	var retry Timer
+	var retryC <-chan time.Time
+	wait := compactRetryMin
+	defer func() {
+		if retry != nil {
+			retry.Stop()
+		}
+	}()
 	for {
+		var run bool
 		select {
 		case <-q.compactSignal:
-			err := q.compact()
-			if err != nil && !errors.Is(err, errCompactionStopped) {
-				q.opts.Logger.Error("walq: compaction failed", "err", err)
-			}
-			if q.opts.onCompact != nil {
-				q.opts.onCompact(err)
-			}
+			// A signal sent while the last compaction ran is stale: the
+			// bounds are read again.
+			run = retry == nil && q.compactDue()
+		case <-retryC:
+			retry, retryC = nil, nil
+			run = q.compactDue()
 		case <-q.done:
 			return
 		case <-q.failed:
 			return
 		}
+		if !run {
+			continue
+		}
+		err := q.compact()
+		switch {
+		case err == nil:
+			wait = compactRetryMin
+		case errors.Is(err, errCompactionStopped):
+		default:
+			q.opts.Logger.Error("walq: compaction failed", "err", err, "retry_in", wait)
+			retry = q.clock.NewTimer(wait)
+			retryC = retry.C()
+			wait = min(2*wait, compactRetryMax)
+		}
+		if q.opts.onCompact != nil {
+			q.opts.onCompact(err)
+		}
 	}
+}
+
+func (q *Queue) compactDue() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.compactDueLocked()
+}
+
+// compactDueLocked reports whether the log is over the bounds at which
+// compaction runs by itself.
+func (q *Queue) compactDueLocked() bool {
+	return !q.opts.DisableAutoCompact && q.logBytes >= q.opts.CompactMinBytes && q.logBytes >= q.compactAfter &&
+		float64(q.logBytes) > q.opts.CompactRatio*float64(q.liveBytesLocked())
 }
 
 func (q *Queue) compact() (err error) {
@@ -91,11 +141,8 @@ func (q *Queue) compact() (err error) {
 	start := time.Now()
 	defer func() {
 		if err != nil {
+			// compactLoop tries again on a timer; compactAfter stays.
 			q.metrics.compactFailed.Add(1)
-			// Do not try again on every append: wait for the log to double.
-			q.mu.Lock()
-			q.compactAfter = 2 * q.logBytes
-			q.mu.Unlock()
 		}
 	}()
 
@@ -256,7 +303,16 @@ func (q *Queue) writeFrozen(f *state.Freeze, locked bool) (int64, error) {
 			q.mu.Unlock()
 		}
 		if err == nil {
-			_, err = w.Write(buf)
+			if _, err = w.Write(buf); err != nil {
+				// A failed write (a full disk) ends the Freeze too: left
+				// open, it would refuse every later snapshot and go on
+				// copying chunks.
+				if locked {
+					q.endFreeze(f)
+				} else {
+					f.Close()
+				}
+			}
 		}
 		if err != nil {
 			w.Abort()

@@ -175,7 +175,8 @@ type Stats struct {
 	LiveBytes   int64 // what a snapshot of the state would take, approximately
 	Compactions uint64
 	// CompactionsFailed counts compactions that returned an error (the log
-	// is kept whole; the next one starts once the log has doubled).
+	// is kept whole; the automatic one is tried again on a timer, from 1 s
+	// to a minute, while the log is over its bounds).
 	CompactionsFailed uint64
 	LastCompacted     time.Time
 	LastCompactIn     time.Duration

@@ -133,8 +133,7 @@ func (q *Queue) appendToLocked(queue uint64, rec state.Record) (uint64, *wal.Com
 		q.wakeLocked(q.rts[m.Target], now)
 	}
 	q.logBytes += int64(len(q.encBuf) + wal.HeaderSize + 3)
-	if !q.opts.DisableAutoCompact && q.logBytes >= q.opts.CompactMinBytes && q.logBytes >= q.compactAfter &&
-		float64(q.logBytes) > q.opts.CompactRatio*float64(q.liveBytesLocked()) {
+	if q.compactDueLocked() {
 		select {
 		case q.compactSignal <- struct{}{}:
 		default:
