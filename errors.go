@@ -11,8 +11,9 @@ import (
 // Errors returned by the queue. Test for them with errors.Is: most are
 // returned wrapped, with the detail of what and where.
 var (
-	// ErrClosed is returned by every call after Close, and by a Get that
-	// was blocked when Close began.
+	// ErrClosed is returned by every call after Close whose arguments
+	// pass their checks (a bad or empty argument is answered as it would
+	// be before Close), and by a Get that was blocked when Close began.
 	ErrClosed = errors.New("walq: queue closed")
 
 	// ErrLeaseLost is returned by Extend, Ack, Nack and DeadLetter when the

@@ -82,9 +82,6 @@ type directory struct {
 	snapLSN       atomic.Uint64 // LSN covered by the newest snapshot; written under compactMu
 	compactAfter  int64         // no automatic compaction below this log size; under mu
 	lastSnapBytes int64         // size of the last snapshot a compaction wrote; under compactMu
-	// rollAtCompaction asks the next compaction to seal the tail segment
-	// (a queue was deleted: its bodies must leave the disk with it).
-	rollAtCompaction atomic.Bool
 
 	metrics  metrics
 	recovery RecoveryStats
@@ -817,7 +814,8 @@ func (q *Queue) checkDeadLocked(ids []uint64) error {
 // Close on the default queue's handle (what Open returned) closes the
 // directory: blocked Gets of every queue return ErrClosed, background work
 // stops, the log is synced and closed and the directory lock released.
-// Calls after Close, on any handle, return ErrClosed.
+// Calls after Close, on any handle, return ErrClosed (once their
+// arguments pass their checks).
 //
 // Close on a named queue's handle closes only that handle: its calls, and
 // its Gets blocked at the time, return ErrClosed; the queue and the

@@ -38,9 +38,10 @@ const reserveSize = 1 << 20
 //     policy;
 //  6. put the reserve file back and start serving.
 //
-// When Open refuses the directory it has cut nothing and deleted nothing (it
-// may have finished a truncation that a crash interrupted, which changes no
-// record).
+// When Open refuses the directory it has cut nothing and deleted nothing
+// that holds a record (it may have removed leftover temporary files and
+// finished a truncation or a migration's cleanup that a crash interrupted,
+// which changes no record).
 func Open(dir string, opts Options) (*Queue, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: Open with an empty directory name", ErrInvalid)

@@ -17,7 +17,9 @@ import (
 var cardNumber = regexp.MustCompile(`\b\d{4}( ?\d{4}){3}\b`)
 
 // FormatBody sees every body the dashboard serves, raw downloads
-// included: a redactor there keeps a field from ever leaving the service.
+// included: a redactor there keeps a field out of every page and
+// download (a search in bodies still matches the stored bytes; see
+// Options.FormatBody).
 func ExampleOptions_formatBody() {
 	dir, err := os.MkdirTemp("", "walq-web-example")
 	if err != nil {

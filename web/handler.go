@@ -24,7 +24,10 @@ type Options struct {
 	// FormatBody, when set, gives the bytes shown and downloaded for an
 	// item's body: a formatter (indent JSON, decode a protocol buffer) or
 	// a redactor. It sees every body the dashboard serves, raw downloads
-	// included, so a redacted field never leaves the service. What it
+	// included. It does not yet stand between a reader and the stored
+	// bytes everywhere: a search in bodies (body=1) matches the stored
+	// bytes, and the lists show a body's stored length, so a reader can
+	// test guesses of a redacted field by searching for them. What it
 	// returns is shown escaped, like any body.
 	FormatBody func(queue string, item walq.ItemView, body []byte) []byte
 	// BodyCut is how many bytes of a body an item page shows [4 KiB];
