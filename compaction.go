@@ -146,21 +146,15 @@ func (q *Queue) compact() (err error) {
 		}
 	}()
 
-	// After a queue was deleted the tail is sealed too, so that the
-	// truncation below removes every segment the snapshot covers: the
-	// deleted queue's bodies leave the disk with this compaction, not with
-	// the one after the tail fills. (Otherwise the tail stays: a log that
-	// still reaches back past the snapshot is what recovery falls back on
-	// when the snapshot does not verify.)
-	roll := q.rollAtCompaction.Swap(false)
-	covered, err := q.snapshot(roll)
+	// A deleted queue's bodies are garbage like any other: the files that
+	// hold them are copied from and let go by the density rule of
+	// compactBodies, so a delete costs what the queue held, never a copy
+	// of every other queue's held backlog.
+	covered, err := q.snapshot()
 	if err != nil {
-		if roll {
-			q.rollAtCompaction.Store(true)
-		}
 		return err
 	}
-	if err := q.compactBodies(covered, roll); err != nil {
+	if err := q.compactBodies(covered); err != nil {
 		if errors.Is(err, errCompactionStopped) || errors.Is(err, ErrClosed) {
 			// Stopped by Close between files: the new snapshot stands, and
 			// the older ones go as they would have (the next compaction
@@ -204,11 +198,10 @@ const freezeTries = 3
 // snapshot covers. The state is frozen under the lock (see state.Freeze)
 // and written a chunk at a time, the lock released between chunks, so the
 // queue goes on meanwhile and no second copy of the index is made. The
-// records it holds are made durable before it is (roll: and the tail is
-// sealed, so that the truncation can remove every segment it covers).
-func (q *Queue) snapshot(roll bool) (uint64, error) {
+// records it holds are made durable before it is.
+func (q *Queue) snapshot() (uint64, error) {
 	for try := 1; ; try++ {
-		lsn, err := q.snapshotOnce(roll)
+		lsn, err := q.snapshotOnce()
 		if errors.Is(err, state.ErrFreezeAborted) && try < freezeTries {
 			continue
 		}
@@ -219,7 +212,7 @@ func (q *Queue) snapshot(roll bool) (uint64, error) {
 	}
 }
 
-func (q *Queue) snapshotOnce(roll bool) (uint64, error) {
+func (q *Queue) snapshotOnce() (uint64, error) {
 	prev := q.snapLSN.Load()
 	q.mu.Lock()
 	if err := q.usableLocked(); err != nil {
@@ -235,11 +228,7 @@ func (q *Queue) snapshotOnce(roll bool) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	sync := q.log.Sync
-	if roll {
-		sync = q.log.SyncRoll
-	}
-	covered, err := sync()
+	covered, err := q.log.Sync()
 	if err == nil && f != nil && covered < f.LSN() {
 		err = fmt.Errorf("log synced to %d, the snapshot holds records to %d", covered, f.LSN())
 	}
@@ -444,12 +433,9 @@ func fileHolding(files []*bodyFile, lsn uint64) *bodyFile {
 // sequencer in relocate records, is fsynced and sealed before any file
 // that held an original goes, and rounds of relocateRound bytes bound the
 // free disk it needs. A last pass checks, before a file is removed, that
-// no live body names it.
-//
-// After a queue was deleted (erase), every file that holds a live body is
-// copied forward rather than kept, so that the deleted queue's bodies leave
-// the disk with this compaction.
-func (q *Queue) compactBodies(covered uint64, erase bool) error {
+// no live body names it. A deleted queue's bodies are not live: they are
+// reclaimed by the same rule.
+func (q *Queue) compactBodies(covered uint64) error {
 	files, err := q.bodyFiles(covered)
 	if err != nil {
 		return fmt.Errorf("walq: compaction: %w", err)
@@ -467,7 +453,7 @@ func (q *Queue) compactBodies(covered uint64, erase bool) error {
 		return err
 	}
 	for _, f := range files {
-		f.copy = f.live > 0 && (erase || float64(f.live) < denseShare*float64(f.size))
+		f.copy = f.live > 0 && float64(f.live) < denseShare*float64(f.size)
 	}
 
 	// Copy forward, round by round, and let go of what each round emptied.

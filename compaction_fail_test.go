@@ -114,3 +114,47 @@ func TestFailedCompactionTriesAgainOnATimer(t *testing.T) {
 		t.Fatalf("the log grew from %d to %d before the retry", failedAt, st.LogBytes)
 	}
 }
+
+// TestDeletedQueueCopiesNoHeldBacklog: deleting a queue costs a compaction
+// what the deleted queue held, not a copy of every other queue's held
+// backlog. On 997a6e0 a compaction after the delete of a queue of one item
+// copied forward every live body of the directory (here 1 MiB, in a
+// service 16 MiB per one-item queue deleted, every time).
+func TestDeletedQueueCopiesNoHeldBacklog(t *testing.T) {
+	q, _, _ := testQueue(t, Options{SegmentSize: 64 << 10, DisableAutoCompact: true, Sync: SyncNever, fs: noSyncOS()})
+	ctx := context.Background()
+	items := make([]Item, 64)
+	for i := range items {
+		items[i].Body = make([]byte, 1<<10)
+	}
+	for range 16 { // 1 MiB held in the default queue, over 16 segments
+		if _, err := q.PutBatch(ctx, items); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	before := q.Stats().Bodies.RelocatedBytes
+	if before != 0 {
+		t.Fatalf("the first compaction of a dense backlog copied %d bytes", before)
+	}
+	for round := range 3 {
+		other, err := q.OpenQueue(fmt.Sprintf("brief-%d", round), QueueOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.Put(ctx, []byte("one item")); err != nil {
+			t.Fatal(err)
+		}
+		if err := other.Delete(false); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Compact(); err != nil {
+			t.Fatal(err)
+		}
+		if got := q.Stats().Bodies.RelocatedBytes - before; got > 4<<10 {
+			t.Fatalf("round %d: the compaction after deleting a queue of one item copied %d bytes of the held backlog", round, got)
+		}
+	}
+}

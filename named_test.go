@@ -269,13 +269,9 @@ func TestDeleteQueue(t *testing.T) {
 			t.Errorf("%s still holds a body of the deleted queue", e.Name())
 		}
 	}
-	segs, _ := filepath.Glob(filepath.Join(dir, "log", "*"))
-	for _, s := range segs {
-		data, _ := os.ReadFile(s)
-		if bytes.Contains(data, []byte(secret)) {
-			t.Errorf("%s still holds a body of the deleted queue after the compaction", filepath.Base(s))
-		}
-	}
+	// The log may still hold the deleted queue's bodies: they are garbage
+	// like an acked item's, reclaimed with the file that holds them
+	// (TestDeletedQueueCopiesNoHeldBacklog).
 	if err := q.Delete(true); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("deleting the default queue = %v", err)
 	}

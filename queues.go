@@ -382,7 +382,6 @@ func (q *Queue) Delete(force bool) error {
 	if err == nil {
 		rt := q.rt
 		rt.gone = true
-		q.rollAtCompaction.Store(true)
 		delete(q.rts, rt.id)
 	}
 	q.mu.Unlock()
