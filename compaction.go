@@ -23,7 +23,8 @@ import (
 //     taking the lock for each chunk only: puts and gets go on meanwhile,
 //     and a record about to change an item of a chunk not yet written
 //     copies that chunk first, so the extra memory is what changes while
-//     it is written, never a second copy of the index. Temp file written
+//     it is written, never a second copy of the index (a queue's deletion
+//     keeps only the items it removes, and does not stop it). Temp file written
 //     in 1 MiB pieces, lengths and CRC last, fsync, rename, directory
 //     fsync. It holds where each body is, not the bodies.
 //  4. Copy forward the live bodies that lie in the sealed segments S
@@ -189,27 +190,20 @@ func (q *Queue) compact() (err error) {
 	return nil
 }
 
-// freezeTries is how often a compaction starts its snapshot again when a
-// queue deletion made the one being written give up.
-const freezeTries = 3
-
 // snapshot writes a snapshot of the live state as it is now, unless the
 // newest snapshot covers it already, and returns the LSN the newest
 // snapshot covers. The state is frozen under the lock (see state.Freeze)
 // and written a chunk at a time, the lock released between chunks, so the
 // queue goes on meanwhile and no second copy of the index is made. The
 // records it holds are made durable before it is.
+// A queue deleted meanwhile does not stop it (state.Freeze keeps what the
+// deletion removes).
 func (q *Queue) snapshot() (uint64, error) {
-	for try := 1; ; try++ {
-		lsn, err := q.snapshotOnce()
-		if errors.Is(err, state.ErrFreezeAborted) && try < freezeTries {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("walq: compaction: %w", err)
-		}
-		return lsn, nil
+	lsn, err := q.snapshotOnce()
+	if err != nil {
+		return 0, fmt.Errorf("walq: compaction: %w", err)
 	}
+	return lsn, nil
 }
 
 func (q *Queue) snapshotOnce() (uint64, error) {

@@ -33,10 +33,11 @@ type Freeze struct {
 	chunks  []uint64 // chunk numbers of the index, ascending
 	pos     int      // chunks[:pos] are encoded
 	frozen  map[uint64]*frozenChunk
-	keyPos  int // keys[:keyPos] are encoded
-	nkeys   int // keys in it, counted once the items are out
-	written int // items encoded
-	step    int // 0: header next; 1: items; 2: keys; 3: done
+	kept    map[uint64][]keptItem // items removed from a chunk not copied, by chunk
+	keyPos  int                   // keys[:keyPos] are encoded
+	nkeys   int                   // keys in it, counted once the items are out
+	written int                   // items encoded
+	step    int                   // 0: header next; 1: items; 2: keys; 3: done
 	err     error
 	fp      bool // a fingerprint: no LSN, time or body place
 }
@@ -49,10 +50,19 @@ type frozenChunk struct {
 	extras []*itemExtra // copies, by vals index; nil where none
 }
 
+// keptItem is an item as it was when the Freeze started, kept because a
+// record removed it from a chunk that was not copied.
+type keptItem struct {
+	id    uint64
+	val   entry
+	extra *itemExtra
+}
+
 // ErrFreezeAborted is returned by Next after a change that a Freeze cannot
-// follow at bounded cost (the deletion of a queue): the caller starts again
-// later.
-var ErrFreezeAborted = errors.New("snapshot abandoned: a queue was deleted while it was written")
+// follow: the caller starts again later. No record causes it today (a
+// queue's deletion is followed by keeping what it removes); it stays for
+// a caller that checks for it.
+var ErrFreezeAborted = errors.New("snapshot abandoned: the state changed in a way it cannot follow")
 
 // Freeze starts a snapshot of the state as it is now. Only one can run at
 // a time. A state that holds bodies itself (see Inline) cannot be frozen.
@@ -75,6 +85,7 @@ func (s *State) freeze() *Freeze {
 		leases: make(map[uint64]lease, len(s.leaseOf)),
 		keys:   slices.Clone(s.released),
 		frozen: make(map[uint64]*frozenChunk),
+		kept:   make(map[uint64][]keptItem),
 	}
 	for _, q := range s.Queues() {
 		f.queues = append(f.queues, snapQueue{
@@ -110,16 +121,12 @@ func (f *Freeze) Close() {
 		f.s.frz = nil
 	}
 	f.frozen = nil
+	f.kept = nil
 }
 
-// abort makes the Freeze fail: the state changed in a way it does not
-// follow.
-func (f *Freeze) abort() {
-	if f.err == nil {
-		f.err = ErrFreezeAborted
-	}
-	f.frozen = nil
-	f.s.frz = nil
+// encoded reports whether Next has encoded chunk c already.
+func (f *Freeze) encoded(c uint64) bool {
+	return f.pos >= len(f.chunks) || c < f.chunks[f.pos]
 }
 
 // touch is called before a record changes item id (or may): the item's
@@ -129,38 +136,84 @@ func (f *Freeze) touch(id uint64) {
 		return
 	}
 	c := id / chunkIDs
-	if f.pos < len(f.chunks) && c < f.chunks[f.pos] || f.pos >= len(f.chunks) {
-		return // encoded already
-	}
-	if f.frozen[c] != nil {
+	if f.encoded(c) || f.frozen[c] != nil {
 		return
 	}
-	ch := f.s.items.chunk(c)
-	if ch == nil {
+	if fc := f.copyChunk(c); fc != nil {
+		f.frozen[c] = fc
+	}
+}
+
+// keep is called before a record removes item id, whose entry is e, from
+// the index and changes no other item of its chunk (a queue's deletion
+// removes each of its items so): the item is kept as it was, unless its
+// chunk is copied or encoded already. It costs what is removed, never a
+// copy of the chunk, so a deletion while a snapshot is written, of a queue
+// of any size, neither aborts it nor copies the index.
+func (f *Freeze) keep(id uint64, e *entry) {
+	if id >= f.nextID {
 		return
 	}
+	c := id / chunkIDs
+	if f.encoded(c) || f.frozen[c] != nil {
+		return
+	}
+	f.kept[c] = append(f.kept[c], keptItem{id: id, val: *e, extra: cloneExtra(f.s.xOf(e))})
+}
+
+// copyChunk returns chunk c as it was when the Freeze started: its items
+// now (a chunk no record changed since, but for removals) with the items
+// kept for it put back in their places, and forgets those. Nil when it
+// holds nothing.
+func (f *Freeze) copyChunk(c uint64) *frozenChunk {
 	fc := &frozenChunk{}
-	f.s.items.eachChunk(c, ch, 0, func(id uint64, e *entry) bool {
-		if id < f.nextID {
-			fc.ids = append(fc.ids, id)
-			fc.vals = append(fc.vals, *e)
-			fc.extras = append(fc.extras, cloneExtra(f.s.xOf(e)))
+	if ch := f.s.items.chunk(c); ch != nil {
+		f.s.items.eachChunk(c, ch, 0, func(id uint64, e *entry) bool {
+			if id < f.nextID {
+				fc.ids = append(fc.ids, id)
+				fc.vals = append(fc.vals, *e)
+				fc.extras = append(fc.extras, cloneExtra(f.s.xOf(e)))
+			}
+			return true
+		})
+	}
+	if kept := f.kept[c]; len(kept) > 0 {
+		delete(f.kept, c)
+		for _, k := range kept {
+			i, _ := slices.BinarySearch(fc.ids, k.id)
+			fc.ids = slices.Insert(fc.ids, i, k.id)
+			fc.vals = slices.Insert(fc.vals, i, k.val)
+			fc.extras = slices.Insert(fc.extras, i, k.extra)
 		}
-		return true
-	})
-	f.frozen[c] = fc
+	}
+	if len(fc.ids) == 0 {
+		return nil
+	}
+	return fc
 }
 
 // place records, for an item in a copied chunk, where its body went.
 func (f *Freeze) place(id, lsn uint64, off int64) {
-	fc := f.frozen[id/chunkIDs]
+	if id >= f.nextID {
+		return
+	}
+	set := func(b *BodyRef) {
+		if b.LSN == lsn && b.Off == 0 && b.Len > 0 {
+			b.Off = off
+		}
+	}
+	c := id / chunkIDs
+	for k := range f.kept[c] {
+		if f.kept[c][k].id == id {
+			set(&f.kept[c][k].val.body)
+		}
+	}
+	fc := f.frozen[c]
 	if fc == nil {
 		return
 	}
 	if k, ok := slices.BinarySearch(fc.ids, id); ok {
-		if b := &fc.vals[k].body; b.LSN == lsn && b.Off == 0 && b.Len > 0 {
-			b.Off = off
-		}
+		set(&fc.vals[k].body)
 	}
 }
 
@@ -210,7 +263,11 @@ func (f *Freeze) Next(b []byte) (out []byte, done bool, err error) {
 			c := f.chunks[f.pos]
 			f.pos++
 			var err error
-			if fc := f.frozen[c]; fc != nil {
+			fc := f.frozen[c]
+			if fc == nil && len(f.kept[c]) > 0 {
+				fc = f.copyChunk(c) // for this piece only
+			}
+			if fc != nil {
 				delete(f.frozen, c)
 				for k, id := range fc.ids {
 					if b, err = f.appendItem(b, id, &fc.vals[k], fc.extras[k]); err != nil {

@@ -961,7 +961,6 @@ func (mc *machine) PauseQueue(t *rapid.T) {
 // DeleteQueue deletes a named queue, forced or not; a delete not forced
 // while a lease is open is refused.
 func (mc *machine) DeleteQueue(t *rapid.T) {
-	mc.frz.deleted = true
 	m := mc.m
 	named := slices.DeleteFunc(m.liveIDs(), func(id uint64) bool { return id == state.DefaultQueue })
 	if len(named) == 0 {

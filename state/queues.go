@@ -602,9 +602,6 @@ func (s *State) applyDelete(q *QueueState, r *DeleteQueue) error {
 	case q.leased > 0 && !r.Force:
 		return invalid("delete of queue %d with %d leases open, not forced", q.id, q.leased)
 	}
-	if s.frz != nil {
-		s.frz.abort() // it would copy every chunk that holds an item of q
-	}
 	var gone []uint64
 	s.items.each(func(id uint64, e *entry) {
 		if e.queue == q.id {
@@ -613,6 +610,9 @@ func (s *State) applyDelete(q *QueueState, r *DeleteQueue) error {
 	})
 	for _, id := range gone {
 		e := s.items.get(id)
+		if s.frz != nil {
+			s.frz.keep(id, e) // as it was: the snapshot holds the queue
+		}
 		switch e.status {
 		case Waiting:
 			q.removeWaiting(id, e)
