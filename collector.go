@@ -94,8 +94,14 @@ func NewCollector(q *Queue, name string) prometheus.Collector {
 		func(s *Stats) float64 { return float64(s.LiveBytes) })
 	dirCounter("compactions_total", "Compactions done since the queue was opened.",
 		func(s *Stats) float64 { return float64(s.Compactions) })
-	dirCounter("compactions_failed_total", "Compactions that failed since the queue was opened (the log is kept; the next try waits for it to double).",
+	dirCounter("compactions_failed_total", "Compactions that failed since the queue was opened; the automatic one is tried again after 1 s, doubling to a minute.",
 		func(s *Stats) float64 { return float64(s.CompactionsFailed) })
+	dirCounter("compaction_copies_skipped_total", "Compactions that copied no body forward because the disk was nearly full (Options.DiskWatermark).",
+		func(s *Stats) float64 { return float64(s.CopiesSkipped) })
+	dirGauge("disk_free_bytes", "Free space of the directory's disk at the last reading (read as puts come near Options.DiskWatermark, and every MiB appended).",
+		func(s *Stats) float64 { return float64(s.DiskFree) })
+	dirCounter("puts_refused_disk_total", "Puts refused with ErrDiskFull because they would take the disk below Options.DiskWatermark.",
+		func(s *Stats) float64 { return float64(s.DiskRefused) })
 	dirCounter("body_cache_hits_total", "Deliveries (and dead-letter listings) whose body came from memory: the cache of bodies put recently, or one not yet placed on disk.",
 		func(s *Stats) float64 { return float64(s.Bodies.Hits) })
 	dirCounter("body_cache_misses_total", "Deliveries whose body was read from the log.",

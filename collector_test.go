@@ -173,6 +173,9 @@ func TestCollectorMatchesStats(t *testing.T) {
 		"walq_body_read_bytes_total":                    float64(st.Bodies.ReadBytes),
 		"walq_body_failures_total":                      float64(st.Bodies.Failures),
 		"walq_relocated_bytes_total":                    float64(st.Bodies.RelocatedBytes),
+		"walq_compaction_copies_skipped_total":          float64(st.CopiesSkipped),
+		"walq_disk_free_bytes":                          float64(st.DiskFree),
+		"walq_puts_refused_disk_total":                  float64(st.DiskRefused),
 	}
 	for name, h := range map[string]Histogram{"walq_fsync_duration_seconds": st.Fsync, "walq_commit_batch_records": st.CommitBatch} {
 		for i, bound := range h.Bounds {
@@ -208,6 +211,7 @@ var dirMetrics = map[string]bool{
 	"walq_last_compaction_duration_seconds": true, "walq_recovery_duration_seconds": true,
 	"walq_body_cache_hits_total": true, "walq_body_cache_misses_total": true, "walq_body_cache_bytes": true,
 	"walq_body_read_bytes_total": true, "walq_body_failures_total": true, "walq_relocated_bytes_total": true,
+	"walq_compaction_copies_skipped_total": true, "walq_disk_free_bytes": true, "walq_puts_refused_disk_total": true,
 }
 
 // scraped flattens gathered families into name{labels} -> value, with

@@ -27,13 +27,16 @@ import (
 //     keeps only the items it removes, and does not stop it). Temp file written
 //     in 1 MiB pieces, lengths and CRC last, fsync, rename, directory
 //     fsync. It holds where each body is, not the bodies.
-//  4. Copy forward the live bodies that lie in the sealed segments S
-//     covers: read each (outside the lock, checked by its CRC) and append
-//     Relocate records through the sequencer, like any other record, in
-//     pieces of relocateChunk bytes. Then sync them.
-//  5. Remove the sealed segments wholly below both S and the lowest body
-//     still in the log, oldest first: whole files, never the tail segment,
-//     nothing rewritten. Directory fsync. A read in flight that still
+//  4. Each sealed segment S covers (and each segment kept in bodies/)
+//     leaves: removed when no live body lies in it, moved whole to bodies/
+//     when at least half of it is live, else its live bodies are copied
+//     forward first: read (outside the lock, checked by their CRC) and
+//     appended as Relocate records through the sequencer, like any other
+//     record, in pieces of relocateChunk bytes, then synced. On a nearly
+//     full disk (Options.DiskWatermark) nothing is copied and such a
+//     segment is moved whole. See compactBodies.
+//  5. Removals are whole files, oldest first, never the tail segment,
+//     nothing rewritten; directory fsync. A read in flight that still
 //     names a removed segment looks the body up again (bodies.go).
 //  6. Only then delete the older snapshots.
 //
@@ -48,7 +51,7 @@ import (
 // log of its own: the copies go through the one log and its group commit
 // (no second file to fsync on the hot path); a body consumed soon after
 // its put is never copied (it is gone before its segment is compacted);
-// one old item costs a copy of its own body, never a kept segment; and
+// one old item in a sparse segment costs a copy of its own body; and
 // the free disk a compaction needs is the index snapshot and the copies,
 // not a rewrite of everything live at once.
 
@@ -452,6 +455,27 @@ func (q *Queue) compactBodies(covered uint64) error {
 
 	// Copy forward, round by round, and let go of what each round emptied.
 	for {
+		var want int64 // what this round would copy, at most
+		for _, f := range files {
+			if f.copy && f.size > 0 {
+				want += f.live
+			}
+		}
+		if want > 0 && !q.roomForCopies(min(want, relocateRound)) {
+			// On a tight disk the copies would take what acks need: the
+			// files are kept as they are (moved, not copied), and the
+			// ones emptied are still removed.
+			skipped := false
+			for _, f := range files {
+				skipped = skipped || f.copy
+				f.copy = false
+			}
+			if skipped {
+				q.metrics.copiesSkipped.Add(1)
+				q.opts.Logger.Warn("walq: compaction copies no body forward: the disk is nearly full",
+					"dir", q.dir, "watermark", q.opts.DiskWatermark)
+			}
+		}
 		n, err := q.relocateFrom(fileOf, relocateRound)
 		if err != nil {
 			return err

@@ -74,8 +74,11 @@
 // return it at once, and the background loops stop. Close it and Open it
 // again; on Linux recovery drops the log's pages from the page cache
 // before it reads them, so it rebuilds from what the disk holds. A failed
-// compaction fails only itself (Stats.CompactionsFailed): the log is kept
-// whole.
+// snapshot fails only its compaction (Stats.CompactionsFailed), which is
+// tried again on a timer; the bodies a compaction copies go through the
+// log, whose failure is the queue's. On a disk with less free space than
+// Options.DiskWatermark, puts return ErrDiskFull and store nothing, while
+// acks, nacks and compaction keep their room.
 //
 // # Files
 //

@@ -32,6 +32,13 @@ var (
 	// the items of a RedriveTo that would (in a *BatchError).
 	ErrFull = errors.New("walq: queue full")
 
+	// ErrDiskFull is returned, wrapped together with ErrFull, by Put and
+	// PutBatch when the disk that holds the directory has less free space
+	// than Options.DiskWatermark once the items are counted: nothing is
+	// stored, and the queue goes on (leases, acks, nacks and deletes keep
+	// the room under the watermark; compaction frees what they end).
+	ErrDiskFull = errors.New("walq: disk nearly full")
+
 	// ErrDuplicate is returned by Put with the ID of the item that holds the
 	// key (see Options.KeyWindow).
 	ErrDuplicate = errors.New("walq: duplicate key")
@@ -75,7 +82,8 @@ var (
 	ErrCorrupt = wal.ErrCorrupt
 
 	// ErrFailed is returned by every call once a write or fsync of the log
-	// has failed (a compaction's failure fails only the compaction).
+	// has failed, compaction's copies included (a failed snapshot fails
+	// only its compaction).
 	// The outcome of the calls in flight is unknown (a failed fsync cannot
 	// be retried safely); Close and Open again to recover from disk.
 	ErrFailed = wal.ErrFailed

@@ -28,7 +28,8 @@ func TestFullDisk(t *testing.T) {
 	filler := filepath.Join(mnt, "filler")
 	writeFile(t, filler, 1<<20) // freed later, to make room again
 	dir := filepath.Join(mnt, "queue")
-	opts := Options{Visibility: time.Minute, Backoff: func(int) time.Duration { return 0 }, DisableAutoCompact: true}
+	opts := Options{Visibility: time.Minute, Backoff: func(int) time.Duration { return 0 }, DisableAutoCompact: true,
+		DiskWatermark: -1} // the writes themselves meet the full disk
 	q, err := Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func TestFullDisk(t *testing.T) {
 func TestFullDiskTornBatch(t *testing.T) {
 	mnt := mountTmpfs(t, "8m")
 	dir := filepath.Join(mnt, "queue")
-	opts := Options{DisableAutoCompact: true}
+	opts := Options{DisableAutoCompact: true, DiskWatermark: -1}
 	q, err := Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -396,7 +397,8 @@ func (l *diskLedger) check(t *testing.T, q *Queue, where string) {
 func TestFullDiskReopenWithOpenLeases(t *testing.T) {
 	mnt := mountTmpfs(t, "8m")
 	dir := filepath.Join(mnt, "queue")
-	opts := Options{Visibility: time.Hour, MaxAttempts: 100, Backoff: func(int) time.Duration { return 0 }, DisableAutoCompact: true}
+	opts := Options{Visibility: time.Hour, MaxAttempts: 100, Backoff: func(int) time.Duration { return 0 }, DisableAutoCompact: true,
+		DiskWatermark: -1}
 	ctx := context.Background()
 	q, err := Open(dir, opts)
 	if err != nil {
@@ -451,7 +453,7 @@ func TestFullDiskReopenWithOpenLeases(t *testing.T) {
 func TestCloseOnFullDisk(t *testing.T) {
 	mnt := mountTmpfs(t, "8m")
 	dir := filepath.Join(mnt, "queue")
-	opts := Options{Sync: SyncNever, DisableAutoCompact: true}
+	opts := Options{Sync: SyncNever, DisableAutoCompact: true, DiskWatermark: -1}
 	q, err := Open(dir, opts)
 	must(t, err)
 	const n = 1200 // records past closeSnapshotMin: Close wants a snapshot
@@ -496,7 +498,7 @@ func TestDuplicateAnswerOnAFullDisk(t *testing.T) {
 	dir := filepath.Join(mnt, "queue")
 	g := &gateFS{FS: wal.OSFS(), release: make(chan struct{})}
 	t.Cleanup(g.open)
-	q, err := Open(dir, withFS(Options{Sync: SyncAlways}, g))
+	q, err := Open(dir, withFS(Options{Sync: SyncAlways, DiskWatermark: -1}, g))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +536,7 @@ func TestDuplicateAnswerOnAFullDisk(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	q, err = Open(dir, Options{Sync: SyncAlways})
+	q, err = Open(dir, Options{Sync: SyncAlways, DiskWatermark: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,6 +68,7 @@ type metrics struct {
 	batch          *histogram
 	compactions    atomic.Uint64
 	compactFailed  atomic.Uint64
+	copiesSkipped  atomic.Uint64
 	lastCompaction atomic.Int64 // queue time of the last compaction; 0: none
 	lastCompactDur atomic.Int64
 
@@ -178,10 +179,19 @@ type Stats struct {
 	// is kept whole; the automatic one is tried again on a timer, from 1 s
 	// to a minute, while the log is over its bounds).
 	CompactionsFailed uint64
-	LastCompacted     time.Time
-	LastCompactIn     time.Duration
-	Recovery          RecoveryStats
-	Work              WorkStats // summed over every Work call on the queue
+	// CopiesSkipped counts compactions that copied no body forward because
+	// the disk was nearly full (see Options.DiskWatermark): they kept the
+	// files that held live bodies and removed the ones emptied.
+	CopiesSkipped uint64
+	// DiskFree is the free space of the directory's disk at the last
+	// reading (see Options.DiskWatermark; 0 before the first), and
+	// DiskRefused counts the puts it refused.
+	DiskFree      int64
+	DiskRefused   uint64
+	LastCompacted time.Time
+	LastCompactIn time.Duration
+	Recovery      RecoveryStats
+	Work          WorkStats // summed over every Work call on the queue
 	// Bodies says what the directory holds of its bodies in memory and
 	// how deliveries got them (the same for every queue's Stats).
 	Bodies BodyStats
@@ -313,6 +323,10 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 		name, paused, inFlight = q.rt.name, qs.Paused(now), q.rt.set.maxInFlight
 	}
 	live := q.liveBytesLocked()
+	diskFree, diskRefused := q.disk.free-(q.disk.appended-q.disk.at), q.disk.refused
+	if !q.disk.read {
+		diskFree = 0
+	}
 	mapped := q.st.MappedBytes()
 	last := q.st.LastLSN()
 	q.bodies.drainLocked(q.st)
@@ -349,6 +363,9 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 		LiveBytes:         live,
 		Compactions:       q.metrics.compactions.Load(),
 		CompactionsFailed: q.metrics.compactFailed.Load(),
+		CopiesSkipped:     q.metrics.copiesSkipped.Load(),
+		DiskFree:          diskFree,
+		DiskRefused:       diskRefused,
 		LastCompactIn:     time.Duration(q.metrics.lastCompactDur.Load()),
 		Recovery:          q.recovery.clone(),
 		Work:              work,

@@ -68,6 +68,15 @@ type Options struct {
 	CompactMinBytes    int64
 	CompactRatio       float64
 	DisableAutoCompact bool
+	// DiskWatermark is the free space of the directory's disk below which
+	// Put and PutBatch are refused with ErrDiskFull (and ErrFull) instead
+	// of growing the log, so that the records that free space (leases,
+	// acks, nacks, deletes) and compaction keep room: a full disk then
+	// stops the producers, not the queue [16 MiB; -1: no watermark, a put
+	// that meets a full disk fails the queue]. Compaction copies bodies
+	// forward only while half of it stays free. Where the free space
+	// cannot be read (not Unix), there is none.
+	DiskWatermark int64
 	// BodyCacheBytes bounds the bodies kept in memory after their put
 	// until they are delivered, so that an item consumed soon after its
 	// put is delivered without a read [16 MiB]; older bodies are read from
@@ -102,6 +111,7 @@ const (
 	defaultCompactMinBytes = 64 << 20
 	defaultCompactRatio    = 4
 	defaultBodyCacheBytes  = 16 << 20
+	defaultDiskWatermark   = 16 << 20
 	minSegmentSize         = 4 << 10
 
 	// MaxDuration bounds every duration the queue adds to the time (delays,
@@ -150,11 +160,16 @@ func (o Options) withDefaults() (Options, error) {
 		return bad("CompactRatio", o.CompactRatio, "must be 0 or at least 1.5")
 	case o.BodyCacheBytes < -1:
 		return bad("BodyCacheBytes", o.BodyCacheBytes, "must be -1 (none), 0 (the default) or positive")
+	case o.DiskWatermark < -1:
+		return bad("DiskWatermark", o.DiskWatermark, "must be -1 (none), 0 (the default) or positive")
 	case o.Sync.Check() != nil:
 		return bad("Sync", o.Sync, o.Sync.Check().Error())
 	}
 	if o.BodyCacheBytes == 0 {
 		o.BodyCacheBytes = defaultBodyCacheBytes
+	}
+	if o.DiskWatermark == 0 {
+		o.DiskWatermark = defaultDiskWatermark
 	}
 	if o.Visibility == 0 {
 		o.Visibility = defaultVisibility

@@ -67,6 +67,7 @@ type directory struct {
 	closed   bool                // under mu
 	timerAt  int64               // when the timer loop will wake next (MaxInt64: not armed); under mu
 	logBytes int64               // bytes in the log segments, approximately; under mu
+	disk     diskSpace           // the free space last read; under mu
 	kick     chan struct{}       // wakes the timer loop to look again
 	done     chan struct{}       // closed by Close
 
@@ -226,6 +227,10 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 	}
 	if err := rt.checkRoom(qs, len(accepted), bytes); err != nil {
 		return nil, q.answerLocked(err) // the items it counts may not be durable yet
+	}
+	if err := q.checkDiskLocked(len(accepted), bytes); err != nil {
+		q.mu.Unlock()
+		return nil, err
 	}
 	var commit *wal.Commit
 	if len(accepted) > 0 {

@@ -133,6 +133,7 @@ func (q *Queue) appendToLocked(queue uint64, rec state.Record) (uint64, *wal.Com
 		q.wakeLocked(q.rts[m.Target], now)
 	}
 	q.logBytes += int64(len(q.encBuf) + wal.HeaderSize + 3)
+	q.disk.appended += int64(len(q.encBuf) + wal.HeaderSize + 3)
 	if q.compactDueLocked() {
 		select {
 		case q.compactSignal <- struct{}{}:

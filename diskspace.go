@@ -1,0 +1,79 @@
+package walq
+
+import "fmt"
+
+// A full disk stops the producers, not the queue. A put that would leave
+// less than Options.DiskWatermark free on the directory's disk is refused
+// (ErrDiskFull, with ErrFull) before anything is appended, so the records
+// that end items, and compaction, which frees the files they emptied,
+// keep the room under the watermark. A user's record that still meets a
+// full disk (another process took the room) fails the queue, as any failed
+// write of the log does.
+//
+// The free space is read with statfs under the queue's lock, and the bytes
+// appended since the last reading count as taken: no put of this queue
+// can pass another's reading. It is read again once 1 MiB was appended,
+// and at every put while the estimate is within 1 MiB of the watermark,
+// so that space freed by a compaction (or by anyone) is seen at once when
+// it matters.
+
+// diskResample is how many bytes may be appended between two readings of
+// the free space while it is far above the watermark.
+const diskResample = 1 << 20
+
+// diskSpace is the last reading of the directory's free disk.
+type diskSpace struct {
+	free     int64 // bytes free at the reading
+	at       int64 // appended when it was taken
+	appended int64 // bytes of records appended since Open
+	read     bool  // a reading was taken
+	refused  uint64
+}
+
+// freeLocked returns the free space of the directory's disk as it stands
+// after what was appended since the last reading, reading it again when
+// the estimate comes near limit; ok is false where it cannot be read.
+func (q *Queue) freeLocked(limit int64) (free int64, ok bool) {
+	d := &q.disk
+	since := d.appended - d.at
+	est := d.free - since
+	if !d.read || since >= diskResample || est < limit+diskResample {
+		f, ok := diskFree(q.dir)
+		if !ok {
+			return 0, false
+		}
+		d.free, d.at, d.read = f, d.appended, true
+		est = f
+	}
+	return est, true
+}
+
+// checkDiskLocked refuses n items of the given bytes when their record
+// would take the disk below the watermark.
+func (q *Queue) checkDiskLocked(n int, bytes int64) error {
+	wm := q.opts.DiskWatermark
+	if wm < 0 || n == 0 {
+		return nil
+	}
+	need := bytes + int64(n)*32 // the record's own bytes, roughly
+	free, ok := q.freeLocked(wm + need)
+	if !ok || free-need >= wm {
+		return nil
+	}
+	q.disk.refused++
+	return fmt.Errorf("%w: %w: %d bytes free on the disk of %s; %d items of %d bytes would leave less than Options.DiskWatermark (%d)",
+		ErrFull, ErrDiskFull, free, q.dir, n, bytes, wm)
+}
+
+// roomForCopies reports whether compaction may copy n bytes of bodies
+// forward: while at least half the watermark stays free, which puts never
+// take, so copies cannot fill the disk under acks.
+func (q *Queue) roomForCopies(n int64) bool {
+	if q.opts.DiskWatermark < 0 {
+		return true
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	free, ok := q.freeLocked(q.opts.DiskWatermark/2 + n)
+	return !ok || free-n >= q.opts.DiskWatermark/2
+}
