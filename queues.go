@@ -360,7 +360,9 @@ func (q *Queue) setPause(until time.Time, pause bool) error {
 }
 
 // Delete deletes the queue with its items, keys, counters and dead
-// letters; its disk space comes back at the next compaction. It refuses,
+// letters; its bodies' disk space comes back as compaction reclaims the
+// files that hold them, once less than half of each is live (a delete is
+// not an erasure of the bytes). It refuses,
 // with ErrQueueBusy, a queue with leases open unless force is set (their
 // receipts then return ErrQueueDeleted). Every handle of the queue, and
 // every Get and Work blocked on it, returns ErrQueueDeleted from then on.

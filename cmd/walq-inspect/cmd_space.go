@@ -28,8 +28,12 @@ marker, temp files of interrupted snapshots, segment creations or marker
 writes, format-1 files left by an interrupted migration, .broken copies of
 cut tails, the reserve file), the live data, and where the log stands
 against the
-automatic compaction trigger: a compaction runs once the log is at least
-CompactMinBytes and more than CompactRatio times the live data.
+automatic compaction trigger: a compaction runs once the log (the
+segments kept in bodies/ counted with it) is at least CompactMinBytes and
+more than CompactRatio times the live data. After a compaction the queue
+also waits until the log has grown by what that compaction's snapshot
+took, which a reader of the directory cannot see: the next one may come
+later than said.
 
 The live data is the queue's own estimate of what a snapshot takes (the
 bodies of the stored items plus 64 bytes per item), which is what the
@@ -40,8 +44,9 @@ not use the defaults.
 The queues of a directory share its log, snapshots and compaction, so the
 figures are the directory's, every queue's items counted. With named
 queues each queue's share of the live data follows; --queue NAME shows
-that queue's alone ("(default)": the default queue's). The records of a
-deleted queue stay in the log until the next compaction.`,
+that queue's alone ("(default)": the default queue's). The bodies of a
+deleted queue stay on disk until compaction reclaims the files that hold
+them, as it reclaims any garbage.`,
 	flags: func(fs *flag.FlagSet) any {
 		o := &spaceOpts{queue: queueFlag(fs)}
 		fs.Int64Var(&o.minBytes, "min-bytes", defaultCompactMinBytes, "the queue's Options.CompactMinBytes")
@@ -124,7 +129,8 @@ func runSpace(c *cmdEnv) int {
 			return c.errorf("%v", err)
 		}
 	}
-	logBytes := qf.bytes(qf.segmentKind())
+	kept := qf.bytes(layout.Kept)
+	logBytes := qf.bytes(qf.segmentKind()) + kept // as the queue counts it
 	live := liveBytes(st)
 	fmt.Fprintf(w, "\nlive data   ~%s: %s of bodies in %s, plus 64 B per item\n",
 		fmtBytes(live), fmtBytes(st.TotalBytes()), plural(st.TotalLen(), "item", "items"))
@@ -139,14 +145,18 @@ func runSpace(c *cmdEnv) int {
 	}
 	fmt.Fprintf(w, "compaction  runs when the log is at least %s and more than %g x the live data\n",
 		fmtBytes(o.minBytes), o.ratio)
+	with := ""
+	if kept > 0 {
+		with = fmt.Sprintf(" (%s of it kept in bodies/)", fmtBytes(kept))
+	}
 	if live > 0 {
-		fmt.Fprintf(w, "log         %s, %.2f x the live data\n", fmtBytes(logBytes), float64(logBytes)/float64(live))
+		fmt.Fprintf(w, "log         %s%s, %.2f x the live data\n", fmtBytes(logBytes), with, float64(logBytes)/float64(live))
 	} else {
-		fmt.Fprintf(w, "log         %s\n", fmtBytes(logBytes))
+		fmt.Fprintf(w, "log         %s%s\n", fmtBytes(logBytes), with)
 	}
 	threshold := max(o.minBytes, int64(math.Floor(o.ratio*float64(live)))+1)
 	if logBytes >= threshold {
-		fmt.Fprintf(w, "next        due now: the log is past both thresholds (the queue starts one on its next append, unless automatic compaction is off or a failed one makes it wait for the log to double)\n")
+		fmt.Fprintf(w, "next        due now: the log is past both thresholds (the queue starts one on its next append, unless automatic compaction is off or a failed one waits for its retry, 1 s to a minute)\n")
 	} else {
 		fmt.Fprintf(w, "next        when the log reaches %s: %s to go, at the current live data\n",
 			fmtBytes(threshold), fmtBytes(threshold-logBytes))
