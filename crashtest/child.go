@@ -34,6 +34,9 @@ type childConfig struct {
 	WallOffset time.Duration
 	StepClock  bool
 	Queues     int // named queues besides the default queue (Config.Queues)
+	// Watermark, when positive, is the queue's Options.DiskWatermark, with
+	// automatic compaction on (Config.LowDisk).
+	Watermark int64
 }
 
 // IsChild reports whether this process was started by the harness as its
@@ -88,6 +91,12 @@ func runChild(cfg childConfig) int {
 	clock := newSteppedClock(cfg.WallOffset)
 	opts := queueOptions(sync, cfg.SegmentSize)
 	opts.Clock = clock
+	if cfg.Watermark > 0 {
+		opts.DiskWatermark = cfg.Watermark
+		opts.DisableAutoCompact = false
+		opts.CompactMinBytes = cfg.Watermark / 4
+		opts.CompactRatio = 2
+	}
 	// Queue time starts at or after the wall clock read at Open: wall is a
 	// floor for the time of every record this child writes.
 	wall := clock.Now().UnixNano()
@@ -245,6 +254,10 @@ func (c *child) put(rng *rand.Rand, s *slot) {
 	}
 	if errors.Is(err, walq.ErrQueueDeleted) {
 		c.failed(call, "deleted") // checked under q.mu before anything is appended
+		return
+	}
+	if errors.Is(err, walq.ErrDiskFull) {
+		c.failed(call, "diskfull") // refused before anything is appended
 		return
 	}
 	if errors.Is(err, walq.ErrInvalidDeadline) && c.clock.steps.Load() != steps {

@@ -52,6 +52,14 @@ type Config struct {
 	// run, every IdleEvery-th check after it, and the check after the
 	// final drain (0: every 8th; negative: never).
 	IdleEvery int
+	// LowDisk, when positive, puts the queue on a tmpfs of that many bytes
+	// (Linux, root) and runs each child with Options.DiskWatermark at a
+	// quarter of it and automatic compaction on: the producers meet the
+	// watermark and their puts are refused (ErrDiskFull, reported as
+	// refused and held to storing nothing) while consumers drain and
+	// compaction frees the files. The queue must never fail itself: an
+	// ErrFailed anywhere is a violation, as in every mode.
+	LowDisk int64
 }
 
 // Mix is the child's workload: how many goroutines do what, and how often.

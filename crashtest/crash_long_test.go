@@ -144,6 +144,38 @@ func TestCrashQueues(t *testing.T) {
 	}
 }
 
+// TestCrashLowDisk runs the workload on an 8 MiB tmpfs with a third of its
+// items large (Config.LowDisk): puts must be refused with ErrDiskFull, and
+// the queue must never fail itself. It needs root.
+func TestCrashLowDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a low disk is a tmpfs, which needs root to mount")
+	}
+	cfg := envConfig(t, "cycle", false)
+	cfg.StepClock = true
+	cfg.Queues = 3
+	cfg.LowDisk = 8 << 20
+	cfg.Mix.Large = 30
+	if os.Getenv("WALQ_CRASH_CYCLES") == "" {
+		cfg.Cycles = 30
+	}
+	cfg.Log = nil
+	sum, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(sum)
+	if len(sum.Violations) > 0 {
+		t.Errorf("seed %d, cycle %d, directory kept: %s", sum.Seed, sum.Cycles, sum.Dir)
+		for _, v := range sum.Violations {
+			t.Error(v)
+		}
+	}
+	if sum.Kills < cfg.Cycles || sum.Ops == 0 || sum.Checks == 0 || sum.DiskRefused == 0 {
+		t.Errorf("the run proved little (no put met the watermark?): %s", sum)
+	}
+}
+
 // TestCatchesEarlyAck is the harness's own test: the queue built with the
 // tag walq_bug_early_ack returns from every call before its record is
 // durable, and the harness must report it.

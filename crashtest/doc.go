@@ -132,6 +132,12 @@
 // letters so that such answers come often; a build whose ErrNotFound did
 // not wait was reported at the fifth cycle of a power-loss run.
 //
+// With Config.LowDisk the queue lives on a tmpfs of that size (Linux,
+// root) and each child runs with Options.DiskWatermark at a quarter of it
+// and automatic compaction on: puts refused with ErrDiskFull are held to
+// storing nothing, and the queue must never fail itself (a build without
+// the watermark fails at the first cycle on 8 MiB).
+//
 // The harness must be able to fail: built with the tag walq_bug_early_ack
 // the queue returns from every call before its record is durable, and
 // TestCatchesEarlyAck (and soak.sh's early-ack mode) assert that the

@@ -56,6 +56,8 @@ type Summary struct {
 	ClockBehind      int // children started with their wall clock behind the previous child's
 	DeadlinesChecked int // stored deadlines checked exactly by span
 	NotFoundChecked  int // ErrNotFound answers of redrives and purges held to the recovered state
+	LowDisk          int64
+	DiskRefused      int // puts refused with ErrDiskFull, held to storing nothing (LowDisk)
 	WorkRuns         int // Work handler calls
 	// Starved counts lost leases and second runs under Work that came
 	// while the child was starved longer than Visibility - HeartbeatEvery
@@ -101,8 +103,11 @@ func (s Summary) String() string {
 		loss = "cut"
 	}
 	queues := ""
+	if s.LowDisk > 0 {
+		queues = fmt.Sprintf(" lowdisk-kib=%d disk-refused=%d", s.LowDisk>>10, s.DiskRefused)
+	}
 	if s.Queues > 0 {
-		queues = fmt.Sprintf(" queues=%d pauses-timed=%d pauses-forever=%d resumes=%d deletes=%d deletes-forced=%d recreated=%d "+
+		queues += fmt.Sprintf(" queues=%d pauses-timed=%d pauses-forever=%d resumes=%d deletes=%d deletes-forced=%d recreated=%d "+
 			"pauses-held=%d deletes-held=%d shared-keys=%d",
 			s.Queues, s.PausesTimed, s.PausesForever, s.Resumes, s.Deletes, s.DeletesForced, s.Recreated,
 			s.PausesHeld, s.DeletesHeld, s.SharedKeys)
@@ -208,7 +213,7 @@ func Run(cfg Config) (Summary, error) {
 		h.logf = func(string, ...any) {}
 	}
 	h.sum = Summary{Seed: cfg.Seed, Sync: sync.String(), PowerLoss: cfg.PowerLoss, PageLoss: cfg.PageLoss, StepClock: cfg.StepClock,
-		PolicyCycles: make(map[string]int), Queues: cfg.Queues}
+		PolicyCycles: make(map[string]int), Queues: cfg.Queues, LowDisk: cfg.LowDisk}
 	if cfg.Sync == "cycle" {
 		h.sum.Sync = "cycle"
 	}
@@ -222,6 +227,25 @@ func Run(cfg Config) (Summary, error) {
 	h.queueDir = filepath.Join(h.root, "queue")
 	if err := os.MkdirAll(filepath.Join(h.root, "reports"), 0o700); err != nil {
 		return h.sum, err
+	}
+	var unmount func() error // the low disk's, until it is unmounted
+	if cfg.LowDisk > 0 {
+		var err error
+		if unmount, err = mountLowDisk(h.queueDir, cfg.LowDisk); err != nil {
+			return h.sum, err
+		}
+		defer func() {
+			if unmount != nil {
+				// A run that found a violation or stopped early keeps its
+				// directory: the queue's files are copied out of the tmpfs
+				// first (.broken copies aside).
+				kept := filepath.Join(h.root, "queue.kept")
+				if err := copyTree(h.queueDir, kept); err != nil {
+					h.logf("crashtest: copy the queue to %s: %v", kept, err)
+				}
+				unmount()
+			}
+		}()
 	}
 	h.logf("crashtest: seed %d, sync %s, power loss %v (pages %v), %d cycles, dir %s", cfg.Seed, h.sum.Sync, cfg.PowerLoss, cfg.PageLoss, cfg.Cycles, h.root)
 
@@ -240,6 +264,12 @@ func Run(cfg Config) (Summary, error) {
 		}
 	}
 	sum := h.finish(start)
+	if unmount != nil && len(sum.Violations) == 0 {
+		if err := unmount(); err != nil {
+			h.logf("crashtest: unmount %s: %v", h.queueDir, err)
+		}
+		unmount = nil
+	}
 	if len(sum.Violations) == 0 && cfg.Dir == "" {
 		os.RemoveAll(h.root)
 	}
@@ -267,6 +297,7 @@ func (h *harness) finish(start time.Time) Summary {
 	h.sum.LargeBodies, h.sum.EmptyBodies, h.sum.BodyMiB = h.led.largeChecked, h.led.emptyChecked, int(h.led.bodyBytesChecked>>20)
 	h.sum.DeadlinesChecked = h.led.deadlinesChecked
 	h.sum.NotFoundChecked = h.led.notFoundChecked
+	h.sum.DiskRefused = h.led.diskRefused
 	h.sum.WorkRuns = h.led.workRuns
 	h.sum.KillsInCompaction = h.led.compactionsCut
 	h.sum.Violations = h.led.violations
@@ -296,7 +327,7 @@ func (h *harness) cycle(cycle int) error {
 		segSize *= []int64{1, 4, 16}[h.rng.IntN(3)]
 	}
 	ccfg := childConfig{Dir: h.queueDir, Report: reportPath, Seed: h.rng.Uint64(), Cycle: cycle,
-		Sync: policy, SegmentSize: segSize, Mix: h.cfg.Mix, Queues: h.cfg.Queues}
+		Sync: policy, SegmentSize: segSize, Mix: h.cfg.Mix, Queues: h.cfg.Queues, Watermark: h.cfg.LowDisk / 4}
 	if h.cfg.StepClock {
 		ccfg.StepClock = true
 		ccfg.WallOffset = h.startOffset()

@@ -124,6 +124,7 @@ type ledger struct {
 	checkTime, cycleFloor int64
 	deadlinesChecked      int // stored deadlines checked by span
 	notFoundChecked       int // ErrNotFound answers checked (checkNotFound)
+	diskRefused           int // puts refused with ErrDiskFull (Config.LowDisk)
 	workRuns              int // Work handler calls
 }
 
@@ -233,6 +234,9 @@ func (l *ledger) ingest(events []event, trusted func(event) bool) cycleReport {
 				l.done(in, ev, trusted(ev), l.startedAt[ev.n])
 				l.opsChecked++
 			} else if in.op == "put" || in.op == "putb" {
+				if ev.args[0] == "diskfull" {
+					l.diskRefused++
+				}
 				l.refused(in)
 			} else if (in.op == "redrive" || in.op == "purge") && ev.args[0] == "notfound" {
 				if trusted(ev) && len(in.args) == 2 {

@@ -64,9 +64,16 @@
 #   never               SyncNever, kill -9 only: a call returns once its
 #                       record is written to the OS, and that survives the
 #                       process
+#   lowdisk             kill -9 with the queue on an 8 MiB tmpfs (root only;
+#                       skipped otherwise), each child's sync policy drawn,
+#                       Options.DiskWatermark at 2 MiB, automatic compaction
+#                       on and a third of the items large: puts are refused
+#                       with ErrDiskFull (counted as disk-refused, held to
+#                       storing nothing) and the queue must never fail itself
 #   early-ack           the queue built to return before fsync, under page
 #                       loss: the run must report violations
-# interval and never run a fifth of the cycles (at least 200), early-ack 50.
+# interval, never and lowdisk run a fifth of the cycles (at least 200),
+# early-ack 50.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -74,7 +81,7 @@ cycles=${1:-1000}
 shift || true
 modes=("$@")
 if [ ${#modes[@]} -eq 0 ]; then
-	modes=(kill powerloss interval never early-ack)
+	modes=(kill powerloss interval never lowdisk early-ack)
 fi
 seed=${SEED:-0}
 queues=${QUEUES:-3}
@@ -99,6 +106,13 @@ for spec in "${modes[@]}"; do
 	powerloss-never) args=(-cycles "${n:-$cycles}" -sync never -pageloss) ;;
 	interval) args=(-cycles "${n:-$fifth}" -sync interval:20ms -powerloss) ;;
 	never) args=(-cycles "${n:-$fifth}" -sync never) ;;
+	lowdisk)
+		if [ "$(id -u)" != 0 ]; then
+			echo "lowdisk: skipped: it mounts a tmpfs, which needs root"
+			continue
+		fi
+		args=(-cycles "${n:-$fifth}" -sync cycle -lowdisk $((8 << 20)) -mix large=30)
+		;;
 	early-ack) args=(-cycles "${n:-50}" -sync always -pageloss -expect-violations) ;;
 	*) echo "soak.sh: unknown mode $mode" >&2; exit 2 ;;
 	esac

@@ -37,6 +37,7 @@ func main() {
 		expect    = flag.Bool("expect-violations", false, "succeed only if violations are found (for a build with an injected bug)")
 		idleEvery = flag.Int("idle-every", 0, "run the idle check (no busy wake-ups with consumers blocked and nothing due) after the first check, every n-th and the last (0: every 8th; -1: never)")
 		queues    = flag.Int("queues", 0, "named queues besides the default queue, paused, resumed, deleted and created again while the workload runs on all of them (0: the default queue only)")
+		lowDisk   = flag.Int64("lowdisk", 0, "bytes of a tmpfs the queue lives on (Linux, root), with the children's Options.DiskWatermark at a quarter of it and automatic compaction on (0: the working directory's disk)")
 	)
 	flag.Parse()
 	m, err := crashtest.ParseMix(crashtest.DefaultMix, *mix)
@@ -52,7 +53,7 @@ func main() {
 	cfg := crashtest.Config{
 		Cycles: *cycles, Seed: *seed, Sync: *sync, PowerLoss: *powerLoss, PageLoss: *pageLoss, StepClock: *stepClock, Mix: m,
 		SegmentSize: *segment, MaxRun: *maxRun, Dir: *dir, Child: []string{self},
-		StopOnViolation: true, Queues: *queues, IdleEvery: *idleEvery,
+		StopOnViolation: true, Queues: *queues, IdleEvery: *idleEvery, LowDisk: *lowDisk,
 		Log: func(format string, args ...any) {
 			if *verbose {
 				fmt.Fprintf(os.Stderr, format+"\n", args...)
