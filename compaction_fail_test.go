@@ -1,9 +1,14 @@
 package walq
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -156,5 +161,149 @@ func TestDeletedQueueCopiesNoHeldBacklog(t *testing.T) {
 		if got := q.Stats().Bodies.RelocatedBytes - before; got > 4<<10 {
 			t.Fatalf("round %d: the compaction after deleting a queue of one item copied %d bytes of the held backlog", round, got)
 		}
+	}
+}
+
+// snapshotFaultFS fails, with ENOSPC, the n-th operation on a snapshot
+// file (its creation, each write, fsync and close of it, its rename);
+// nothing else.
+type snapshotFaultFS struct {
+	wal.FS
+	mu     sync.Mutex
+	n, ops int
+	failed bool
+}
+
+func (s *snapshotFaultFS) step() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ops++
+	if s.ops == s.n {
+		s.failed = true
+		return syscall.ENOSPC
+	}
+	return nil
+}
+
+func isSnapshot(path string) bool { return strings.HasPrefix(filepath.Base(path), "snapshot-") }
+
+func (s *snapshotFaultFS) OpenFile(name string, flag int, perm os.FileMode) (wal.File, error) {
+	if !isSnapshot(name) || flag&os.O_CREATE == 0 {
+		return s.FS.OpenFile(name, flag, perm)
+	}
+	if err := s.step(); err != nil {
+		return nil, err
+	}
+	f, err := s.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &snapshotFaultFile{File: f, fs: s}, nil
+}
+
+func (s *snapshotFaultFS) Rename(oldpath, newpath string) error {
+	if isSnapshot(newpath) {
+		if err := s.step(); err != nil {
+			return err
+		}
+	}
+	return s.FS.Rename(oldpath, newpath)
+}
+
+type snapshotFaultFile struct {
+	wal.File
+	fs *snapshotFaultFS
+}
+
+func (f *snapshotFaultFile) Write(p []byte) (int, error) {
+	if err := f.fs.step(); err != nil {
+		return 0, err
+	}
+	return f.File.Write(p)
+}
+
+func (f *snapshotFaultFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.fs.step(); err != nil {
+		return 0, err
+	}
+	return f.File.WriteAt(p, off)
+}
+
+func (f *snapshotFaultFile) Sync() error {
+	if err := f.fs.step(); err != nil {
+		return err
+	}
+	return f.File.Sync()
+}
+
+func (f *snapshotFaultFile) Close() error {
+	if err := f.fs.step(); err != nil {
+		f.File.Close()
+		return err
+	}
+	return f.File.Close()
+}
+
+// TestSnapshotFaultsKeepServing fails each operation on the snapshot file
+// of a compaction in turn, with ENOSPC, as a disk that filled under it
+// would: the compaction fails, the queue keeps serving (puts, leases,
+// acks), the next compaction succeeds without a reopen, and a reopen then
+// finds the state the calls left.
+func TestSnapshotFaultsKeepServing(t *testing.T) {
+	opts := faultTestOptions()
+	base, _ := baseQueueDir(t, opts)
+	// Count the snapshot operations of one compaction.
+	counter := &snapshotFaultFS{FS: opts.fs}
+	q, err := Open(copyDir(t, base), withFS(opts, counter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	total := counter.ops
+	t.Logf("%d operations on the snapshot file", total)
+	if total < 4 {
+		t.Fatalf("a compaction made only %d operations on its snapshot", total)
+	}
+	ctx := context.Background()
+	for n := 1; n <= total; n++ {
+		dir := copyDir(t, base)
+		ffs := &snapshotFaultFS{FS: opts.fs, n: n}
+		q, err := Open(dir, withFS(opts, ffs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cerr := q.Compact()
+		if !ffs.failed || !errors.Is(cerr, syscall.ENOSPC) {
+			t.Fatalf("op %d of %d: failed %v, Compact = %v; want ENOSPC", n, total, ffs.failed, cerr)
+		}
+		id, err := q.Put(ctx, []byte("after a failed snapshot"))
+		if err != nil {
+			t.Fatalf("op %d: a put after the failed compaction: %v", n, err)
+		}
+		m, ok, err := q.TryGet()
+		if err != nil || !ok {
+			t.Fatalf("op %d: a lease after the failed compaction: %v %v", n, ok, err)
+		}
+		if err := q.Ack(m.Receipt); err != nil {
+			t.Fatalf("op %d: an ack after the failed compaction: %v", n, err)
+		}
+		if err := q.Compact(); err != nil {
+			t.Fatalf("op %d: the compaction after the failed one: %v", n, err)
+		}
+		want := q.stateBytes()
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+		q, err = Open(dir, opts)
+		if err != nil {
+			t.Fatalf("op %d: reopen: %v", n, err)
+		}
+		if got := q.stateBytes(); !bytes.Equal(got, want) {
+			t.Fatalf("op %d: the reopened state differs from the one the calls left (item %d put)", n, id)
+		}
+		q.Close()
 	}
 }
