@@ -98,7 +98,7 @@ func NewCollector(q *Queue, name string) prometheus.Collector {
 		func(s *Stats) float64 { return float64(s.CompactionsFailed) })
 	dirCounter("compaction_copies_skipped_total", "Compactions that copied no body forward because the disk was nearly full (Options.DiskWatermark).",
 		func(s *Stats) float64 { return float64(s.CopiesSkipped) })
-	dirGauge("disk_free_bytes", "Free space of the directory's disk at the last reading (read as puts come near Options.DiskWatermark, and every MiB appended).",
+	dirGauge("disk_free_bytes", "Free space of the directory's disk, read at each scrape (0 where it cannot be read).",
 		func(s *Stats) float64 { return float64(s.DiskFree) })
 	dirCounter("puts_refused_disk_total", "Puts refused with ErrDiskFull because they would take the disk below Options.DiskWatermark.",
 		func(s *Stats) float64 { return float64(s.DiskRefused) })

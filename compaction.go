@@ -85,7 +85,6 @@ func (q *Queue) compactLoop() {
 	defer q.wg.Done()
 	var retry Timer
 	var retryC <-chan time.Time
-	wait := compactRetryMin
 	defer func() {
 		if retry != nil {
 			retry.Stop()
@@ -100,7 +99,9 @@ func (q *Queue) compactLoop() {
 			run = retry == nil && q.compactDue()
 		case <-retryC:
 			retry, retryC = nil, nil
-			run = q.compactDue()
+			if run = q.compactDue(); !run {
+				q.compactWait.Store(int64(compactRetryMin)) // the log is within bounds again
+			}
 		case <-q.done:
 			return
 		case <-q.failed:
@@ -110,15 +111,12 @@ func (q *Queue) compactLoop() {
 			continue
 		}
 		err := q.compact()
-		switch {
-		case err == nil:
-			wait = compactRetryMin
-		case errors.Is(err, errCompactionStopped):
-		default:
+		if err != nil && !errors.Is(err, errCompactionStopped) {
+			wait := time.Duration(q.compactWait.Load())
 			q.opts.Logger.Error("walq: compaction failed", "err", err, "retry_in", wait)
 			retry = q.clock.NewTimer(wait)
 			retryC = retry.C()
-			wait = min(2*wait, compactRetryMax)
+			q.compactWait.Store(int64(min(2*wait, compactRetryMax)))
 		}
 		if q.opts.onCompact != nil {
 			q.opts.onCompact(err)
@@ -144,9 +142,14 @@ func (q *Queue) compact() (err error) {
 	defer q.compactMu.Unlock()
 	start := time.Now()
 	defer func() {
+		q.mu.Lock()
+		q.rereadDiskLocked() // files written and removed: the next put reads the disk
+		q.mu.Unlock()
 		if err != nil {
 			// compactLoop tries again on a timer; compactAfter stays.
 			q.metrics.compactFailed.Add(1)
+		} else {
+			q.compactWait.Store(int64(compactRetryMin)) // failures in a row start over
 		}
 	}()
 
@@ -219,7 +222,9 @@ func (q *Queue) snapshotOnce() (uint64, error) {
 	var f *state.Freeze
 	var err error
 	if q.st.LastLSN() > prev {
-		f, err = q.st.Freeze()
+		if err = q.roomForSnapshotLocked(); err == nil {
+			f, err = q.st.Freeze()
+		}
 	}
 	q.mu.Unlock()
 	if err != nil {
@@ -237,6 +242,9 @@ func (q *Queue) snapshotOnce() (uint64, error) {
 		return prev, nil
 	}
 	n, err := q.writeFrozen(f, true)
+	q.mu.Lock()
+	q.rereadDiskLocked() // the snapshot took disk that no append counted
+	q.mu.Unlock()
 	if err != nil {
 		return 0, err
 	}

@@ -1,6 +1,10 @@
 package walq
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/walq/walq/wal"
+)
 
 // A full disk stops the producers, not the queue. A put that would leave
 // less than Options.DiskWatermark free on the directory's disk is refused
@@ -16,6 +20,10 @@ import "fmt"
 // and at every put while the estimate is within 1 MiB of the watermark,
 // so that space freed by a compaction (or by anyone) is seen at once when
 // it matters.
+
+// snapshotReserve is the most free space a snapshot leaves to the records
+// written while it is (a quarter of the watermark when that is smaller).
+const snapshotReserve = 1 << 20
 
 // diskResample is how many bytes may be appended between two readings of
 // the free space while it is far above the watermark.
@@ -48,21 +56,48 @@ func (q *Queue) freeLocked(limit int64) (free int64, ok bool) {
 	return est, true
 }
 
-// checkDiskLocked refuses n items of the given bytes when their record
-// would take the disk below the watermark.
-func (q *Queue) checkDiskLocked(n int, bytes int64) error {
+// checkDiskLocked refuses n items whose record takes about need bytes
+// (bodies, keys and each item's fields) when it would take the disk below
+// the watermark.
+func (q *Queue) checkDiskLocked(n int, need int64) error {
 	wm := q.opts.DiskWatermark
 	if wm < 0 || n == 0 {
 		return nil
 	}
-	need := bytes + int64(n)*32 // the record's own bytes, roughly
+	need += wal.HeaderSize + 64 // the record's header and the frame's, roughly
 	free, ok := q.freeLocked(wm + need)
 	if !ok || free-need >= wm {
 		return nil
 	}
 	q.disk.refused++
-	return fmt.Errorf("%w: %w: %d bytes free on the disk of %s; %d items of %d bytes would leave less than Options.DiskWatermark (%d)",
-		ErrFull, ErrDiskFull, free, q.dir, n, bytes, wm)
+	return fmt.Errorf("%w: %w: %d bytes free on the disk of %s; %d items in a record of about %d bytes would leave less than Options.DiskWatermark (%d)",
+		ErrFull, ErrDiskFull, free, q.dir, n, need, wm)
+}
+
+// rereadDiskLocked makes the next check read the free space again: called
+// when the queue wrote or removed files outside the log (a snapshot, a
+// compaction's removals), which the bytes appended do not count.
+func (q *Queue) rereadDiskLocked() { q.disk.read = false }
+
+// roomForSnapshotLocked returns an error when a snapshot of the state, of
+// about the size of the last one or 64 bytes an item, would leave less
+// than snapshotReserve free: the room acks and nacks need meanwhile. The
+// snapshot is what lets a compaction remove the files that drained, so it
+// may take the rest of the watermark's room.
+func (q *Queue) roomForSnapshotLocked() error {
+	wm := q.opts.DiskWatermark
+	if wm < 0 {
+		return nil
+	}
+	reserve := min(wm/4, snapshotReserve)
+	est := max(q.lastSnapBytes, int64(q.st.TotalLen())*64)
+	q.rereadDiskLocked()
+	free, ok := q.freeLocked(reserve + est)
+	if !ok || free-est >= reserve {
+		return nil
+	}
+	return fmt.Errorf("no room for a snapshot of about %d bytes: %d bytes free on the disk of %s, Options.DiskWatermark %d: %w",
+		est, free, q.dir, wm, ErrDiskFull)
 }
 
 // roomForCopies reports whether compaction may copy n bytes of bodies
@@ -74,6 +109,7 @@ func (q *Queue) roomForCopies(n int64) bool {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.rereadDiskLocked() // the snapshot and the last round's files moved the disk
 	free, ok := q.freeLocked(q.opts.DiskWatermark/2 + n)
 	return !ok || free-n >= q.opts.DiskWatermark/2
 }

@@ -183,9 +183,9 @@ type Stats struct {
 	// the disk was nearly full (see Options.DiskWatermark): they kept the
 	// files that held live bodies and removed the ones emptied.
 	CopiesSkipped uint64
-	// DiskFree is the free space of the directory's disk at the last
-	// reading (see Options.DiskWatermark; 0 before the first), and
-	// DiskRefused counts the puts it refused.
+	// DiskFree is the free space of the directory's disk, read by Stats
+	// (0 where it cannot be read), and DiskRefused counts the puts
+	// Options.DiskWatermark refused.
 	DiskFree      int64
 	DiskRefused   uint64
 	LastCompacted time.Time
@@ -323,10 +323,11 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 		name, paused, inFlight = q.rt.name, qs.Paused(now), q.rt.set.maxInFlight
 	}
 	live := q.liveBytesLocked()
-	diskFree, diskRefused := q.disk.free-(q.disk.appended-q.disk.at), q.disk.refused
-	if !q.disk.read {
-		diskFree = 0
-	}
+	// A fresh reading: the estimate the puts use between readings counts
+	// what was appended as taken, and not what compaction gave back.
+	q.rereadDiskLocked()
+	diskFree, _ := q.freeLocked(0)
+	diskRefused := q.disk.refused
 	mapped := q.st.MappedBytes()
 	last := q.st.LastLSN()
 	q.bodies.drainLocked(q.st)

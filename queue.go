@@ -82,7 +82,8 @@ type directory struct {
 	compactMu     sync.Mutex    // one compaction at a time
 	snapLSN       atomic.Uint64 // LSN covered by the newest snapshot; written under compactMu
 	compactAfter  int64         // no automatic compaction below this log size; under mu
-	lastSnapBytes int64         // size of the last snapshot a compaction wrote; under compactMu
+	lastSnapBytes int64         // size of the last snapshot a compaction wrote (or Open loaded); under compactMu
+	compactWait   atomic.Int64  // how long compactLoop waits after a failure; a success sets it back to compactRetryMin
 
 	metrics  metrics
 	recovery RecoveryStats
@@ -189,7 +190,7 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 	accepted := recItems[:0]
 	var inBatch map[string]int // key -> index of the accepted item with it (only for batches with keys)
 	var sameAs map[int]int     // item index -> index of the earlier item of the batch with its key
-	var bytes int64
+	var bytes, recBytes int64  // the accepted items' bodies, and their record
 	for i := range items {
 		it := &items[i]
 		n := recItems[i]
@@ -224,11 +225,12 @@ func (q *Queue) PutBatch(ctx context.Context, items []Item) ([]uint64, error) {
 		}
 		accepted = append(accepted, n)
 		bytes += int64(len(n.Body))
+		recBytes += int64(len(n.Body) + len(n.Key) + batchItemOverhead)
 	}
 	if err := rt.checkRoom(qs, len(accepted), bytes); err != nil {
 		return nil, q.answerLocked(err) // the items it counts may not be durable yet
 	}
-	if err := q.checkDiskLocked(len(accepted), bytes); err != nil {
+	if err := q.checkDiskLocked(len(accepted), recBytes); err != nil {
 		q.mu.Unlock()
 		return nil, err
 	}

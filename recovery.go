@@ -177,6 +177,12 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	}
 	q := &Queue{directory: d, rt: newRT(state.DefaultQueue, "", o.defaultSettings())}
 	q.snapLSN.Store(snap)
+	q.compactWait.Store(int64(compactRetryMin))
+	if base.File != "" {
+		if fi, err := o.fs.Stat(filepath.Join(dir, base.File)); err == nil {
+			q.lastSnapBytes = fi.Size() // what the next snapshot may take, about
+		}
+	}
 	// A format-2 log always keeps a segment (truncation never removes the
 	// tail, and a migration creates one before its marker): a snapshot
 	// without one means the log was lost, not that it starts here.
