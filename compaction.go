@@ -201,18 +201,15 @@ func (q *Queue) compact() (err error) {
 // snapshot covers. The state is frozen under the lock (see state.Freeze)
 // and written a chunk at a time, the lock released between chunks, so the
 // queue goes on meanwhile and no second copy of the index is made. The
-// records it holds are made durable before it is.
-// A queue deleted meanwhile does not stop it (state.Freeze keeps what the
-// deletion removes).
-func (q *Queue) snapshot() (uint64, error) {
-	lsn, err := q.snapshotOnce()
-	if err != nil {
-		return 0, fmt.Errorf("walq: compaction: %w", err)
-	}
-	return lsn, nil
-}
-
-func (q *Queue) snapshotOnce() (uint64, error) {
+// records it holds are made durable before it is. A queue deleted
+// meanwhile does not stop it (state.Freeze keeps what the deletion
+// removes).
+func (q *Queue) snapshot() (lsn uint64, err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("walq: compaction: %w", err)
+		}
+	}()
 	prev := q.snapLSN.Load()
 	q.mu.Lock()
 	if err := q.usableLocked(); err != nil {
@@ -220,7 +217,6 @@ func (q *Queue) snapshotOnce() (uint64, error) {
 		return 0, err
 	}
 	var f *state.Freeze
-	var err error
 	if q.st.LastLSN() > prev {
 		if err = q.roomForSnapshotLocked(); err == nil {
 			f, err = q.st.Freeze()
@@ -268,13 +264,13 @@ func (q *Queue) endFreeze(f *state.Freeze) {
 // size. Every record f holds must be in the log's files: their bodies are
 // placed before each piece.
 func (q *Queue) writeFrozen(f *state.Freeze, locked bool) (int64, error) {
+	end := f.Close // gives up f, under q.mu as the caller holds it
+	if locked {
+		end = func() { q.endFreeze(f) }
+	}
 	w, err := wal.CreateSnapshot(q.opts.fs, q.dir, q.dirID, f.LSN(), wal.SectionDirIndex4, q.opts.FileMode)
 	if err != nil {
-		if locked {
-			q.endFreeze(f)
-		} else {
-			f.Close()
-		}
+		end()
 		return 0, err
 	}
 	var buf []byte
@@ -301,11 +297,7 @@ func (q *Queue) writeFrozen(f *state.Freeze, locked bool) (int64, error) {
 				// A failed write (a full disk) ends the Freeze too: left
 				// open, it would refuse every later snapshot and go on
 				// copying chunks.
-				if locked {
-					q.endFreeze(f)
-				} else {
-					f.Close()
-				}
+				end()
 			}
 		}
 		if err != nil {
@@ -473,16 +465,12 @@ func (q *Queue) compactBodies(covered uint64) error {
 			// On a tight disk the copies would take what acks need: the
 			// files are kept as they are (moved, not copied), and the
 			// ones emptied are still removed.
-			skipped := false
 			for _, f := range files {
-				skipped = skipped || f.copy
 				f.copy = false
 			}
-			if skipped {
-				q.metrics.copiesSkipped.Add(1)
-				q.opts.Logger.Warn("walq: compaction copies no body forward: the disk is nearly full",
-					"dir", q.dir, "watermark", q.opts.DiskWatermark)
-			}
+			q.metrics.copiesSkipped.Add(1)
+			q.opts.Logger.Warn("walq: compaction copies no body forward: the disk is nearly full",
+				"dir", q.dir, "watermark", q.opts.DiskWatermark)
 		}
 		n, err := q.relocateFrom(fileOf, relocateRound)
 		if err != nil {

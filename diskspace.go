@@ -79,6 +79,14 @@ func (q *Queue) checkDiskLocked(n int, need int64) error {
 // compaction's removals), which the bytes appended do not count.
 func (q *Queue) rereadDiskLocked() { q.disk.read = false }
 
+// roomLocked reads the free space now and reports whether n more bytes
+// leave at least keep of it (always where it cannot be read).
+func (q *Queue) roomLocked(n, keep int64) (free int64, room bool) {
+	q.rereadDiskLocked()
+	free, ok := q.freeLocked(0)
+	return free, !ok || free-n >= keep
+}
+
 // roomForSnapshotLocked returns an error when a snapshot of the state, of
 // about the size of the last one or 64 bytes an item, would leave less
 // than snapshotReserve free: the room acks and nacks need meanwhile. The
@@ -89,11 +97,9 @@ func (q *Queue) roomForSnapshotLocked() error {
 	if wm < 0 {
 		return nil
 	}
-	reserve := min(wm/4, snapshotReserve)
 	est := max(q.lastSnapBytes, int64(q.st.TotalLen())*64)
-	q.rereadDiskLocked()
-	free, ok := q.freeLocked(reserve + est)
-	if !ok || free-est >= reserve {
+	free, room := q.roomLocked(est, min(wm/4, snapshotReserve))
+	if room {
 		return nil
 	}
 	return fmt.Errorf("no room for a snapshot of about %d bytes: %d bytes free on the disk of %s, Options.DiskWatermark %d: %w",
@@ -109,7 +115,7 @@ func (q *Queue) roomForCopies(n int64) bool {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.rereadDiskLocked() // the snapshot and the last round's files moved the disk
-	free, ok := q.freeLocked(q.opts.DiskWatermark/2 + n)
-	return !ok || free-n >= q.opts.DiskWatermark/2
+	// A fresh reading: the snapshot and the last round's files moved the disk.
+	_, room := q.roomLocked(n, q.opts.DiskWatermark/2)
+	return room
 }

@@ -325,8 +325,7 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 	live := q.liveBytesLocked()
 	// A fresh reading: the estimate the puts use between readings counts
 	// what was appended as taken, and not what compaction gave back.
-	q.rereadDiskLocked()
-	diskFree, _ := q.freeLocked(0)
+	diskFree, _ := q.roomLocked(0, 0)
 	diskRefused := q.disk.refused
 	mapped := q.st.MappedBytes()
 	last := q.st.LastLSN()

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -178,13 +179,24 @@ func (f *Freeze) copyChunk(c uint64) *frozenChunk {
 		})
 	}
 	if kept := f.kept[c]; len(kept) > 0 {
+		// One merge of two ID-ordered lists (a deletion keeps its items in
+		// ID order; two deletions may interleave), not an insert each.
 		delete(f.kept, c)
-		for _, k := range kept {
-			i, _ := slices.BinarySearch(fc.ids, k.id)
-			fc.ids = slices.Insert(fc.ids, i, k.id)
-			fc.vals = slices.Insert(fc.vals, i, k.val)
-			fc.extras = slices.Insert(fc.extras, i, k.extra)
+		slices.SortFunc(kept, func(a, b keptItem) int { return cmp.Compare(a.id, b.id) })
+		live := fc
+		fc = &frozenChunk{
+			ids:    make([]uint64, 0, len(live.ids)+len(kept)),
+			vals:   make([]entry, 0, len(live.ids)+len(kept)),
+			extras: make([]*itemExtra, 0, len(live.ids)+len(kept)),
 		}
+		i := 0
+		for _, k := range kept {
+			for ; i < len(live.ids) && live.ids[i] < k.id; i++ {
+				fc.ids, fc.vals, fc.extras = append(fc.ids, live.ids[i]), append(fc.vals, live.vals[i]), append(fc.extras, live.extras[i])
+			}
+			fc.ids, fc.vals, fc.extras = append(fc.ids, k.id), append(fc.vals, k.val), append(fc.extras, k.extra)
+		}
+		fc.ids, fc.vals, fc.extras = append(fc.ids, live.ids[i:]...), append(fc.vals, live.vals[i:]...), append(fc.extras, live.extras[i:]...)
 	}
 	if len(fc.ids) == 0 {
 		return nil
