@@ -47,6 +47,8 @@ func (q *Queue) stateBytes() []byte {
 
 // waitForTimerAt returns once the timer loop has planned to wake at or
 // before at (it has seen the change that needs it), yielding meanwhile.
+// Only before the clock reaches at: a loop that has woken and done what
+// was due plans past it, and the wait would not end.
 func (q *Queue) waitForTimerAt(at int64) {
 	for {
 		q.mu.Lock()

@@ -520,10 +520,10 @@ func TestShorterExtendRearmsTimer(t *testing.T) {
 	}
 	clock.Advance(6500 * time.Millisecond)
 	// Wait on the timer loop itself (no settle): it must have re-armed for
-	// the new, earlier end and now take the lease back.
-	for q.Stats().Expired == 0 {
-		q.waitForTimerAt(epoch.Add(6 * time.Second).UnixNano())
-	}
+	// the new, earlier end and now take the lease back. Not on its plan:
+	// once it has taken the lease back it plans for nothing (timerAt is
+	// MaxInt64), and a wait for a plan at 6 s would never end.
+	waitFor(t, "the lease to expire", func() bool { return q.Stats().Expired == 1 })
 }
 
 // TestBatchTooLarge: a batch is one record; one past MaxBatchBytes is
