@@ -333,6 +333,7 @@ func (q *Queue) appendRelocateLocked(rec *state.Relocate) (int64, error) {
 		n += int64(len(r.Body))
 	}
 	q.bodies.addLocked(lsn, ids, offs, bodies)
+	q.copiedLocked(n)
 	return n, nil
 }
 
@@ -386,15 +387,9 @@ func (q *Queue) closeLog() error {
 	write := healthy && last > snap && replayCost
 	covered := healthy && last == snap && snap > 0
 	q.mu.Unlock()
-	roll := write || covered
-	if free, ok := diskFree(q.dir); roll && ok && free < closeRollRoom {
-		// A new segment takes a file and a block: on a disk without room
-		// for them the roll would fail the log, and Close would report a
-		// failure where nothing was lost. The next Open reads the last
-		// segment instead.
-		roll = false
-	}
-	if roll {
+	if write || covered {
+		// A roll that cannot start the new segment (a full disk) leaves
+		// the log as it was: the next Open reads the last segment.
 		if _, err := q.log.SyncRoll(); err != nil {
 			q.opts.Logger.Warn("walq: could not start a new segment at close; the next open reads the last one", "err", err)
 		}
@@ -433,6 +428,3 @@ const (
 	closeSnapshotLog = 64 << 20
 )
 
-// closeRollRoom is the free disk below which Close does not start a new
-// segment.
-const closeRollRoom = 1 << 20

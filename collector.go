@@ -102,6 +102,10 @@ func NewCollector(q *Queue, name string) prometheus.Collector {
 		func(s *Stats) float64 { return float64(s.DiskFree) })
 	dirCounter("puts_refused_disk_total", "Puts refused with ErrDiskFull because they would take the disk below Options.DiskWatermark.",
 		func(s *Stats) float64 { return float64(s.DiskRefused) })
+	dirCounter("segment_rolls_put_off_total", "Times the log could not start its next segment (a full disk, a failed create) and went on in the one it was writing.",
+		func(s *Stats) float64 { return float64(s.RollsPutOff) })
+	dirCounter("segments_unreserved_total", "Segments begun without their space set aside (no preallocation on this filesystem, or not the room for a whole segment).",
+		func(s *Stats) float64 { return float64(s.UnreservedSegments) })
 	dirCounter("body_cache_hits_total", "Deliveries (and dead-letter listings) whose body came from memory: the cache of bodies put recently, or one not yet placed on disk.",
 		func(s *Stats) float64 { return float64(s.Bodies.Hits) })
 	dirCounter("body_cache_misses_total", "Deliveries whose body was read from the log.",

@@ -175,6 +175,8 @@ func TestCollectorMatchesStats(t *testing.T) {
 		"walq_relocated_bytes_total":                    float64(st.Bodies.RelocatedBytes),
 		"walq_compaction_copies_skipped_total":          float64(st.CopiesSkipped),
 		"walq_puts_refused_disk_total":                  float64(st.DiskRefused),
+		"walq_segment_rolls_put_off_total":              float64(st.RollsPutOff),
+		"walq_segments_unreserved_total":                float64(st.UnreservedSegments),
 	}
 	for name, h := range map[string]Histogram{"walq_fsync_duration_seconds": st.Fsync, "walq_commit_batch_records": st.CommitBatch} {
 		for i, bound := range h.Bounds {
@@ -217,6 +219,7 @@ var dirMetrics = map[string]bool{
 	"walq_body_cache_hits_total": true, "walq_body_cache_misses_total": true, "walq_body_cache_bytes": true,
 	"walq_body_read_bytes_total": true, "walq_body_failures_total": true, "walq_relocated_bytes_total": true,
 	"walq_compaction_copies_skipped_total": true, "walq_disk_free_bytes": true, "walq_puts_refused_disk_total": true,
+	"walq_segment_rolls_put_off_total": true, "walq_segments_unreserved_total": true,
 }
 
 // scraped flattens gathered families into name{labels} -> value, with

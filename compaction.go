@@ -209,6 +209,9 @@ func (q *Queue) snapshot() (lsn uint64, err error) {
 		if err != nil {
 			err = fmt.Errorf("walq: compaction: %w", err)
 		}
+		q.mu.Lock()
+		q.snapshotWrittenLocked() // what roomForSnapshotLocked set aside
+		q.mu.Unlock()
 	}()
 	prev := q.snapLSN.Load()
 	q.mu.Lock()
@@ -283,6 +286,9 @@ func (q *Queue) writeFrozen(f *state.Freeze, locked bool) (int64, error) {
 			}
 		}
 		if err == nil {
+			if locked {
+				q.disk.written = w.Size() // what the disk shows now of the room set aside
+			}
 			q.bodies.drainLocked(q.st)
 			buf, done, err = f.Next(buf[:0])
 		}
@@ -473,6 +479,7 @@ func (q *Queue) compactBodies(covered uint64) error {
 				"dir", q.dir, "watermark", q.opts.DiskWatermark)
 		}
 		n, err := q.relocateFrom(fileOf, relocateRound)
+		q.copiesDone()
 		if err != nil {
 			return err
 		}

@@ -29,14 +29,31 @@ const snapshotReserve = 1 << 20
 // the free space while it is far above the watermark.
 const diskResample = 1 << 20
 
-// diskSpace is the last reading of the directory's free disk.
+// diskSpace is the last reading of the directory's free disk, and what
+// maintenance has set aside of it.
+//
+// Compaction reserves what it is about to write before it starts, and
+// puts count that as taken: a snapshot its estimated size until it is
+// written (less what it wrote, which the disk shows), a round of copies
+// its bytes until they are appended (the records count as appended). So a
+// producer cannot take, while compaction runs, the room compaction found
+// it had and the acks keep. The log's own segments are preallocated
+// (wal.Preallocator): the records that go into one cannot find the disk
+// full, whoever else fills it.
 type diskSpace struct {
 	free     int64 // bytes free at the reading
 	at       int64 // appended when it was taken
 	appended int64 // bytes of records appended since Open
 	read     bool  // a reading was taken
 	refused  uint64
+
+	snapshot int64 // a snapshot being written: its estimated size
+	written  int64 // of which it wrote so far
+	copies   int64 // a round of copies: its bytes not appended yet
 }
+
+// held is what maintenance has set aside and not written yet.
+func (d *diskSpace) held() int64 { return max(0, d.snapshot-d.written) + d.copies }
 
 // freeLocked returns the free space of the directory's disk as it stands
 // after what was appended since the last reading, reading it again when
@@ -65,11 +82,16 @@ func (q *Queue) checkDiskLocked(n int, need int64) error {
 		return nil
 	}
 	need += wal.HeaderSize + 64 // the record's header and the frame's, roughly
-	free, ok := q.freeLocked(wm + need)
-	if !ok || free-need >= wm {
+	held := q.disk.held()
+	free, ok := q.freeLocked(wm + need + held)
+	if !ok || free-need-held >= wm {
 		return nil
 	}
 	q.disk.refused++
+	if held > 0 {
+		return fmt.Errorf("%w: %w: %d bytes free on the disk of %s, %d of them set aside for compaction; %d items in a record of about %d bytes would leave less than Options.DiskWatermark (%d)",
+			ErrFull, ErrDiskFull, free, q.dir, held, n, need, wm)
+	}
 	return fmt.Errorf("%w: %w: %d bytes free on the disk of %s; %d items in a record of about %d bytes would leave less than Options.DiskWatermark (%d)",
 		ErrFull, ErrDiskFull, free, q.dir, n, need, wm)
 }
@@ -84,14 +106,15 @@ func (q *Queue) rereadDiskLocked() { q.disk.read = false }
 func (q *Queue) roomLocked(n, keep int64) (free int64, room bool) {
 	q.rereadDiskLocked()
 	free, ok := q.freeLocked(0)
-	return free, !ok || free-n >= keep
+	return free, !ok || free-n-q.disk.held() >= keep
 }
 
 // roomForSnapshotLocked returns an error when a snapshot of the state, of
 // about the size of the last one or 64 bytes an item, would leave less
 // than snapshotReserve free: the room acks and nacks need meanwhile. The
 // snapshot is what lets a compaction remove the files that drained, so it
-// may take the rest of the watermark's room.
+// may take the rest of the watermark's room. When there is room, it is
+// set aside until snapshotWrittenLocked.
 func (q *Queue) roomForSnapshotLocked() error {
 	wm := q.opts.DiskWatermark
 	if wm < 0 {
@@ -100,15 +123,21 @@ func (q *Queue) roomForSnapshotLocked() error {
 	est := max(q.lastSnapBytes, int64(q.st.TotalLen())*64)
 	free, room := q.roomLocked(est, min(wm/4, snapshotReserve))
 	if room {
+		q.disk.snapshot, q.disk.written = est, 0
 		return nil
 	}
 	return fmt.Errorf("no room for a snapshot of about %d bytes: %d bytes free on the disk of %s, Options.DiskWatermark %d: %w",
 		est, free, q.dir, wm, ErrDiskFull)
 }
 
+// snapshotWrittenLocked gives back what roomForSnapshotLocked set aside.
+func (q *Queue) snapshotWrittenLocked() { q.disk.snapshot, q.disk.written = 0, 0 }
+
 // roomForCopies reports whether compaction may copy n bytes of bodies
 // forward: while at least half the watermark stays free, which puts never
-// take, so copies cannot fill the disk under acks.
+// take, so copies cannot fill the disk under acks. When there is room, the
+// n bytes are set aside, each given back as a copy is appended, the rest
+// by copiesDone.
 func (q *Queue) roomForCopies(n int64) bool {
 	if q.opts.DiskWatermark < 0 {
 		return true
@@ -117,5 +146,18 @@ func (q *Queue) roomForCopies(n int64) bool {
 	defer q.mu.Unlock()
 	// A fresh reading: the snapshot and the last round's files moved the disk.
 	_, room := q.roomLocked(n, q.opts.DiskWatermark/2)
+	if room {
+		q.disk.copies = n
+	}
 	return room
+}
+
+// copiedLocked gives back what n bytes of copies appended had set aside.
+func (q *Queue) copiedLocked(n int64) { q.disk.copies = max(0, q.disk.copies-n) }
+
+// copiesDone gives back what a round of copies set aside and did not take.
+func (q *Queue) copiesDone() {
+	q.mu.Lock()
+	q.disk.copies = 0
+	q.mu.Unlock()
 }

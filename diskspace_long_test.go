@@ -98,7 +98,8 @@ func TestSnapshotNotCountedByWatermark(t *testing.T) {
 	t.Logf("after compaction: %d KiB free, Stats.DiskFree %d KiB, snapshot %d KiB", real>>10, after.DiskFree>>10, q.lastSnapBytes>>10)
 	// A batch of what the estimate leaves above the watermark and the 1 MiB
 	// margin within which it reads the disk again.
-	n := int((after.DiskFree - wm - diskResample - 64<<10) >> 20)
+	// At least one MiB: the log's preallocated tail can leave less.
+	n := max(1, int((after.DiskFree-wm-diskResample-64<<10)>>20))
 	batch := make([]Item, n)
 	for i := range batch {
 		batch[i] = Item{Body: make([]byte, 1<<20-64)}

@@ -24,9 +24,11 @@ import (
 // A build with the tag long runs all 30 seeds; the default run 15 of them,
 // the first and the last among them (sampled).
 func TestFailureOps(t *testing.T) {
-	// The operations of the log: its writes and fsyncs, and the directory
-	// fsync after a segment roll (compaction's fail only the compaction).
-	ops := []string{"write", "sync", "syncdir"}
+	// The operations of the log: its writes and fsyncs, before the write or
+	// fsync and in it. Those of compaction fail only the compaction, and
+	// those of a segment roll only put the roll off (TestRollFailure...
+	// in package wal): the fault is armed again after each.
+	ops := []string{"write", "sync", "file.sync"}
 	run := sampled(t, 30, 15)
 	for seed := range uint64(30) {
 		if !run[seed] {
@@ -42,7 +44,7 @@ func TestFailureOps(t *testing.T) {
 // FuzzFailureOps is TestFailureOps with the seed and the failing operation
 // chosen by the fuzzer.
 func FuzzFailureOps(f *testing.F) {
-	ops := []string{"write", "sync", "syncdir"}
+	ops := []string{"write", "sync", "file.sync"}
 	for seed := range uint64(6) {
 		f.Add(seed, uint8(seed))
 	}
@@ -74,7 +76,8 @@ func runFailureOps(t *testing.T, seed uint64, failOp string) {
 	var leases []Message
 	failAt := 5 + rng.IntN(40)
 	failed := false
-	compactionHits := 0
+	compactionHits, rollHits := 0, 0
+	var rolls uint64 // the log's roll failures seen
 	var blocked chan error
 	for step := range failAt + 20 {
 		if step == failAt {
@@ -141,6 +144,12 @@ func runFailureOps(t *testing.T, seed uint64, failOp string) {
 				err = nil
 			}
 		}
+		if n := q.log.RollFailures(); n > rolls {
+			// The fault put a segment roll off; the log goes on.
+			rolls = n
+			rollHits++
+			ffs.FailNext(failOp)
+		}
 		switch {
 		case err == nil && failed:
 			t.Fatalf("step %d: a call succeeded after the queue failed", step)
@@ -161,8 +170,8 @@ func runFailureOps(t *testing.T, seed uint64, failOp string) {
 	if !ffs.Failed() {
 		t.Skipf("the %s fault never fired in %d steps", failOp, failAt+20)
 	}
-	if !failed && compactionHits > 0 {
-		t.Skipf("the %s fault hit only compaction (%d times), which does not fail the queue", failOp, compactionHits)
+	if !failed && compactionHits+rollHits > 0 {
+		t.Skipf("the %s fault hit only compaction (%d times) and segment rolls (%d times), which do not fail the queue", failOp, compactionHits, rollHits)
 	}
 	if !failed {
 		t.Fatalf("the %s fault fired but no call returned ErrFailed", failOp)

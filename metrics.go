@@ -186,12 +186,19 @@ type Stats struct {
 	// DiskFree is the free space of the directory's disk, read by Stats
 	// (0 where it cannot be read), and DiskRefused counts the puts
 	// Options.DiskWatermark refused.
-	DiskFree      int64
-	DiskRefused   uint64
-	LastCompacted time.Time
-	LastCompactIn time.Duration
-	Recovery      RecoveryStats
-	Work          WorkStats // summed over every Work call on the queue
+	DiskFree    int64
+	DiskRefused uint64
+	// RollsPutOff counts the times the log could not start its next
+	// segment (a full disk, a failed create) and went on in the one it
+	// was writing, trying again later; UnreservedSegments the segments
+	// begun without their space set aside (the filesystem cannot
+	// preallocate, or the disk had not the room for a whole segment).
+	RollsPutOff        uint64
+	UnreservedSegments uint64
+	LastCompacted      time.Time
+	LastCompactIn      time.Duration
+	Recovery           RecoveryStats
+	Work               WorkStats // summed over every Work call on the queue
 	// Bodies says what the directory holds of its bodies in memory and
 	// how deliveries got them (the same for every queue's Stats).
 	Bodies BodyStats
@@ -347,32 +354,34 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 		Put: c.Put, Delivered: c.Delivered, Acked: c.Acked, Nacked: c.Nacked, Expired: c.Expired,
 		DeadLettered: c.DeadLettered, Discarded: c.Discarded, Redriven: c.Redriven, Purged: c.Purged,
 		MovedIn: c.MovedIn, MovedOut: c.MovedOut,
-		LateAcks:          late,
-		Fsync:             q.metrics.fsync.snapshot(),
-		CommitBatch:       q.metrics.batch.snapshot(),
-		LogBytes:          logBytes,
-		LogSegments:       len(segs),
-		KeptBytes:         keptBytes,
-		WrittenBytes:      q.metrics.writtenBytes.Load(),
-		PutBytes:          q.metrics.putBytes.Load(),
-		KeptSegments:      keptN,
-		LastLSN:           last,
-		DurableLSN:        q.log.DurableLSN(),
-		FsyncedLSN:        q.log.FsyncedLSN(),
-		SnapshotLSN:       snapLSN,
-		LiveBytes:         live,
-		Compactions:       q.metrics.compactions.Load(),
-		CompactionsFailed: q.metrics.compactFailed.Load(),
-		CopiesSkipped:     q.metrics.copiesSkipped.Load(),
-		DiskFree:          diskFree,
-		DiskRefused:       diskRefused,
-		LastCompactIn:     time.Duration(q.metrics.lastCompactDur.Load()),
-		Recovery:          q.recovery.clone(),
-		Work:              work,
-		Bodies:            bs,
-		Wakeups:           wakes,
-		dir:               all,
-		IndexMappedBytes:  mapped,
+		LateAcks:           late,
+		Fsync:              q.metrics.fsync.snapshot(),
+		CommitBatch:        q.metrics.batch.snapshot(),
+		LogBytes:           logBytes,
+		LogSegments:        len(segs),
+		KeptBytes:          keptBytes,
+		WrittenBytes:       q.metrics.writtenBytes.Load(),
+		PutBytes:           q.metrics.putBytes.Load(),
+		KeptSegments:       keptN,
+		LastLSN:            last,
+		DurableLSN:         q.log.DurableLSN(),
+		FsyncedLSN:         q.log.FsyncedLSN(),
+		SnapshotLSN:        snapLSN,
+		LiveBytes:          live,
+		Compactions:        q.metrics.compactions.Load(),
+		CompactionsFailed:  q.metrics.compactFailed.Load(),
+		CopiesSkipped:      q.metrics.copiesSkipped.Load(),
+		DiskFree:           diskFree,
+		DiskRefused:        diskRefused,
+		RollsPutOff:        q.log.RollFailures(),
+		UnreservedSegments: q.log.Unreserved(),
+		LastCompactIn:      time.Duration(q.metrics.lastCompactDur.Load()),
+		Recovery:           q.recovery.clone(),
+		Work:               work,
+		Bodies:             bs,
+		Wakeups:            wakes,
+		dir:                all,
+		IndexMappedBytes:   mapped,
 	}
 	if g.OldestReadyDue != 0 && now > g.OldestReadyDue {
 		st.OldestReady = time.Duration(now - g.OldestReadyDue)

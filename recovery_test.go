@@ -392,6 +392,17 @@ func (r *opRecorder) DropCache(f wal.File) error {
 	return nil
 }
 
+func (r *opRecorder) Preallocate(f wal.File, n int64) error {
+	r.add("preallocate")
+	if rf, ok := f.(*recordedFile); ok {
+		f = rf.File
+	}
+	if p, ok := r.FS.(wal.Preallocator); ok {
+		return p.Preallocate(f, n)
+	}
+	return wal.ErrNoPreallocate
+}
+
 type recordedFile struct {
 	wal.File
 	r *opRecorder

@@ -23,7 +23,10 @@
 //     batch) with one write and one fsync and then releases the batch's
 //     Commit (group commit). A segment is fsynced before the next one is
 //     created, and a new segment's header and directory entry are durable
-//     before any frame goes in.
+//     before any frame goes in. The next segment is made before the last
+//     is sealed, so one that cannot be made (a full disk) leaves the log
+//     writing where it was; each segment's space is preallocated where the
+//     filesystem can (Preallocator).
 //   - TruncateFront removes whole segments; nothing is ever rewritten.
 //   - Bodies stay on disk if the owner wants: OnWritten says where each
 //     record's body was written, and Log.ReadAt (or a BodyReader without a

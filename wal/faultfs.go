@@ -36,7 +36,7 @@ func NewFaultFS(inner FS, failAt int) *FaultFS {
 
 // FailNext makes the next operation named op fail. Names are "open",
 // "rename", "remove", "mkdirall", "readdir", "stat", "truncate", "syncdir",
-// "dropcache",
+// "dropcache", "preallocate",
 // the Check operations ("write", "sync", "truncate-front"), and for files
 // "file.read", "file.readat", "file.write", "file.sync", "file.stat",
 // "file.truncate", "file.writeat", "file.close".
@@ -183,6 +183,23 @@ func (f *FaultFS) DropCache(file File) error {
 		file = ff.File
 	}
 	return d.DropCache(file)
+}
+
+// Preallocate counts as the operation "preallocate" and passes f on to
+// the wrapped FS when it implements Preallocator (ErrNoPreallocate when
+// not).
+func (f *FaultFS) Preallocate(file File, n int64) error {
+	if err := f.step("preallocate"); err != nil {
+		return err
+	}
+	p, ok := f.inner.(Preallocator)
+	if !ok {
+		return ErrNoPreallocate
+	}
+	if ff, ok := file.(*faultFile); ok {
+		file = ff.File
+	}
+	return p.Preallocate(file, n)
 }
 
 type faultFile struct {

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -84,6 +85,20 @@ func (osFS) SyncDir(dir string) error {
 type CacheDropper interface {
 	DropCache(f File) error
 }
+
+// Preallocator is implemented by an FS that can set disk space aside for a
+// file without changing its size, so that appends up to n bytes cannot
+// fail for want of space. OSFS implements it with
+// fallocate(FALLOC_FL_KEEP_SIZE) on Linux; where the filesystem or the
+// system has no such call it returns ErrNoPreallocate. FaultFS passes it
+// on (op "preallocate") when the FS it wraps implements it.
+type Preallocator interface {
+	Preallocate(f File, n int64) error
+}
+
+// ErrNoPreallocate is returned by Preallocate where space cannot be set
+// aside ahead of writes: the file is written without it.
+var ErrNoPreallocate = errors.New("walq: preallocation not supported")
 
 // readFile reads a whole file through fsys.
 func readFile(fsys FS, name string) ([]byte, error) {

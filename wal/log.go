@@ -166,15 +166,21 @@ type Log struct {
 	wakes      atomic.Uint64 // rounds of the committer (Wakes)
 	barriers   atomic.Uint64 // Barriers that found a record not durable (BarrierWaits)
 	offsets    []int64       // OnWritten's Bodies, reused
+	// rollAfter is the tail size at which a roll that could not make the
+	// next segment is tried again (0: at SegmentSize).
+	rollAfter    int64
+	rollFailures atomic.Uint64 // rolls put off (RollFailures)
+	unreserved   atomic.Uint64 // segments begun without their space set aside (Unreserved)
 }
 
 // tailSegment is the segment frames are appended to.
 type tailSegment struct {
-	f     File
-	name  string
-	first uint64
-	size  int64
-	mac   *macer
+	f        File
+	name     string
+	first    uint64
+	size     int64
+	mac      *macer
+	reserved bool // its space up to SegmentSize was set aside (preallocated)
 }
 
 // maxFrameBody is the payload after which a batch starts another frame: a
@@ -496,6 +502,7 @@ func (l *Log) openTail(seg Segment) error {
 		return fmt.Errorf("open tail %s: %w", seg.Name, err)
 	}
 	l.tail = tailSegment{f: f, name: seg.Name, first: seg.First, size: size, mac: newMacer(hdr.salt)}
+	l.tail.reserved = l.reserve(f, size)
 	return nil
 }
 
@@ -506,25 +513,52 @@ func readSegmentHeader(f File, buf []byte) (segmentHeader, error) {
 	return decodeSegmentHeader(buf)
 }
 
-// createSegment makes the segment whose first record is first the tail: the
-// header, with a fresh salt, is written to a temp file, fsynced and renamed,
-// and the directory fsynced, before any frame can go in. So a segment file
-// always has a durable header, and its directory entry is durable before any
-// record in it is reported.
+// createSegment makes a new segment, whose first record is first, the
+// tail (Open, on a log with none).
 func (l *Log) createSegment(first uint64) error {
+	seg, err := l.newSegment(first)
+	if err != nil {
+		return err
+	}
+	l.tail = seg
+	l.bodies.added(first)
+	return nil
+}
+
+// errSegmentLeft wraps a failure of newSegment after its file took its name:
+// the directory may hold a segment that the log does not write to.
+var errSegmentLeft = errors.New("a segment file may be left in the directory")
+
+// newSegment makes the segment whose first record is first, ready to be
+// the tail: the header, with a fresh salt, is written to a temp file and
+// fsynced, the file's space up to SegmentSize is set aside where the FS
+// can (Preallocator; without it, or on a disk without the room, it is
+// made all the same, and counted by Unreserved), then it is renamed and
+// the directory fsynced, before any frame can go in. So a segment file
+// always has a durable header, and its directory entry is durable before
+// any record in it is reported.
+//
+// A failure before the rename changes nothing: the temp file is removed
+// (Open removes one left). After it, the segment is removed again, and
+// the error wraps errSegmentLeft when that cannot be made durable: a
+// header-only segment that stayed would claim the records the tail goes
+// on to take.
+func (l *Log) newSegment(first uint64) (tailSegment, error) {
 	h := segmentHeader{dir: l.opts.Dir, first: first}
 	if _, err := rand.Read(h.salt[:]); err != nil {
-		return fmt.Errorf("segment salt: %w", err)
+		return tailSegment{}, fmt.Errorf("segment salt: %w", err)
 	}
 	name := SegmentName(first)
 	tmp := filepath.Join(l.dir, segmentTmpName(first))
 	path := filepath.Join(l.dir, name)
 	f, err := l.fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, l.opts.FilePerm)
 	if err != nil {
-		return fmt.Errorf("create segment %s: %w", name, err)
+		return tailSegment{}, fmt.Errorf("create segment %s: %w", name, err)
 	}
 	_, err = f.Write(appendSegmentHeader(nil, h))
+	reserved := false
 	if err == nil {
+		reserved = l.reserve(f, 0)
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -533,20 +567,56 @@ func (l *Log) createSegment(first uint64) error {
 	if err == nil {
 		err = l.fsys.Rename(tmp, path)
 	}
-	if err == nil {
-		err = l.fsys.SyncDir(l.dir)
-	}
 	if err != nil {
 		l.fsys.Remove(tmp) // best effort; Open removes leftovers
-		return fmt.Errorf("create segment %s: %w", name, err)
+		return tailSegment{}, fmt.Errorf("create segment %s: %w", name, err)
 	}
-	f, err = l.fsys.OpenFile(path, os.O_WRONLY|os.O_APPEND, l.opts.FilePerm)
-	if err != nil {
-		return fmt.Errorf("open segment %s: %w", name, err)
+	err = l.fsys.SyncDir(l.dir)
+	if err == nil {
+		if f, err = l.fsys.OpenFile(path, os.O_WRONLY|os.O_APPEND, l.opts.FilePerm); err == nil {
+			return tailSegment{f: f, name: name, first: first, size: SegmentHeaderSize, mac: newMacer(h.salt), reserved: reserved}, nil
+		}
 	}
-	l.tail = tailSegment{f: f, name: name, first: first, size: SegmentHeaderSize, mac: newMacer(h.salt)}
-	l.bodies.added(first)
-	return nil
+	if rerr := l.fsys.Remove(path); rerr == nil && l.fsys.SyncDir(l.dir) == nil {
+		return tailSegment{}, fmt.Errorf("create segment %s: %w", name, err)
+	}
+	return tailSegment{}, fmt.Errorf("create segment %s: %w (%w)", name, err, errSegmentLeft)
+}
+
+// reserve sets the space of segment f from its size to SegmentSize aside
+// where the FS can, and reports whether it did. Without it the segment is
+// written all the same (counted by Unreserved): a disk without the room
+// for a whole segment still takes the acks that free it.
+func (l *Log) reserve(f File, size int64) bool {
+	if size >= l.opts.SegmentSize {
+		return false // full: the next append rolls
+	}
+	p, ok := l.fsys.(Preallocator)
+	if !ok {
+		l.unreserved.Add(1)
+		return false
+	}
+	if err := p.Preallocate(f, l.opts.SegmentSize); err != nil {
+		l.unreserved.Add(1)
+		if !errors.Is(err, ErrNoPreallocate) {
+			l.logger.Warn("walq: could not set a segment's space aside; it is written without", "dir", l.dir, "err", err)
+		}
+		return false
+	}
+	return true
+}
+
+// release gives back what the tail's reservation set aside past its end,
+// once nothing more is written to it (truncating a file to its own size
+// frees the blocks allocated beyond it). A failure costs only that space.
+func (l *Log) release() {
+	if !l.tail.reserved || l.tail.f == nil {
+		return
+	}
+	l.tail.reserved = false
+	if err := l.tail.f.Truncate(l.tail.size); err != nil {
+		l.logger.Warn("walq: could not give back a sealed segment's unused space", "segment", l.tail.name, "err", err)
+	}
 }
 
 // ensureDir creates dir when missing and makes its entry durable.
@@ -686,6 +756,15 @@ func (l *Log) Barrier() *Commit {
 	return failedCommit(fmt.Errorf("%w: record %d is not durable and not being written", ErrFailed, l.last))
 }
 
+// RollFailures reports how many times the log could not start its next
+// segment and went on in the tail (see roll).
+func (l *Log) RollFailures() uint64 { return l.rollFailures.Load() }
+
+// Unreserved reports how many segments were begun, or reopened as the
+// tail, without their space set aside: where the FS cannot preallocate,
+// or the disk had not the room.
+func (l *Log) Unreserved() uint64 { return l.unreserved.Load() }
+
 // BarrierWaits is how many Barriers found a record not durable yet, and
 // so gave a Commit that was not done.
 func (l *Log) BarrierWaits() uint64 { return l.barriers.Load() }
@@ -755,9 +834,12 @@ func (l *Log) SyncRoll() (uint64, error) {
 // It runs in the committer, exclusive with writes. A ReadAt of a removed
 // segment that has not taken hold of its file yet returns ErrBodyGone.
 //
-// A failure to remove a file leaves the log as valid as before: it returns
-// an error that does not wrap ErrFailed, and a later TruncateFront tries
-// again. A failed directory fsync fails the Log.
+// A failure to remove a file, or to fsync the directory after, leaves the
+// log as valid as before: it returns an error that does not wrap
+// ErrFailed, and a later TruncateFront tries again. A removal that a crash
+// then undoes brings back a segment wholly before the records the
+// caller's snapshot covers, which Open skips (segments there may have
+// gaps between them): none of its records is replayed.
 func (l *Log) TruncateFront(index uint64) error {
 	if durable := l.DurableLSN(); index > durable+1 {
 		return fmt.Errorf("truncate front at %d: beyond the durable lsn %d", index, durable)
@@ -812,7 +894,9 @@ func (l *Log) removeKept(first uint64) error {
 		}
 		l.bodies.keptRemoved(first)
 		if err := l.fsys.SyncDir(l.opts.KeepDir); err != nil {
-			return l.fail("sync dir", err)
+			// Not durable yet, and harmless if it comes back after a
+			// crash: no live body names it (see TruncateFront).
+			return fmt.Errorf("remove kept segment %s: sync %s: %w", k.Name, l.opts.KeepDir, err)
 		}
 		return nil
 	}
@@ -899,7 +983,7 @@ func (l *Log) run() {
 			case opSyncRoll:
 				err := l.flush(true)
 				if err == nil && l.tail.size > SegmentHeaderSize {
-					err = l.roll(l.written + 1)
+					err = l.roll(l.written+1, true)
 				}
 				r.reply <- result{lsn: l.synced, err: err}
 			case opTruncateFront:
@@ -958,8 +1042,8 @@ func (l *Log) write(p *batch, force bool) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	if l.tail.size >= l.opts.SegmentSize && l.tail.size > SegmentHeaderSize {
-		if err := l.roll(p.first); err != nil {
+	if l.tail.size >= max(l.opts.SegmentSize, l.rollAfter) && l.tail.size > SegmentHeaderSize {
+		if err := l.roll(p.first, false); err != nil {
 			return err
 		}
 	}
@@ -1021,23 +1105,45 @@ func (l *Log) bodyOffsets(f *frameBuilder, start int64) []int64 {
 
 // roll seals the tail segment (fsynced whole, whatever the policy, so that
 // every record in an older segment is promised) and makes a new one whose
-// first record is first.
-func (l *Log) roll(first uint64) error {
+// first record is first. The new segment is made first, and the tail is
+// sealed only once it stands: a roll that cannot make it (a full disk, a
+// failed create) leaves the log writing to the tail as before, and does
+// not fail it. Then an elective roll (SyncRoll) returns the error, and a
+// roll of a full tail lets the tail grow by a quarter of SegmentSize
+// before it tries again. Only a failed fsync of the tail, or a segment
+// file that may have stayed behind, fails the log.
+func (l *Log) roll(first uint64, elective bool) error {
 	if l.written > l.synced {
 		if err := l.syncTail(); err != nil {
 			return err
 		}
 	}
+	err := l.fsys.Check("roll")
+	var next tailSegment
+	if err == nil {
+		next, err = l.newSegment(first)
+	}
+	if errors.Is(err, errSegmentLeft) {
+		return l.fail("roll", err)
+	}
+	if err != nil {
+		l.rollFailures.Add(1)
+		if elective {
+			return fmt.Errorf("roll: the log goes on in %s: %w", l.tail.name, err)
+		}
+		l.rollAfter = l.tail.size + max(l.opts.SegmentSize/4, 1)
+		l.logger.Warn("walq: could not start the next segment; the log goes on in the tail and tries again",
+			"dir", l.dir, "segment", l.tail.name, "size", l.tail.size, "err", err)
+		return nil
+	}
+	l.release()
 	if err := l.tail.f.Close(); err != nil {
-		return l.fail("close segment", err)
+		// Every record in it is fsynced: a failed close loses nothing.
+		l.logger.Warn("walq: closing a sealed segment failed", "segment", l.tail.name, "err", err)
 	}
-	l.tail.f = nil
-	if err := l.fsys.Check("roll"); err != nil {
-		return l.fail("roll", err)
-	}
-	if err := l.createSegment(first); err != nil {
-		return l.fail("roll", err)
-	}
+	l.tail = next
+	l.rollAfter = 0
+	l.bodies.added(first)
 	return nil
 }
 
@@ -1091,7 +1197,11 @@ func (l *Log) truncateFront(index uint64, move bool) error {
 			}
 			l.bodies.keptAdded(k)
 			if err := l.fsys.SyncDir(l.opts.KeepDir); err != nil {
-				return l.fail("sync dir", err)
+				// The kept name may not be durable: the log's name stays,
+				// so the file keeps one durable name (the next move finds
+				// the link there and syncs again).
+				rerr = fmt.Errorf("sync %s: %w", l.opts.KeepDir, err)
+				break
 			}
 		}
 		if err := l.fsys.Remove(segs[i].Path); err != nil {
@@ -1102,8 +1212,8 @@ func (l *Log) truncateFront(index uint64, move bool) error {
 		removed++
 	}
 	if removed > 0 {
-		if err := l.fsys.SyncDir(l.dir); err != nil {
-			return l.fail("sync dir", err)
+		if err := l.fsys.SyncDir(l.dir); err != nil && rerr == nil {
+			rerr = fmt.Errorf("sync %s: %w", l.dir, err)
 		}
 	}
 	if rerr != nil {
@@ -1118,6 +1228,9 @@ func (l *Log) close() error {
 	l.syncTimer.Stop()
 	l.timerArmed = false
 	err := l.flush(true)
+	if err == nil {
+		l.release()
+	}
 	if l.tail.f != nil {
 		if cerr := l.tail.f.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("close log: %w", cerr)
