@@ -427,4 +427,3 @@ const (
 	closeSnapshotMin = 1000
 	closeSnapshotLog = 64 << 20
 )
-

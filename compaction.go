@@ -287,7 +287,7 @@ func (q *Queue) writeFrozen(f *state.Freeze, locked bool) (int64, error) {
 		}
 		if err == nil {
 			if locked {
-				q.disk.written = w.Size() // what the disk shows now of the room set aside
+				q.disk.written = w.Flushed() // what the disk shows now of the room set aside
 			}
 			q.bodies.drainLocked(q.st)
 			buf, done, err = f.Next(buf[:0])

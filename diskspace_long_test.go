@@ -192,11 +192,6 @@ func TestCompactionFaultKeepsServing(t *testing.T) {
 	}
 }
 
-// TestRetryWaitAfterASuccess: an automatic compaction fails (its
-// retry is due in 1 s, the next in 2 s), then a Compact call succeeds.
-// The next automatic failure is not "in a row" with the first, so its
-// retry should come after 1 s (guarantees.md, Failure); it comes after 2 s:
-// the loop resets its wait only when one of its own compactions succeeds.
 // blockFS blocks the first write to a snapshot's temp file until release
 // is closed, and closes blocked once it is there.
 type blockFS struct {
@@ -531,5 +526,62 @@ func TestCopiesAfterTheSnapshotFailTheQueue(t *testing.T) {
 	}
 	if _, _, err := q.TryGet(); err != nil {
 		t.Errorf("a lease after the compaction: %v", err)
+	}
+}
+
+// TestSnapshotRoomHeldFromPuts: while a compaction writes its snapshot
+// (held at its first write), the room it found for it is set aside: a
+// put that fits the disk's free space, but not beside the snapshot still
+// to come, is refused with ErrDiskFull and says so; once the snapshot is
+// written nothing is held, and puts go on.
+func TestSnapshotRoomHeldFromPuts(t *testing.T) {
+	mnt := mountTmpfs(t, "64m")
+	dir := filepath.Join(mnt, "queue")
+	wm := int64(4 << 20)
+	bfs := &blockFS{FS: noSyncOS(), blocked: make(chan struct{}), release: make(chan struct{})}
+	q, err := Open(dir, withFS(Options{DisableAutoCompact: true, DiskWatermark: wm, Sync: SyncNever}, bfs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ctx := context.Background()
+	items := make([]Item, 10000)
+	for range 10 {
+		if _, err := q.PutBatch(ctx, items); err != nil {
+			t.Fatal(err)
+		}
+	}
+	est := int64(q.Stats().Items) * 64 // the snapshot's estimate: 64 bytes an item, none written before
+	body := 1<<20 - 100
+	// Free: the watermark, the body and the snapshot's estimate, less
+	// 512 KiB: the put fits the disk, but not beside the snapshot.
+	writeFile(t, filepath.Join(mnt, "filler"), freeBytes(t, mnt)-int(wm)-body-int(est)+512<<10)
+	bfs.armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- q.Compact() }()
+	<-bfs.blocked
+	q.mu.Lock()
+	held := q.disk.held()
+	q.mu.Unlock()
+	if held <= 0 || held > est {
+		t.Errorf("held %d bytes for the snapshot, want its estimate %d less what it wrote", held, est)
+	}
+	_, err = q.Put(ctx, make([]byte, body))
+	if !errors.Is(err, ErrDiskFull) || !strings.Contains(err.Error(), "set aside for compaction") {
+		t.Errorf("a put of %d KiB with %d KiB free, %d KiB of it for the snapshot = %v; want ErrDiskFull naming the room set aside",
+			body>>10, freeBytes(t, mnt)>>10, est>>10, err)
+	}
+	close(bfs.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	q.mu.Lock()
+	held = q.disk.held()
+	q.mu.Unlock()
+	if held != 0 {
+		t.Errorf("%d bytes still held after the compaction", held)
+	}
+	if _, err := q.Put(ctx, []byte("small")); err != nil {
+		t.Errorf("a small put after the compaction: %v", err)
 	}
 }

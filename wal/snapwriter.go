@@ -25,8 +25,9 @@ type SnapshotWriter struct {
 	buf  []byte
 	// synced is how much was written at the last fsync (see
 	// snapshotSyncEvery).
-	synced int64
-	err    error
+	synced  int64
+	flushed int64 // bytes handed to the file
+	err     error
 }
 
 // CreateSnapshot starts the format-2 snapshot of directory id covering
@@ -66,6 +67,7 @@ func (w *SnapshotWriter) flush() error {
 		return err
 	}
 	w.synced += int64(len(w.buf))
+	w.flushed += int64(len(w.buf))
 	w.buf = w.buf[:0]
 	if w.synced >= snapshotSyncEvery {
 		w.synced = 0
@@ -76,6 +78,10 @@ func (w *SnapshotWriter) flush() error {
 
 // Size is the number of state bytes written so far.
 func (w *SnapshotWriter) Size() int64 { return w.n }
+
+// Flushed is the number of bytes handed to the file so far (the writer
+// holds up to 1 MiB before it writes): what the disk can show of it.
+func (w *SnapshotWriter) Flushed() int64 { return w.flushed }
 
 // Commit completes the file (lengths, CRC), makes it durable and gives it
 // its name: after it returns nil the snapshot is there for good and the
