@@ -81,6 +81,18 @@ func reasonf(format string, args ...any) error {
 	return corruptReason(fmt.Sprintf(format, args...))
 }
 
+// ErrSegmentGap is matched (errors.Is) by the corruption of a segment that
+// starts after the record the one before it ends with: records between
+// them are missing. Before the records a snapshot covers that is no
+// corruption: a crash after a removal whose directory fsync failed brings
+// back some of the segments removed (see Log.TruncateFront).
+var ErrSegmentGap = errors.New("walq: lsn gap between segments")
+
+// gapReason is the corruptReason of a gap between segments.
+type gapReason struct{ corruptReason }
+
+func (r gapReason) Is(target error) bool { return target == ErrSegmentGap || r.corruptReason.Is(target) }
+
 // isSegmentFile reports whether name is a segment (or a leftover of one).
 func isSegmentFile(name string) bool {
 	if _, ok := parseSegmentName(name); ok {

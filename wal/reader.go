@@ -418,7 +418,7 @@ func walkFrames(data []byte, hdr segmentHeader, fn func(Position, Record) error)
 
 func segmentMismatch(want, got uint64) error {
 	if got > want {
-		return reasonf("lsn gap: segment starts at %d, want %d", got, want)
+		return gapReason{corruptReason(fmt.Sprintf("lsn gap: segment starts at %d, want %d", got, want))}
 	}
 	return reasonf("lsn overlap: segment starts at %d, want %d", got, want)
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 
 	"github.com/walq/walq/internal/layout"
@@ -142,6 +143,18 @@ func runVerify(c *cmdEnv) int {
 	if err != nil {
 		return c.errorf("%v", err)
 	}
+	lc.problems = slices.DeleteFunc(lc.problems, func(ce *wal.CorruptionError) bool {
+		if !errors.Is(ce, wal.ErrSegmentGap) || base == nil || ce.Index > base.File.LSN+1 {
+			return false
+		}
+		// The records missing all lie before those the snapshot covers:
+		// segments removed by a compaction whose directory fsync failed,
+		// some brought back by a crash. Recovery does not read them.
+		warnings++
+		line("log", "warning: %v: the missing records are all covered by %s, so recovery does not read them (segments a compaction removed, some brought back by a crash); the next open removes what is left; not corruption",
+			ce, base.File.Name)
+		return true
+	})
 	for _, ce := range lc.problems {
 		if s := lc.covered(ce, base); s != "" {
 			problemf("log", ce, "%v (recovery does not read this segment: %s covers it wholly, and the next open removes it)", ce, s)
