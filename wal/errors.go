@@ -91,7 +91,9 @@ var ErrSegmentGap = errors.New("walq: lsn gap between segments")
 // gapReason is the corruptReason of a gap between segments.
 type gapReason struct{ corruptReason }
 
-func (r gapReason) Is(target error) bool { return target == ErrSegmentGap || r.corruptReason.Is(target) }
+func (r gapReason) Is(target error) bool {
+	return target == ErrSegmentGap || r.corruptReason.Is(target)
+}
 
 // isSegmentFile reports whether name is a segment (or a leftover of one).
 func isSegmentFile(name string) bool {
