@@ -220,9 +220,11 @@ func (q *Queue) snapshot() (lsn uint64, err error) {
 		return 0, err
 	}
 	var f *state.Freeze
+	var units int
 	if q.st.LastLSN() > prev {
 		if err = q.roomForSnapshotLocked(); err == nil {
 			f, err = q.st.Freeze()
+			units = snapshotUnits(q.st)
 		}
 	}
 	q.mu.Unlock()
@@ -248,7 +250,7 @@ func (q *Queue) snapshot() (lsn uint64, err error) {
 		return 0, err
 	}
 	q.metrics.writtenBytes.Add(n)
-	q.lastSnapBytes = n
+	q.lastSnapBytes, q.lastSnapUnits = n, units
 	q.snapLSN.Store(f.LSN())
 	return f.LSN(), nil
 }
@@ -287,7 +289,7 @@ func (q *Queue) writeFrozen(f *state.Freeze, locked bool) (int64, error) {
 		}
 		if err == nil {
 			if locked {
-				q.disk.written = w.Flushed() // what the disk shows now of the room set aside
+				q.disk.snapshotFlushed(w.Flushed())
 			}
 			q.bodies.drainLocked(q.st)
 			buf, done, err = f.Next(buf[:0])

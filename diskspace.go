@@ -3,6 +3,7 @@ package walq
 import (
 	"fmt"
 
+	"github.com/walq/walq/state"
 	"github.com/walq/walq/wal"
 )
 
@@ -48,8 +49,18 @@ type diskSpace struct {
 	refused  uint64
 
 	snapshot int64 // a snapshot being written: its estimated size
-	written  int64 // of which it wrote so far
+	written  int64 // of which it wrote so far (counted in appended too)
 	copies   int64 // a round of copies: its bytes not appended yet
+}
+
+// snapshotFlushed counts what a snapshot being written has handed to its
+// file, flushed in all: as taken (like an append, so that the estimate
+// between two readings of the disk goes down by it), and no longer held.
+func (d *diskSpace) snapshotFlushed(flushed int64) {
+	if flushed > d.written {
+		d.appended += flushed - d.written
+		d.written = flushed
+	}
 }
 
 // held is what maintenance has set aside and not written yet.
@@ -120,7 +131,7 @@ func (q *Queue) roomForSnapshotLocked() error {
 	if wm < 0 {
 		return nil
 	}
-	est := max(q.lastSnapBytes, int64(q.st.TotalLen())*64)
+	est := q.snapshotEstimateLocked()
 	free, room := q.roomLocked(est, min(wm/4, snapshotReserve))
 	if room {
 		q.disk.snapshot, q.disk.written = est, 0
@@ -128,6 +139,24 @@ func (q *Queue) roomForSnapshotLocked() error {
 	}
 	return fmt.Errorf("no room for a snapshot of about %d bytes: %d bytes free on the disk of %s, Options.DiskWatermark %d: %w",
 		est, free, q.dir, wm, ErrDiskFull)
+}
+
+// snapshotUnits counts what a snapshot of st holds an entry for: its
+// items and the keys still held after their items went.
+func snapshotUnits(st *state.State) int { return st.TotalLen() + st.KeysReleased() }
+
+// snapshotEstimateLocked is about what a snapshot of the state now takes:
+// the last snapshot's size per entry times the entries now (keys can make
+// an entry far larger than the item's fields), and at least 64 bytes an
+// entry. A queue drained since the last snapshot asks for what its
+// snapshot now takes, not for the backlog's.
+func (q *Queue) snapshotEstimateLocked() int64 {
+	units := int64(snapshotUnits(q.st))
+	est := units * 64
+	if q.lastSnapUnits > 0 {
+		est = max(est, q.lastSnapBytes*units/int64(q.lastSnapUnits))
+	}
+	return est + 4<<10 // the header, the queues and their settings
 }
 
 // snapshotWrittenLocked gives back what roomForSnapshotLocked set aside.

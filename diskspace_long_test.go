@@ -551,7 +551,9 @@ func TestSnapshotRoomHeldFromPuts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	est := int64(q.Stats().Items) * 64 // the snapshot's estimate: 64 bytes an item, none written before
+	q.mu.Lock()
+	est := q.snapshotEstimateLocked() // 64 bytes an item and the header: no snapshot written before
+	q.mu.Unlock()
 	body := 1<<20 - 100
 	// Free: the watermark, the body and the snapshot's estimate, less
 	// 512 KiB: the put fits the disk, but not beside the snapshot.

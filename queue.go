@@ -83,6 +83,7 @@ type directory struct {
 	snapLSN       atomic.Uint64 // LSN covered by the newest snapshot; written under compactMu
 	compactAfter  int64         // no automatic compaction below this log size; under mu
 	lastSnapBytes int64         // size of the last snapshot a compaction wrote (or Open loaded); under compactMu
+	lastSnapUnits int           // its items and released keys (snapshotUnitsLocked); under compactMu
 	compactWait   atomic.Int64  // how long compactLoop waits after a failure; a success sets it back to compactRetryMin
 
 	metrics  metrics

@@ -181,6 +181,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	if base.File != "" {
 		if fi, err := o.fs.Stat(filepath.Join(dir, base.File)); err == nil {
 			q.lastSnapBytes = fi.Size() // what the next snapshot may take, about
+			q.lastSnapUnits = snapshotUnits(st)
 		}
 	}
 	// A format-2 log always keeps a segment (truncation never removes the

@@ -366,6 +366,10 @@ func (s *State) MappedBytes() int64 { return s.items.mappedBytes() }
 
 // TotalLen and TotalBytes count every queue's items.
 func (s *State) TotalLen() int { return s.items.len() }
+
+// KeysReleased is how many keys of items that are gone are still held
+// (within their window): a snapshot holds them beside the items.
+func (s *State) KeysReleased() int { return len(s.released) }
 func (s *State) TotalBytes() int64 {
 	var n int64
 	for _, q := range s.queues {

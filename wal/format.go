@@ -460,6 +460,9 @@ func (b *frameBuilder) undo(m builderMark) {
 // payload returns the bytes after the frame header.
 func (b *frameBuilder) payload() int { return len(b.hdrs) + len(b.bodies) }
 
+// size is the length of the frame seal returns.
+func (b *frameBuilder) size() int { return FrameHeaderSize + b.payload() }
+
 // seal returns the frame for records starting at first, with the watermark
 // given. The result aliases b and is valid until the next seal.
 func (b *frameBuilder) seal(m *macer, first, watermark uint64) []byte {

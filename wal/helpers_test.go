@@ -415,7 +415,9 @@ func asCorruption(t *testing.T, what string, err error) *CorruptionError {
 // of a segment states only what the last roll fsynced (the last LSN of the
 // segment before).
 const (
-	baseSegmentSize = 1200
+	// Segments roll before a frame that would take them past this: single
+	// frames of 74 to 80 bytes fill a segment with 15 of them.
+	baseSegmentSize = 1240
 	baseSingles     = 34 // records written one frame each, then a barrier frame
 	baseBatch       = 4  // records in the multi-record frame of the tail
 	baseAfter       = 6  // single-record frames after it

@@ -180,7 +180,7 @@ type tailSegment struct {
 	first    uint64
 	size     int64
 	mac      *macer
-	reserved bool // its space up to SegmentSize was set aside (preallocated)
+	reserved int64 // bytes from its start set aside on the disk (preallocated); 0: none
 }
 
 // maxFrameBody is the payload after which a batch starts another frame: a
@@ -206,6 +206,15 @@ func (b *batch) reset() {
 	b.n, b.firsts = 0, b.firsts[:0]
 	b.first, b.last, b.records = 0, 0, 0
 	b.commit = nil
+}
+
+// size is what the batch takes in the segment: its frames, sealed.
+func (b *batch) size() int64 {
+	var n int64
+	for _, f := range b.frames[:b.n] {
+		n += int64(f.size())
+	}
+	return n
 }
 
 // idleBuffer is what a batch's buffers keep while the log is idle: a
@@ -456,6 +465,11 @@ func Open(dir string, opts Options, from uint64, apply func(Position, Record) er
 	if err != nil {
 		return fail(err)
 	}
+	if !fresh && len(segs) > 1 {
+		// A process killed in a roll, or a log failed, can leave the last
+		// sealed segment with the space it set aside past its end.
+		l.giveBack(segs[len(segs)-2])
+	}
 	l.durable.Store(info.Last)
 	l.fsynced.Store(info.Last)
 	l.syncTimer = time.NewTimer(time.Hour)
@@ -502,7 +516,12 @@ func (l *Log) openTail(seg Segment) error {
 		return fmt.Errorf("open tail %s: %w", seg.Name, err)
 	}
 	l.tail = tailSegment{f: f, name: seg.Name, first: seg.First, size: size, mac: newMacer(hdr.salt)}
-	l.tail.reserved = l.reserve(f, size)
+	// A process killed (or a log failed) leaves the space it set aside
+	// past the tail's end: given back, then set aside anew.
+	if err := f.Truncate(size); err != nil {
+		l.logger.Warn("walq: could not give back the tail's space past its end", "segment", seg.Name, "err", err)
+	}
+	l.tail.reserved = l.reserve(f, size, l.opts.SegmentSize)
 	return nil
 }
 
@@ -516,7 +535,7 @@ func readSegmentHeader(f File, buf []byte) (segmentHeader, error) {
 // createSegment makes a new segment, whose first record is first, the
 // tail (Open, on a log with none).
 func (l *Log) createSegment(first uint64) error {
-	seg, err := l.newSegment(first)
+	seg, err := l.newSegment(first, l.opts.SegmentSize)
 	if err != nil {
 		return err
 	}
@@ -531,8 +550,7 @@ var errSegmentLeft = errors.New("a segment file may be left in the directory")
 
 // newSegment makes the segment whose first record is first, ready to be
 // the tail: the header, with a fresh salt, is written to a temp file and
-// fsynced, the file's space up to SegmentSize is set aside where the FS
-// can (Preallocator; without it, or on a disk without the room, it is
+// fsynced, the file's first want bytes are set aside where the FS can (Preallocator; without it, or on a disk without the room, it is
 // made all the same, and counted by Unreserved), then it is renamed and
 // the directory fsynced, before any frame can go in. So a segment file
 // always has a durable header, and its directory entry is durable before
@@ -543,7 +561,7 @@ var errSegmentLeft = errors.New("a segment file may be left in the directory")
 // the error wraps errSegmentLeft when that cannot be made durable: a
 // header-only segment that stayed would claim the records the tail goes
 // on to take.
-func (l *Log) newSegment(first uint64) (tailSegment, error) {
+func (l *Log) newSegment(first uint64, want int64) (tailSegment, error) {
 	h := segmentHeader{dir: l.opts.Dir, first: first}
 	if _, err := rand.Read(h.salt[:]); err != nil {
 		return tailSegment{}, fmt.Errorf("segment salt: %w", err)
@@ -556,9 +574,9 @@ func (l *Log) newSegment(first uint64) (tailSegment, error) {
 		return tailSegment{}, fmt.Errorf("create segment %s: %w", name, err)
 	}
 	_, err = f.Write(appendSegmentHeader(nil, h))
-	reserved := false
+	var reserved int64
 	if err == nil {
-		reserved = l.reserve(f, 0)
+		reserved = l.reserve(f, SegmentHeaderSize, want)
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -583,37 +601,54 @@ func (l *Log) newSegment(first uint64) (tailSegment, error) {
 	return tailSegment{}, fmt.Errorf("create segment %s: %w (%w)", name, err, errSegmentLeft)
 }
 
-// reserve sets the space of segment f from its size to SegmentSize aside
-// where the FS can, and reports whether it did. Without it the segment is
-// written all the same (counted by Unreserved): a disk without the room
-// for a whole segment still takes the acks that free it.
-func (l *Log) reserve(f File, size int64) bool {
-	if size >= l.opts.SegmentSize {
-		return false // full: the next append rolls
+// reserve sets the first want bytes of segment f (size bytes long) aside
+// on the disk where the FS can, and returns want, or 0 when it did not.
+// Without it the segment is written all the same (counted by Unreserved):
+// a disk without the room for a whole segment still takes the acks that
+// free it. A failed preallocation is undone (ext4 keeps the blocks it did
+// allocate).
+func (l *Log) reserve(f File, size, want int64) int64 {
+	if size >= want {
+		return 0 // full: the next batch rolls
 	}
 	p, ok := l.fsys.(Preallocator)
 	if !ok {
 		l.unreserved.Add(1)
-		return false
+		return 0
 	}
-	if err := p.Preallocate(f, l.opts.SegmentSize); err != nil {
+	if err := p.Preallocate(f, want); err != nil {
 		l.unreserved.Add(1)
+		if terr := f.Truncate(size); terr != nil {
+			l.logger.Warn("walq: could not give back what a failed preallocation took", "err", terr)
+		}
 		if !errors.Is(err, ErrNoPreallocate) {
 			l.logger.Warn("walq: could not set a segment's space aside; it is written without", "dir", l.dir, "err", err)
 		}
-		return false
+		return 0
 	}
-	return true
+	return want
+}
+
+// giveBack truncates sealed segment seg to its size, which frees what was
+// set aside past its end (a failure costs only that space).
+func (l *Log) giveBack(seg Segment) {
+	info, err := l.fsys.Stat(seg.Path)
+	if err == nil {
+		err = l.fsys.Truncate(seg.Path, info.Size())
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		l.logger.Warn("walq: could not give back a sealed segment's space past its end", "segment", seg.Name, "err", err)
+	}
 }
 
 // release gives back what the tail's reservation set aside past its end,
 // once nothing more is written to it (truncating a file to its own size
 // frees the blocks allocated beyond it). A failure costs only that space.
 func (l *Log) release() {
-	if !l.tail.reserved || l.tail.f == nil {
+	if l.tail.reserved == 0 || l.tail.f == nil {
 		return
 	}
-	l.tail.reserved = false
+	l.tail.reserved = 0
 	if err := l.tail.f.Truncate(l.tail.size); err != nil {
 		l.logger.Warn("walq: could not give back a sealed segment's unused space", "segment", l.tail.name, "err", err)
 	}
@@ -983,7 +1018,7 @@ func (l *Log) run() {
 			case opSyncRoll:
 				err := l.flush(true)
 				if err == nil && l.tail.size > SegmentHeaderSize {
-					err = l.roll(l.written+1, true)
+					err = l.roll(l.written+1, true, 0)
 				}
 				r.reply <- result{lsn: l.synced, err: err}
 			case opTruncateFront:
@@ -1042,10 +1077,18 @@ func (l *Log) write(p *batch, force bool) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	if l.tail.size >= max(l.opts.SegmentSize, l.rollAfter) && l.tail.size > SegmentHeaderSize {
-		if err := l.roll(p.first, false); err != nil {
+	// A batch goes where space was set aside for it: the tail rolls before
+	// a batch that would take it past SegmentSize (one larger than that
+	// has a segment of its own, set aside whole), and a batch past what
+	// the tail has set aside (its roll was put off) sets more aside.
+	n := p.size()
+	if l.tail.size > SegmentHeaderSize && l.tail.size+n > max(l.opts.SegmentSize, l.rollAfter) {
+		if err := l.roll(p.first, false, n); err != nil {
 			return err
 		}
+	}
+	if r := l.tail.reserved; r > 0 && l.tail.size+n > r {
+		l.tail.reserved = l.reserve(l.tail.f, l.tail.size, max(l.tail.size+n, r+l.opts.SegmentSize/4))
 	}
 	bytes := 0
 	for i, f := range p.frames[:p.n] {
@@ -1109,10 +1152,11 @@ func (l *Log) bodyOffsets(f *frameBuilder, start int64) []int64 {
 // sealed only once it stands: a roll that cannot make it (a full disk, a
 // failed create) leaves the log writing to the tail as before, and does
 // not fail it. Then an elective roll (SyncRoll) returns the error, and a
-// roll of a full tail lets the tail grow by a quarter of SegmentSize
-// before it tries again. Only a failed fsync of the tail, or a segment
+// roll for a batch that would not fit lets the tail grow by a quarter of
+// SegmentSize before it tries again. The new segment sets aside
+// SegmentSize, or the whole batch of n bytes that comes with the roll. Only a failed fsync of the tail, or a segment
 // file that may have stayed behind, fails the log.
-func (l *Log) roll(first uint64, elective bool) error {
+func (l *Log) roll(first uint64, elective bool, n int64) error {
 	if l.written > l.synced {
 		if err := l.syncTail(); err != nil {
 			return err
@@ -1121,7 +1165,7 @@ func (l *Log) roll(first uint64, elective bool) error {
 	err := l.fsys.Check("roll")
 	var next tailSegment
 	if err == nil {
-		next, err = l.newSegment(first)
+		next, err = l.newSegment(first, max(l.opts.SegmentSize, SegmentHeaderSize+n))
 	}
 	if errors.Is(err, errSegmentLeft) {
 		return l.fail("roll", err)
@@ -1180,10 +1224,24 @@ func (l *Log) truncateFront(index uint64, move bool) error {
 	}
 	removed := 0
 	var rerr error
+	keepSynced := false
 	for i := 0; i+1 < len(segs) && segs[i+1].First <= index && segs[i].Name != l.tail.name; i++ {
 		if err := l.fsys.Check("truncate-front"); err != nil {
 			rerr = err
 			break
+		}
+		if !move && !keepSynced && l.opts.KeepDir != "" {
+			// A move whose fsync of the keep directory failed left the
+			// segment a second name there, which no fsync may cover yet:
+			// the log's name goes only once the kept one is durable.
+			kpath := filepath.Join(l.opts.KeepDir, keptName(segs[i].First, segs[i+1].First-1))
+			if _, err := l.fsys.Stat(kpath); err == nil {
+				if err := l.fsys.SyncDir(l.opts.KeepDir); err != nil {
+					rerr = fmt.Errorf("sync %s: %w", l.opts.KeepDir, err)
+					break
+				}
+				keepSynced = true
+			}
 		}
 		if move {
 			// A second name in the keep directory first, then the log's

@@ -183,8 +183,9 @@ func (f *traceFile) Sync() error {
 // TestSegmentRoll checks what a roll does, in order: fsync the old tail
 // (whatever the policy, so that an older segment is all promised), write
 // the new header to a temp file, fsync it, rename it, fsync the directory,
-// and only then write the batch's frame; and that it happens before the
-// batch that finds the tail at or past SegmentSize, never otherwise.
+// and only then write the batch's frame; and that it happens before a
+// batch that would take a tail holding frames past SegmentSize, never
+// otherwise.
 func TestSegmentRoll(t *testing.T) {
 	for _, policy := range []SyncPolicy{SyncAlways, SyncNever, SyncInterval(time.Hour)} {
 		t.Run(policy.String(), func(t *testing.T) {
@@ -205,7 +206,8 @@ func TestSegmentRoll(t *testing.T) {
 				ops := tr.take()
 				segs := l.Segments()
 				rolled := len(segs) > len(tail)
-				if rolled != (size >= opts.SegmentSize) {
+				frame := int64(FrameHeaderSize + RecordHeaderSize + len(testBody(uint64(i+1))))
+				if rolled != (size > SegmentHeaderSize && size+frame > opts.SegmentSize) {
 					t.Fatalf("record %d: tail of %d bytes, rolled %v", i+1, size, rolled)
 				}
 				if !rolled {
@@ -247,10 +249,11 @@ func TestSegmentRoll(t *testing.T) {
 	}
 }
 
-// TestSegmentRollSizes: a tail of exactly SegmentSize rolls before the next
-// batch; a tail one byte short takes one more batch, whatever its size, and
-// the roll comes after it. A reopen with a smaller SegmentSize rolls before
-// its first batch. A segment that holds only its header never rolls.
+// TestSegmentRollSizes: a batch that would take a tail holding frames
+// past SegmentSize starts a new segment; one that brings it to exactly
+// SegmentSize does not. A batch larger than SegmentSize has a segment of
+// its own. A reopen with a smaller SegmentSize rolls before its first
+// batch. A segment that holds only its header never rolls.
 func TestSegmentRollSizes(t *testing.T) {
 	dir := t.TempDir()
 	writeLog(t, dir, Options{}, 3)
@@ -271,17 +274,23 @@ func TestSegmentRollSizes(t *testing.T) {
 		}
 		return counts
 	}
-	if got := run(size+1, 5000, 10); got[0] != 1 || got[1] != 2 {
-		t.Fatalf("tail one byte short of the size: segments %v, want [1 2]", got)
+	frame := func(body int) int64 { return int64(FrameHeaderSize + RecordHeaderSize + body) }
+	if got := run(size+frame(10), 10); got[0] != 1 {
+		t.Fatalf("a batch that fills the tail to the size: segments %v, want [1]", got)
 	}
 	size = lastSegment(t, dir).Size
-	if got := run(size, 10); got[0] != 3 {
-		t.Fatalf("tail of exactly the size: segments %v, want [3]", got)
+	if got := run(size+frame(10), 11); got[0] != 2 {
+		t.Fatalf("a batch one byte past the size: segments %v, want [2]", got)
 	}
 	// The new tail holds one frame; a segment size below the header rolls
 	// each batch into a segment of its own, but never an empty one.
-	if got := run(1, 10, 10, 10); got[0] != 4 || got[1] != 5 || got[2] != 6 {
-		t.Fatalf("segment size 1: segments %v, want [4 5 6]", got)
+	if got := run(1, 10, 10, 10); got[0] != 3 || got[1] != 4 || got[2] != 5 {
+		t.Fatalf("segment size 1: segments %v, want [3 4 5]", got)
+	}
+	// A batch larger than a segment: one of its own, and the next batch
+	// rolls again.
+	if got := run(200, 5000, 10); got[0] != 6 || got[1] != 7 {
+		t.Fatalf("a batch larger than the size: segments %v, want [6 7]", got)
 	}
 	for _, s := range readLayout(t, dir).segs {
 		if len(s.Frames) == 0 {
@@ -289,7 +298,7 @@ func TestSegmentRollSizes(t *testing.T) {
 		}
 	}
 	res, err := Scan(dir, 0, 0, nil)
-	if err != nil || res.Last != 9 || res.Records != 9 {
+	if err != nil || res.Last != 10 || res.Records != 10 {
 		t.Fatalf("scan %+v %v", res, err)
 	}
 }
@@ -321,9 +330,10 @@ func TestLargeBatchIsSeveralFrames(t *testing.T) {
 	}
 	ll := readLayout(t, dir)
 	fs := ll.tail().Frames
-	// 2 and 3 share a frame (2 alone was under the bound), 4 starts the next.
-	if len(fs) != 3 || fs[1].First != 2 || fs[1].Count != 2 || fs[2].First != 4 || fs[2].Count != 1 || writes.Load() != 2 {
-		t.Fatalf("frames %+v, %d batches", fs, writes.Load())
+	// 2 and 3 share a frame (2 alone was under the bound), 4 starts the
+	// next; the batch, larger than a segment, has one of its own.
+	if len(ll.segs) != 2 || len(fs) != 2 || fs[0].First != 2 || fs[0].Count != 2 || fs[1].First != 4 || fs[1].Count != 1 || writes.Load() != 2 {
+		t.Fatalf("%d segments, tail frames %+v, %d batches", len(ll.segs), fs, writes.Load())
 	}
 	var r replayed
 	if _, err := Scan(dir, 0, 0, r.apply); err != nil || len(r.recs) != 4 {

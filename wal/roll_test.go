@@ -31,8 +31,9 @@ func TestRollFailureGoesOnInTail(t *testing.T) {
 					}
 				}
 				if !elective {
-					// Fill the tail: the next append rolls first.
-					for tailSize(t, l) < opts.SegmentSize {
+					// Fill the tail: the next append rolls first (a
+					// single-record frame here is 74 to 80 bytes).
+					for tailSize(t, l)+80 <= opts.SegmentSize {
 						if err := appendAndWait(l); err != nil {
 							t.Fatal(err)
 						}

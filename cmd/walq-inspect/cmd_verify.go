@@ -151,7 +151,7 @@ func runVerify(c *cmdEnv) int {
 		// segments removed by a compaction whose directory fsync failed,
 		// some brought back by a crash. Recovery does not read them.
 		warnings++
-		line("log", "warning: %v: the missing records are all covered by %s, so recovery does not read them (segments a compaction removed, some brought back by a crash); the next open removes what is left; not corruption",
+		line("log", "warning: %v: the missing records are all covered by %s, so recovery does not read them (segments a compaction removed, some brought back by a crash); the next open or the compaction after it removes what is left; not corruption",
 			ce, base.File.Name)
 		return true
 	})
