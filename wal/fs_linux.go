@@ -3,6 +3,8 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,4 +40,13 @@ func (osFS) Preallocate(f File, n int64) error {
 		return fmt.Errorf("preallocate %d bytes for %s: %w", n, f.Name(), err)
 	}
 	return nil
+}
+
+// pastEnd reports whether the file info describes holds disk blocks past
+// its size (space set aside and not written), so that giving it back is
+// needed: a truncation to the same size would otherwise change the file's
+// times, and a refused open must change nothing.
+func pastEnd(info os.FileInfo) bool {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	return !ok || st.Blocks*512 > (info.Size()+4095)&^4095
 }

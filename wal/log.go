@@ -518,7 +518,9 @@ func (l *Log) openTail(seg Segment) error {
 	l.tail = tailSegment{f: f, name: seg.Name, first: seg.First, size: size, mac: newMacer(hdr.salt)}
 	// A process killed (or a log failed) leaves the space it set aside
 	// past the tail's end: given back, then set aside anew.
-	if err := f.Truncate(size); err != nil {
+	if info, err := f.Stat(); err != nil || !pastEnd(info) {
+		// nothing past its end
+	} else if err := f.Truncate(size); err != nil {
 		l.logger.Warn("walq: could not give back the tail's space past its end", "segment", seg.Name, "err", err)
 	}
 	l.tail.reserved = l.reserve(f, size, l.opts.SegmentSize)
@@ -633,7 +635,7 @@ func (l *Log) reserve(f File, size, want int64) int64 {
 // set aside past its end (a failure costs only that space).
 func (l *Log) giveBack(seg Segment) {
 	info, err := l.fsys.Stat(seg.Path)
-	if err == nil {
+	if err == nil && pastEnd(info) {
 		err = l.fsys.Truncate(seg.Path, info.Size())
 	}
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
