@@ -518,10 +518,10 @@ func (l *Log) openTail(seg Segment) error {
 	l.tail = tailSegment{f: f, name: seg.Name, first: seg.First, size: size, mac: newMacer(hdr.salt)}
 	// A process killed (or a log failed) leaves the space it set aside
 	// past the tail's end: given back, then set aside anew.
-	if info, err := f.Stat(); err != nil || !pastEnd(info) {
-		// nothing past its end
-	} else if err := f.Truncate(size); err != nil {
-		l.logger.Warn("walq: could not give back the tail's space past its end", "segment", seg.Name, "err", err)
+	if info, err := f.Stat(); err == nil && pastEnd(info) {
+		if err := f.Truncate(size); err != nil {
+			l.logger.Warn("walq: could not give back the tail's space past its end", "segment", seg.Name, "err", err)
+		}
 	}
 	l.tail.reserved = l.reserve(f, size, l.opts.SegmentSize)
 	return nil
