@@ -74,6 +74,7 @@ func TestWriteFaultEveryStep(t *testing.T) {
 	const records = 12
 	for _, policy := range []SyncPolicy{SyncAlways, SyncNever} {
 		t.Run(policy.String(), func(t *testing.T) {
+			t.Parallel()
 			opts := Options{SegmentSize: 200, Sync: policy}
 			// The default run faults every step of the first 20 and every
 			// fifth after (a log's life runs a few hundred); the long tests

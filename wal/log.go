@@ -171,6 +171,10 @@ type Log struct {
 	rollAfter    int64
 	rollFailures atomic.Uint64 // rolls put off (RollFailures)
 	unreserved   atomic.Uint64 // segments begun without their space set aside (Unreserved)
+	// unsettled lists the segments whose space past their ends the first
+	// write or roll gives back before the tail's is set aside (settle).
+	unsettled []Segment
+	settled   bool
 }
 
 // tailSegment is the segment frames are appended to.
@@ -459,16 +463,13 @@ func Open(dir string, opts Options, from uint64, apply func(Position, Record) er
 	}
 	if fresh {
 		err = l.createSegment(from)
+		l.settled = true
 	} else {
 		err = l.openTail(segs[len(segs)-1])
+		l.unsettled = segs[max(0, len(segs)-2):]
 	}
 	if err != nil {
 		return fail(err)
-	}
-	if !fresh && len(segs) > 1 {
-		// A process killed in a roll, or a log failed, can leave the last
-		// sealed segment with the space it set aside past its end.
-		l.giveBack(segs[len(segs)-2])
 	}
 	l.durable.Store(info.Last)
 	l.fsynced.Store(info.Last)
@@ -516,15 +517,25 @@ func (l *Log) openTail(seg Segment) error {
 		return fmt.Errorf("open tail %s: %w", seg.Name, err)
 	}
 	l.tail = tailSegment{f: f, name: seg.Name, first: seg.First, size: size, mac: newMacer(hdr.salt)}
-	// A process killed (or a log failed) leaves the space it set aside
-	// past the tail's end: given back, then set aside anew.
-	if info, err := f.Stat(); err == nil && pastEnd(info) {
-		if err := f.Truncate(size); err != nil {
-			l.logger.Warn("walq: could not give back the tail's space past its end", "segment", seg.Name, "err", err)
-		}
-	}
-	l.tail.reserved = l.reserve(f, size, l.opts.SegmentSize)
 	return nil
+}
+
+// settle, run by the committer before its first write or roll, gives back
+// what a process killed in a roll, or a failed log, left set aside past
+// the ends of the last two segments, and sets the tail's space aside
+// anew. It waits for the first write rather than running in Open so that
+// an open its caller refuses (the queue's recovery) changes nothing on
+// the disk.
+func (l *Log) settle() {
+	if l.settled {
+		return
+	}
+	l.settled = true
+	for _, seg := range l.unsettled {
+		l.giveBack(seg)
+	}
+	l.unsettled = nil
+	l.tail.reserved = l.reserve(l.tail.f, l.tail.size, l.opts.SegmentSize)
 }
 
 func readSegmentHeader(f File, buf []byte) (segmentHeader, error) {
@@ -631,8 +642,9 @@ func (l *Log) reserve(f File, size, want int64) int64 {
 	return want
 }
 
-// giveBack truncates sealed segment seg to its size, which frees what was
-// set aside past its end (a failure costs only that space).
+// giveBack truncates segment seg to its size, which frees what was set
+// aside past its end (a failure costs only that space). A segment without
+// blocks past its end is left untouched, times and all.
 func (l *Log) giveBack(seg Segment) {
 	info, err := l.fsys.Stat(seg.Path)
 	if err == nil && pastEnd(info) {
@@ -1083,6 +1095,7 @@ func (l *Log) write(p *batch, force bool) error {
 	// a batch that would take it past SegmentSize (one larger than that
 	// has a segment of its own, set aside whole), and a batch past what
 	// the tail has set aside (its roll was put off) sets more aside.
+	l.settle()
 	n := p.size()
 	if l.tail.size > SegmentHeaderSize && l.tail.size+n > max(l.opts.SegmentSize, l.rollAfter) {
 		if err := l.roll(p.first, false, n); err != nil {
@@ -1159,6 +1172,7 @@ func (l *Log) bodyOffsets(f *frameBuilder, start int64) []int64 {
 // SegmentSize, or the whole batch of n bytes that comes with the roll. Only a failed fsync of the tail, or a segment
 // file that may have stayed behind, fails the log.
 func (l *Log) roll(first uint64, elective bool, n int64) error {
+	l.settle()
 	if l.written > l.synced {
 		if err := l.syncTail(); err != nil {
 			return err
