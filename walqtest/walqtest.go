@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -169,10 +170,21 @@ func Run(t *testing.T, tg Target) {
 					t.Skipf("walqtest: the engine does not declare Capabilities.%s, which %s needs", c.name, b.name)
 				}
 			}
+			if b.slow {
+				// One at a time in a process: targets run side by side
+				// (t.Parallel) would starve each other's heartbeats on
+				// a small machine, and a failure would be the machine's.
+				slowMu.Lock()
+				defer slowMu.Unlock()
+			}
 			b.run(t, tg)
 		})
 	}
 }
+
+// slowMu lets one slow behaviour run at a time in a process: they measure
+// an engine in real time.
+var slowMu sync.Mutex
 
 // env is one behaviour's queue and the time it runs on.
 type env struct {
