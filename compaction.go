@@ -161,19 +161,16 @@ func (q *Queue) compact() (err error) {
 	if err != nil {
 		return err
 	}
-	if err := q.compactBodies(covered); err != nil {
-		if errors.Is(err, errCompactionStopped) || errors.Is(err, ErrClosed) {
-			// Stopped by Close between files: the new snapshot stands, and
-			// the older ones go as they would have (the next compaction
-			// deals with the files left).
-			if rerr := q.removeSnapshotsBefore(covered); rerr != nil {
-				return rerr
-			}
-		}
-		return err
-	}
+	// The new snapshot is durable: the older ones go whatever happens to
+	// the files below (stopped by Close between them, or failed), which
+	// the next compaction deals with. Kept after a failure, a snapshot a
+	// try would pile up, each the index's size.
+	berr := q.compactBodies(covered)
 	if err := q.removeSnapshotsBefore(covered); err != nil {
-		return err
+		return errors.Join(berr, err)
+	}
+	if berr != nil {
+		return berr
 	}
 	var logBytes int64
 	for _, s := range q.log.Segments() {

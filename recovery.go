@@ -97,19 +97,33 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	if err != nil {
 		return nil, err
 	}
-	// From here on recovery may write (a new directory's marker, a
-	// migration, a .broken copy of a torn tail, the endings of open
-	// leases): free the reserve so that it can on a full disk. If the open
-	// fails after all, put the reserve back.
-	if err := fsys.Remove(filepath.Join(dir, layout.ReserveName)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("walq: release reserve: %w", err)
+	// Once recovery writes (a new directory's marker, a migration, a
+	// .broken copy of a torn tail, the endings of open leases) it frees
+	// the reserve first, so that it can on a full disk; a directory of
+	// this format only once its checks accepted it (wal.Options.Accept),
+	// so that a refused open changes nothing. If the open fails after
+	// that, the reserve is put back.
+	released, opened := false, false
+	releaseReserve := func() error {
+		if released {
+			return nil
+		}
+		if err := fsys.Remove(filepath.Join(dir, layout.ReserveName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("walq: release reserve: %w", err)
+		}
+		released = true
+		return nil
 	}
-	opened := false
 	defer func() {
-		if !opened {
+		if released && !opened {
 			writeReserve(fsys, dir, o.FileMode)
 		}
 	}()
+	if format.version < 2 || len(files.Of(layout.Format1)) > 0 {
+		if err := releaseReserve(); err != nil { // a new directory's marker, a migration
+			return nil, err
+		}
+	}
 	if err := removeSnapshotTemps(fsys, dir, files); err != nil {
 		return nil, err
 	}
@@ -208,6 +222,30 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		OnWritten: d.bodies.onWritten,
 		KeepDir:   filepath.Join(dir, layout.BodiesDirName),
 	}
+	// Files that recovery did not replay but that hold live bodies (log
+	// segments the snapshot covers, kept segments) have their headers
+	// verified: damage there is corruption, as in the replayed log; each
+	// body is still checked by its own CRC when it is read. The log calls
+	// this before it repairs anything (a torn tail).
+	var floor uint64
+	walOpts.Accept = func(info wal.OpenInfo, segs []wal.Segment) error {
+		if st.LastLSN() != info.Last {
+			return &CorruptionError{Dir: dir, File: base.File,
+				Err: fmt.Errorf("snapshot covers LSN %d but the log ends at %d", snap, info.Last)}
+		}
+		kept, _, err := wal.ListKept(fsys, walOpts.KeepDir)
+		if err != nil {
+			return fmt.Errorf("walq: list kept segments: %w", err)
+		}
+		files, err := listBodyFiles(fsys, dir, kept, segs, snap)
+		if err != nil {
+			return fmt.Errorf("walq: %w", err)
+		}
+		if floor, err = verifyBodyFiles(fsys, format.id, st, files, pre); err != nil {
+			return err
+		}
+		return releaseReserve()
+	}
 	log, info, err := wal.Open(logDir, walOpts, snap+1, func(pos wal.Position, rec wal.Record) error {
 		return rebuild.Apply(st, logDir, pos, rec)
 	})
@@ -216,11 +254,6 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 			return nil, fmt.Errorf("walq: the newest snapshot is bad (%v) and the log cannot replace it: %w", base.Newer[0].Err, err)
 		}
 		return nil, err
-	}
-	if st.LastLSN() != info.Last {
-		log.Close()
-		return nil, &CorruptionError{Dir: dir, File: base.File,
-			Err: fmt.Errorf("snapshot covers LSN %d but the log ends at %d", snap, info.Last)}
 	}
 	q.log = log
 	// Every queue the log holds, as its records left it; a handle given by
@@ -238,15 +271,6 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		BrokenFile:     info.BrokenFile,
 		ForeignEntries: foreign,
 		Migration:      migration,
-	}
-	// Files that recovery did not replay but that hold live bodies (log
-	// segments the snapshot covers, kept segments) have their headers
-	// verified: damage there is corruption, as in the replayed log; each
-	// body is still checked by its own CRC when it is read.
-	floor, err := q.verifyBodyFiles(st, snap, pre)
-	if err != nil {
-		log.Close()
-		return nil, err
 	}
 	// Segments the snapshot covers wholly were neither read nor verified.
 	// Those below the lowest body the state names are garbage that a crash
@@ -506,11 +530,7 @@ func writeReserve(fsys wal.FS, dir string, perm os.FileMode) error {
 // skipped. It returns a floor for truncation: no live body lies in a
 // record below it (the state's BodyFloor, or, when the pass was skipped,
 // the lower SnapshotBodyFloor).
-func (q *Queue) verifyBodyFiles(st *state.State, snap uint64, pre *preverify) (floor uint64, err error) {
-	files, err := q.bodyFiles(snap)
-	if err != nil {
-		return 0, fmt.Errorf("walq: %w", err)
-	}
+func verifyBodyFiles(fsys wal.FS, id wal.DirID, st *state.State, files []*bodyFile, pre *preverify) (floor uint64, err error) {
 	all := true
 	for _, f := range files {
 		if !pre.verified(f) {
@@ -545,7 +565,7 @@ func (q *Queue) verifyBodyFiles(st *state.State, snap uint64, pre *preverify) (f
 			live = append(live, f)
 		}
 	}
-	for _, err := range verifyFiles(q.opts.fs, q.dirID, live) { // the first file's error, as one by one
+	for _, err := range verifyFiles(fsys, id, live) { // the first file's error, as one by one
 		if err != nil {
 			return 0, fmt.Errorf("walq: a file that holds live bodies does not verify: %w", err)
 		}

@@ -47,6 +47,14 @@ type Options struct {
 	// KeepDir is where MoveFront moves sealed segments whose records are
 	// no longer needed for replay but whose bodies are ("": none).
 	KeepDir string
+	// Accept, when set, is called by Open once every record from the
+	// start index on is replayed and verified, and before Open changes
+	// anything on the disk (a torn tail cut and saved, a segment created):
+	// with what the pass found and the segments as listed. An error
+	// refuses the open, and the directory is left as it was, so that a
+	// caller's own checks (files the replay did not read) refuse before
+	// the log repairs anything.
+	Accept func(info OpenInfo, segs []Segment) error
 	// OnWritten is called by the committer after each frame is written to the
 	// tail segment (after the write returned, before any fsync), in LSN order,
 	// with where the frame's record bodies now lie. It must return quickly and
@@ -326,8 +334,9 @@ type result struct {
 //     passed to apply. Corruption is a *CorruptionError, and so is a log
 //     that ends before from-1 or before MustReach; either way nothing has
 //     been modified, though apply may have seen records;
-//  4. cuts the end of the last segment when the rule at the top of
-//     repair.go says so;
+//  4. calls Options.Accept, whose error refuses the open (nothing
+//     modified yet either), then cuts the end of the last segment when
+//     the rule at the top of repair.go says so;
 //  5. opens the last segment for appending (creating the first one for a
 //     fresh log) and starts the committer.
 func Open(dir string, opts Options, from uint64, apply func(Position, Record) error) (*Log, OpenInfo, error) {
@@ -420,6 +429,11 @@ func Open(dir string, opts Options, from uint64, apply func(Position, Record) er
 	if opts.MustReach > info.Last {
 		return fail(&CorruptionError{Dir: dir, File: lastName(segs), Index: opts.MustReach,
 			Err: reasonf("log ends at %d before %d, which it must reach", info.Last, opts.MustReach)})
+	}
+	if opts.Accept != nil {
+		if err := opts.Accept(info, segs); err != nil {
+			return fail(err)
+		}
 	}
 	if tail := pass.res.Tail; tail != nil {
 		broken, err := cutTornTail(fsys, dir, tail, opts.FilePerm, opts.Logger)
