@@ -97,6 +97,10 @@ func (q *Queue) compactLoop() {
 			// A signal sent while the last compaction ran is stale: the
 			// bounds are read again.
 			run = retry == nil && q.compactDue()
+		case <-q.reserveSignal:
+			q.compactMu.Lock()
+			q.refillReserve(false)
+			q.compactMu.Unlock()
 		case <-retryC:
 			retry, retryC = nil, nil
 			if run = q.compactDue(); !run {
@@ -133,8 +137,37 @@ func (q *Queue) compactDue() bool {
 // compactDueLocked reports whether the log is over the bounds at which
 // compaction runs by itself.
 func (q *Queue) compactDueLocked() bool {
-	return !q.opts.DisableAutoCompact && q.logBytes >= q.opts.CompactMinBytes && q.logBytes >= q.compactAfter &&
-		float64(q.logBytes) > q.opts.CompactRatio*float64(q.liveBytesLocked())
+	if q.opts.DisableAutoCompact {
+		return false
+	}
+	if q.logBytes >= q.opts.CompactMinBytes && q.logBytes >= q.compactAfter &&
+		float64(q.logBytes) > q.opts.CompactRatio*float64(q.liveBytesLocked()) {
+		return true
+	}
+	return q.diskTightLocked()
+}
+
+// diskTightLocked reports whether the disk is below the watermark (puts
+// refused, acks taking its room) while the log has grown by tightStep
+// since the last compaction: a drain on a tight disk, whose acks only a
+// compaction gives back their room, must not wait for the ratio (a log
+// all live until a third of it drained would take more than the room).
+// The disk is read only once the log's counts say so.
+func (q *Queue) diskTightLocked() bool {
+	wm := q.opts.DiskWatermark
+	if wm <= 0 || q.logBytes < q.tightAfter {
+		return false
+	}
+	free, ok := q.freeLocked(wm)
+	return ok && free < wm
+}
+
+// tightStepLocked is how far the log grows between two compactions on a
+// tight disk: a snapshot's size (writing them then costs at most a byte
+// per byte appended), but no more than half the watermark, so that the
+// acks' room lasts, and at least the snapshot floor.
+func (q *Queue) tightStepLocked() int64 {
+	return max(q.snapshotFloor(), 64<<10, min(q.lastSnapBytes, q.opts.DiskWatermark/2))
 }
 
 func (q *Queue) compact() (err error) {
@@ -145,6 +178,7 @@ func (q *Queue) compact() (err error) {
 		q.mu.Lock()
 		q.rereadDiskLocked() // files written and removed: the next put reads the disk
 		q.mu.Unlock()
+		q.refillReserve(false) // freed for the snapshot, or short of the next one
 		if err != nil {
 			// compactLoop tries again on a timer; compactAfter stays.
 			q.metrics.compactFailed.Add(1)
@@ -185,6 +219,7 @@ func (q *Queue) compact() (err error) {
 	// would ask (kept segments still dense count toward the log, and a
 	// compaction cannot free them).
 	q.compactAfter = logBytes + max(q.opts.CompactMinBytes, q.lastSnapBytes)
+	q.tightAfter = logBytes + q.tightStepLocked()
 	q.mu.Unlock()
 	q.metrics.compactions.Add(1)
 	q.metrics.lastCompaction.Store(q.qt.now())
@@ -247,7 +282,9 @@ func (q *Queue) snapshot() (lsn uint64, err error) {
 		return 0, err
 	}
 	q.metrics.writtenBytes.Add(n)
-	q.lastSnapBytes, q.lastSnapUnits = n, units
+	q.mu.Lock()
+	q.lastSnapBytes, q.lastSnapUnits, q.disk.snapFile = n, units, n
+	q.mu.Unlock()
 	q.snapLSN.Store(f.LSN())
 	return f.LSN(), nil
 }
@@ -290,6 +327,9 @@ func (q *Queue) writeFrozen(f *state.Freeze, locked bool) (int64, error) {
 			}
 			q.bodies.drainLocked(q.st)
 			buf, done, err = f.Next(buf[:0])
+			if err == nil && locked {
+				err = q.snapshotGrowLocked(w.Size() + int64(len(buf)))
+			}
 		}
 		if err != nil {
 			f.Close()
@@ -466,7 +506,11 @@ func (q *Queue) compactBodies(covered uint64) error {
 				want += f.live
 			}
 		}
-		if want > 0 && !q.roomForCopies(min(want, relocateRound)) {
+		round := int64(relocateRound)
+		if want > 0 {
+			round = q.roomForCopies(want)
+		}
+		if want > 0 && round == 0 {
 			// On a tight disk the copies would take what acks need: the
 			// files are kept as they are (moved, not copied), and the
 			// ones emptied are still removed.
@@ -477,7 +521,7 @@ func (q *Queue) compactBodies(covered uint64) error {
 			q.opts.Logger.Warn("walq: compaction copies no body forward: the disk is nearly full",
 				"dir", q.dir, "watermark", q.opts.DiskWatermark)
 		}
-		n, err := q.relocateFrom(fileOf, relocateRound)
+		n, err := q.relocateFrom(fileOf, max(round, 1))
 		q.copiesDone()
 		if err != nil {
 			return err
@@ -543,7 +587,9 @@ func (q *Queue) relocateFrom(fileOf func(uint64) *bodyFile, max int64) (int64, e
 	var srcs []bodySource
 	var total int64
 	if err := q.eachBody(func(id uint64, b state.BodyRef) {
-		if total >= max {
+		// A round stays within the room set aside for it (a full round
+		// may pass it by one body: its segment is set aside whole).
+		if total >= max || max < relocateRound && total+int64(b.Len) > max {
 			return
 		}
 		if f := fileOf(b.LSN); f != nil && f.copy {

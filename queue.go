@@ -79,11 +79,13 @@ type directory struct {
 	failErr  error
 
 	compactSignal chan struct{}
+	reserveSignal chan struct{} // capacity 1: the reserve is short of the next snapshot by a step (reserveStep)
 	compactMu     sync.Mutex    // one compaction at a time
 	snapLSN       atomic.Uint64 // LSN covered by the newest snapshot; written under compactMu
 	compactAfter  int64         // no automatic compaction below this log size; under mu
-	lastSnapBytes int64         // size of the last snapshot a compaction wrote (or Open loaded); under compactMu
-	lastSnapUnits int           // its items and released keys (snapshotUnitsLocked); under compactMu
+	tightAfter    int64         // nor one for a tight disk (diskTightLocked); under mu
+	lastSnapBytes int64         // size of the last snapshot a compaction wrote (or Open loaded), or twice what one wrote before it passed its room; under mu
+	lastSnapUnits int           // its items and released keys (snapshotUnits); under mu
 	compactWait   atomic.Int64  // how long compactLoop waits after a failure; a success sets it back to compactRetryMin
 
 	metrics  metrics
@@ -728,6 +730,9 @@ func (q *Queue) Redrive(ids ...uint64) error {
 	if err := q.checkDeadLocked(ids); err != nil {
 		return q.answerLocked(err)
 	}
+	if err := q.roomForIDsLocked("redrive", ids); err != nil {
+		return q.answerLocked(err)
+	}
 	_, commit, err := q.appendToLocked(q.rt.id, &state.Redrive{Time: q.qt.now(), IDs: append([]uint64(nil), ids...)})
 	q.mu.Unlock()
 	if err != nil {
@@ -753,6 +758,8 @@ func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
 			return q.answerLocked(nil)
 		}
 	} else if err := q.checkDeadLocked(ids); err != nil {
+		return q.answerLocked(err)
+	} else if err := q.roomForIDsLocked("purge", ids); err != nil {
 		return q.answerLocked(err)
 	}
 	rec.Time = q.qt.now()
@@ -791,6 +798,9 @@ func (q *Queue) DeleteItems(ids ...uint64) error {
 			return q.answerLocked(fmt.Errorf("%w: item %d named twice", ErrInvalid, id))
 		}
 		seen[id] = true
+	}
+	if err := q.roomForIDsLocked("delete", ids); err != nil {
+		return q.answerLocked(err)
 	}
 	rec := &state.Delete{Time: q.qt.now(), IDs: append([]uint64(nil), ids...)}
 	_, commit, err := q.appendToLocked(q.rt.id, rec)

@@ -497,6 +497,9 @@ func (q *Queue) RedriveTo(target *Queue, ids ...uint64) error {
 	if err := q.checkDeadLocked(ids); err != nil {
 		return q.answerLocked(err)
 	}
+	if err := q.roomForIDsLocked("redrive", ids); err != nil {
+		return q.answerLocked(err)
+	}
 	if err := target.callLocked(); err != nil {
 		return q.answerLocked(fmt.Errorf("redrive into %s: %w", target.rt.label(), err))
 	}

@@ -20,7 +20,8 @@ import (
 	"github.com/walq/walq/wal"
 )
 
-// reserveSize is the size of the reserve file (layout.ReserveName).
+// reserveSize is the least size of the reserve file (layout.ReserveName);
+// it grows to the room of the next snapshot (reserveTargetLocked).
 const reserveSize = 1 << 20
 
 // Open opens the queue in dir, creating it if needed, and recovers it:
@@ -28,15 +29,16 @@ const reserveSize = 1 << 20
 //  1. create the directory if it is missing, or check what it holds (see
 //     checkFiles), before writing anything to it;
 //  2. lock the directory (ErrLocked if another queue holds it), check it
-//     again, release the reserve file, remove leftover snapshot temp files;
+//     again, remove leftover snapshot temp files;
 //  3. load the newest snapshot that verifies;
-//  4. open the log: finish an interrupted truncation, cut a torn tail (kept
-//     in a .broken file) or refuse corruption with a *CorruptionError, and
-//     replay every record after the snapshot;
+//  4. open the log: replay every record after the snapshot, verify the
+//     files it did not replay that hold live bodies, or refuse corruption
+//     with a *CorruptionError; only then release the reserve file (on a
+//     tight disk) and cut a torn tail (kept in a .broken file);
 //  5. end every lease that was open at the crash as expired, appending
 //     those records, and wait until they are durable under the sync
 //     policy;
-//  6. put the reserve file back and start serving.
+//  6. write the reserve file back to its size and start serving.
 //
 // When Open refuses the directory it has cut nothing and deleted nothing
 // that holds a record (it may have removed leftover temporary files and
@@ -116,7 +118,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	}
 	defer func() {
 		if released && !opened {
-			writeReserve(fsys, dir, o.FileMode)
+			writeReserve(fsys, dir, o.FileMode, reserveSize, -1)
 		}
 	}()
 	if format.version < 2 || len(files.Of(layout.Format1)) > 0 {
@@ -185,6 +187,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		done:          make(chan struct{}),
 		failed:        make(chan struct{}),
 		compactSignal: make(chan struct{}, 1),
+		reserveSignal: make(chan struct{}, 1),
 		metrics:       newMetrics(),
 		rts:           make(map[uint64]*queueRT),
 		bodies:        newBodies(max(o.BodyCacheBytes, 0)),
@@ -196,6 +199,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		if fi, err := o.fs.Stat(filepath.Join(dir, base.File)); err == nil {
 			q.lastSnapBytes = fi.Size() // what the next snapshot may take, about
 			q.lastSnapUnits = snapshotUnits(st)
+			q.disk.snapFile = fi.Size()
 		}
 	}
 	// A format-2 log always keeps a segment (truncation never removes the
@@ -244,7 +248,12 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		if floor, err = verifyBodyFiles(fsys, format.id, st, files, pre); err != nil {
 			return err
 		}
-		return releaseReserve()
+		// The reserve is kept (it is the next snapshot's room, which
+		// takes writing to set aside again) unless the disk is tight.
+		if free, ok := diskFree(dir); !ok || free < max(o.DiskWatermark, 2*reserveSize) {
+			return releaseReserve()
+		}
+		return nil
 	}
 	log, info, err := wal.Open(logDir, walOpts, snap+1, func(pos wal.Position, rec wal.Record) error {
 		return rebuild.Apply(st, logDir, pos, rec)
@@ -353,9 +362,10 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		}
 		q.recovery.BodiesRelocated = n
 	}
-	if err := writeReserve(fsys, dir, o.FileMode); err != nil {
-		o.Logger.Warn("walq: the reserve file is short or missing: a later recovery on a full disk may fail", "err", err)
+	if fi, err := fsys.Stat(filepath.Join(dir, layout.ReserveName)); err == nil {
+		q.disk.reserve = fi.Size()
 	}
+	q.refillReserve(true)
 	q.recovery.Duration = time.Since(start)
 	o.Logger.Info("walq: recovered", "dir", dir, "snapshot_lsn", snap, "replayed", info.Replayed,
 		"last_lsn", info.Last, "tail_cut_bytes", info.CutBytes, "leases_expired", q.recovery.LeasesExpired,
@@ -480,45 +490,55 @@ func removeSnapshotTemps(fsys wal.FS, dir string, files *layout.Listing) error {
 	return nil
 }
 
-// writeReserve puts back the file that the next recovery releases to have
-// room for its records on a full disk.
-func writeReserve(fsys wal.FS, dir string, perm os.FileMode) error {
+// writeReserve grows the file that a recovery, or a snapshot on a disk
+// without room, frees to have room for its writes, to size bytes of zeros
+// (written, so that they are the disk's on every filesystem), and returns
+// the size it has. On a full disk it keeps what could be written: a
+// smaller reserve still gives room, none does not. With keep >= 0 it stops
+// short rather than leave less than keep free on the disk.
+func writeReserve(fsys wal.FS, dir string, perm os.FileMode, size, keep int64) (int64, error) {
 	path := filepath.Join(dir, layout.ReserveName)
-	f, err := fsys.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, perm)
+	f, err := fsys.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, perm)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return 0, err
+	}
+	have := info.Size()
 	zeros := make([]byte, 64<<10)
-	written := 0
 	var werr error
-	for written < reserveSize {
-		n, err := f.Write(zeros)
-		written += n
-		if err != nil {
-			werr = err
+	for have < size {
+		chunk := min(int64(len(zeros)), size-have)
+		if free, ok := diskFree(dir); keep >= 0 && ok && free-chunk < keep {
 			break
 		}
-	}
-	if werr != nil {
-		// On a full disk keep what could be written: a smaller reserve
-		// still gives the next recovery room for its records, none does
-		// not.
-		werr = fmt.Errorf("reserve of %d bytes, not %d: %w", written, reserveSize, werr)
-		if written == 0 || f.Truncate(int64(written)) != nil {
-			f.Close()
-			fsys.Remove(path)
-			return werr
+		n, err := f.Write(zeros[:chunk])
+		have += int64(n)
+		if err != nil {
+			werr = fmt.Errorf("reserve of %d bytes, not %d: %w", have, size, err)
+			if f.Truncate(have) != nil { // a short write may have taken blocks past it
+				f.Close()
+				fsys.Remove(path)
+				return 0, werr
+			}
+			break
 		}
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
 		fsys.Remove(path)
-		return err
+		return 0, err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return have, err
 	}
-	return werr
+	if have == 0 {
+		fsys.Remove(path)
+	}
+	return have, werr
 }
 
 // verifyBodyFiles verifies the headers of the files that hold live bodies

@@ -77,9 +77,9 @@ func TestWriteFaultEveryStep(t *testing.T) {
 			t.Parallel()
 			opts := Options{SegmentSize: 200, Sync: policy}
 			// The default run faults every step of the first 20 and every
-			// fifth after (a log's life runs a few hundred); the long tests
+			// eighth after (a log's life runs a few hundred); the long tests
 			// fault every step.
-			stride := 5
+			stride := 8
 			if testrule.Long {
 				stride = 1
 			}

@@ -7,7 +7,7 @@
 //	WALQ-FORMAT                       format marker: version and directory ID (format 2 on)
 //	WALQ-FORMAT.tmp                   the marker being written, or left by a crash
 //	LOCK                              flock of the running queue
-//	RESERVE                           1 MiB that recovery releases to have room on a full disk
+//	RESERVE                           room for the next snapshot (at least 1 MiB), freed by recovery or a snapshot on a full disk
 //	snapshot-<20 digits>.snap         snapshot covering that LSN
 //	snapshot-<20 digits>.tmp          a snapshot being written, or left by a crash
 //	log/                              the log
