@@ -101,6 +101,9 @@ func (q *Queue) compactLoop() {
 			q.compactMu.Lock()
 			q.refillReserve(false)
 			q.compactMu.Unlock()
+			if q.opts.onReserve != nil {
+				q.opts.onReserve()
+			}
 		case <-retryC:
 			retry, retryC = nil, nil
 			if run = q.compactDue(); !run {
@@ -177,6 +180,9 @@ func (q *Queue) compact() (err error) {
 	defer func() {
 		q.mu.Lock()
 		q.rereadDiskLocked() // files written and removed: the next put reads the disk
+		q.mu.Unlock()
+		q.mu.Lock()
+		q.disk.reserveStuck = false // the compaction may have freed room
 		q.mu.Unlock()
 		q.refillReserve(false) // freed for the snapshot, or short of the next one
 		if err != nil {

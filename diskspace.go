@@ -68,6 +68,9 @@ type diskSpace struct {
 	// snapFile is the size of the newest snapshot file: room the next
 	// compaction gives back once its own snapshot is written.
 	snapFile int64
+	// reserveStuck: the last refill stopped short for want of room; puts
+	// do not ask for another until a compaction has run (and refilled).
+	reserveStuck bool
 }
 
 // snapshotFlushed counts what a snapshot being written has handed to its
@@ -111,7 +114,7 @@ func (q *Queue) checkDiskLocked(n int, need int64) error {
 	}
 	need += wal.HeaderSize + 64 // the record's header and the frame's, roughly
 	unreserved := q.snapshotUnreservedLocked()
-	if unreserved >= max(reserveStep, q.disk.reserve/8) {
+	if unreserved >= max(reserveStep, q.disk.reserve/8) && !q.disk.reserveStuck {
 		select { // the compaction loop grows the reserve
 		case q.reserveSignal <- struct{}{}:
 		default:
@@ -316,6 +319,7 @@ func (q *Queue) refillReserve(atOpen bool) {
 	}
 	q.mu.Lock()
 	q.disk.reserve = n
+	q.disk.reserveStuck = !atOpen && n < target
 	q.rereadDiskLocked()
 	q.mu.Unlock()
 	if err != nil {

@@ -97,6 +97,9 @@ type Options struct {
 	// onCompact, when set, is called after each compaction with its result
 	// (tests wait on it instead of sleeping).
 	onCompact func(error)
+	// onReserve, when set, is called after each refill of the reserve
+	// that puts asked the compaction loop for (tests).
+	onReserve func()
 	// noCloseSnapshot keeps Close from writing a snapshot (tests of
 	// replay after a clean close).
 	noCloseSnapshot bool

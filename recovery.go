@@ -508,6 +508,7 @@ func writeReserve(fsys wal.FS, dir string, perm os.FileMode, size, keep int64) (
 		return 0, err
 	}
 	have := info.Size()
+	start := have
 	zeros := make([]byte, 64<<10)
 	var werr error
 	for have < size {
@@ -527,10 +528,12 @@ func writeReserve(fsys wal.FS, dir string, perm os.FileMode, size, keep int64) (
 			break
 		}
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		fsys.Remove(path)
-		return 0, err
+	if have > start {
+		if err := f.Sync(); err != nil {
+			f.Close()
+			fsys.Remove(path)
+			return 0, err
+		}
 	}
 	if err := f.Close(); err != nil {
 		return have, err
