@@ -495,7 +495,8 @@ func removeSnapshotTemps(fsys wal.FS, dir string, files *layout.Listing) error {
 // (written, so that they are the disk's on every filesystem), and returns
 // the size it has. On a full disk it keeps what could be written: a
 // smaller reserve still gives room, none does not. With keep >= 0 it stops
-// short rather than leave less than keep free on the disk.
+// short rather than leave less than keep free on the disk (as read when
+// it starts).
 func writeReserve(fsys wal.FS, dir string, perm os.FileMode, size, keep int64) (int64, error) {
 	path := filepath.Join(dir, layout.ReserveName)
 	f, err := fsys.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, perm)
@@ -509,14 +510,25 @@ func writeReserve(fsys wal.FS, dir string, perm os.FileMode, size, keep int64) (
 	}
 	have := info.Size()
 	start := have
+	if keep >= 0 && size > have {
+		if free, ok := diskFree(dir); ok {
+			size = min(size, have+max(0, free-keep)&^(64<<10-1))
+		}
+	}
+	// Where the filesystem can, the room is allocated without writing it
+	// (fallocate), then the size set to it: no I/O for what may be a
+	// large reserve. Otherwise, or if that fails, zeros are written.
+	if p, ok := fsys.(wal.Preallocator); ok && size > have {
+		if err := p.Preallocate(f, size); err == nil && f.Truncate(size) == nil {
+			have = size
+		} else {
+			f.Truncate(have) // give back what a failed allocation took
+		}
+	}
 	zeros := make([]byte, 64<<10)
 	var werr error
 	for have < size {
-		chunk := min(int64(len(zeros)), size-have)
-		if free, ok := diskFree(dir); keep >= 0 && ok && free-chunk < keep {
-			break
-		}
-		n, err := f.Write(zeros[:chunk])
+		n, err := f.Write(zeros[:min(int64(len(zeros)), size-have)])
 		have += int64(n)
 		if err != nil {
 			werr = fmt.Errorf("reserve of %d bytes, not %d: %w", have, size, err)
