@@ -1,6 +1,7 @@
 package walq
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -35,7 +36,10 @@ import (
 // logged, and the call goes on with the next item.
 type bodies struct {
 	// Under q.mu.
-	unplaced   map[uint64][]byte // by item ID: bodies whose frames are not yet placed
+	unplaced map[uint64][]byte // by item ID: bodies whose frames are not yet placed
+	// delivered marks the unplaced bodies a delivery took: placed, they
+	// are not cached again (the cache keeps a body for its delivery).
+	delivered  map[uint64]struct{}
 	pending    []pendingBodies   // their records, in LSN order
 	cache      map[uint64][]byte // by item ID
 	order      []uint64          // cache IDs, oldest first (with IDs since dropped)
@@ -56,7 +60,8 @@ type pendingBodies struct {
 }
 
 func newBodies(cacheMax int64) *bodies {
-	return &bodies{unplaced: make(map[uint64][]byte), cache: make(map[uint64][]byte), cacheMax: cacheMax}
+	return &bodies{unplaced: make(map[uint64][]byte), delivered: make(map[uint64]struct{}),
+		cache: make(map[uint64][]byte), cacheMax: cacheMax}
 }
 
 // onWritten is the log's OnWritten hook. It runs in the committer, so it
@@ -112,7 +117,15 @@ func (b *bodies) drainLocked(st *state.State) {
 			for i, id := range p.ids {
 				body := b.unplaced[id]
 				delete(b.unplaced, id)
-				if st.PlaceBody(id, p.lsn, at+int64(p.offs[i])) {
+				_, gone := b.delivered[id]
+				delete(b.delivered, id)
+				if st.PlaceBody(id, p.lsn, at+int64(p.offs[i])) && !gone {
+					if len(p.ids) > 1 {
+						// The bodies of a batch share one buffer: cached
+						// alone, one would keep all of it alive, beyond
+						// what the cache counts.
+						body = bytes.Clone(body)
+					}
 					b.cacheLocked(id, body)
 				}
 			}
@@ -171,6 +184,7 @@ func (b *bodies) cacheLocked(id uint64, body []byte) {
 // takes it out of the cache: it was kept for this.
 func (b *bodies) takeLocked(id uint64) ([]byte, bool) {
 	if v, ok := b.unplaced[id]; ok {
+		b.delivered[id] = struct{}{}
 		return v, true
 	}
 	if v, ok := b.cache[id]; ok {
