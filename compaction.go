@@ -179,10 +179,8 @@ func (q *Queue) compact() (err error) {
 	start := time.Now()
 	defer func() {
 		q.mu.Lock()
-		q.rereadDiskLocked() // files written and removed: the next put reads the disk
-		q.mu.Unlock()
-		q.mu.Lock()
-		q.disk.reserveStuck = false // the compaction may have freed room
+		q.rereadDiskLocked()        // files written and removed: the next put reads the disk
+		q.disk.reserveStuck = false // and the reserve may grow again
 		q.mu.Unlock()
 		q.refillReserve(false) // freed for the snapshot, or short of the next one
 		if err != nil {
