@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestReviewSpaceCopiesAllOrNothing: bodies.md: "After a compaction the
+// TestReviewSpaceCopiesAllOrNothing (a hostile review's finding, kept as a regression test; what follows is what the build before its fix did): bodies.md: "After a compaction the
 // disk holds about twice the live data at most, plus about two segments";
 // guarantees.md: "compaction copies bodies forward only while half of it
 // [the watermark] stays free". roomForCopies asks for the whole round

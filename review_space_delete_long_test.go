@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// TestReviewSpaceLargeDeleteFailsQueue: guarantees.md: "A full disk stops
+// TestReviewSpaceLargeDeleteFailsQueue (a hostile review's finding, kept as a regression test; what follows is what the build before its fix did): guarantees.md: "A full disk stops
 // the producers, not the queue ... What ends items (leases, acks, nacks,
 // dead letters, deletes) keeps the room under the watermark"; options.md:
 // the watermark is there "so that acks, nacks, leases and deletes keep

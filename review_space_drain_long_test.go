@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// TestReviewSpaceDrainSmallItemsFailsQueue: guarantees.md (Failure): "A
+// TestReviewSpaceDrainSmallItemsFailsQueue (a hostile review's finding, kept as a regression test; what follows is what the build before its fix did): guarantees.md (Failure): "A
 // full disk stops the producers, not the queue ... What ends items
 // (leases, acks, nacks, dead letters, deletes) keeps the room under the
 // watermark ... so a drain on a tight disk finishes and frees the space."

@@ -95,7 +95,7 @@ func reviewKeptDir(t *testing.T) string {
 	return dir
 }
 
-// TestReviewSpaceRefusedOpenCutsTheTail: docs/guarantees.md (Corruption):
+// TestReviewSpaceRefusedOpenCutsTheTail (a hostile review's finding, kept as a regression test; what follows is what the build before its fix did): docs/guarantees.md (Corruption):
 // "Damage to anything promised durable makes Open fail with a
 // *CorruptionError ... and nothing on disk is changed"; recovery.go: "When
 // Open refuses the directory it has cut nothing". A directory whose newest
@@ -135,7 +135,7 @@ func TestReviewSpaceRefusedOpenCutsTheTail(t *testing.T) {
 	}
 }
 
-// TestReviewSpaceRefusedOpenRewritesReserve: a refused Open on corruption
+// TestReviewSpaceRefusedOpenRewritesReserve (a hostile review's finding, kept as a regression test; what follows is what the build before its fix did): a refused Open on corruption
 // (a bit flipped in a promised record) removes RESERVE and writes a new
 // one: a new file (inode, times), and the top directory's times change.
 // guarantees.md says nothing on disk is changed.

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// TestReviewSpaceReserveTooSmallForLeases: guarantees.md: "The directory
+// TestReviewSpaceReserveTooSmallForLeases (a hostile review's finding, kept as a regression test; what follows is what the build before its fix did): guarantees.md: "The directory
 // keeps a 1 MiB RESERVE file that recovery releases first, so that a
 // reopen on a still-full disk can write what it must (a cut tail's copy,
 // the endings of open leases)." The endings take ~60 bytes a lease, and

@@ -58,7 +58,7 @@ func (f *reviewSnapHookFile) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// TestReviewSpaceSnapshotEstimateFillsDisk: guarantees.md: "A snapshot
+// TestReviewSpaceSnapshotEstimateFillsDisk (a hostile review's finding, kept as a regression test; what follows is what the build before its fix did): guarantees.md: "A snapshot
 // that would leave less than a quarter of the watermark (at most 1 MiB)
 // free is not started"; "What ends items ... keeps the room under the
 // watermark". The room check is made against snapshotEstimateLocked: 64

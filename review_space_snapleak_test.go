@@ -15,7 +15,7 @@ type reviewNoLinkFS struct{ wal.FS }
 
 func (reviewNoLinkFS) Link(string, string) error { return syscall.EPERM }
 
-// TestReviewSpaceFailedCompactionsKeepTheirSnapshots: a compaction that
+// TestReviewSpaceFailedCompactionsKeepTheirSnapshots (a hostile review's finding, kept as a regression test; what follows is what the build before its fix did): a compaction that
 // fails after its snapshot was written (here: moving a dense segment to
 // bodies/ fails, as it always does where hard links are refused) returns
 // before removeSnapshotsBefore, so the snapshot it wrote stays beside the
