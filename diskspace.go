@@ -196,13 +196,9 @@ func (q *Queue) roomForSnapshotLocked() error {
 		return nil
 	}
 	est := q.snapshotEstimateLocked()
-	keep := q.snapshotFloor()
-	free, room := q.roomLocked(est, keep)
-	if !room && q.disk.reserve > 0 && free+q.disk.reserve-est-q.disk.held() >= keep {
-		if err := q.releaseReserveLocked(); err != nil {
-			return err
-		}
-		free, room = q.roomLocked(est, keep)
+	free, room, err := q.snapshotRoomLocked(est)
+	if err != nil {
+		return err
 	}
 	if room {
 		q.disk.snapshot, q.disk.written, q.disk.units = est, 0, snapshotUnits(q.st)
@@ -225,13 +221,9 @@ func (q *Queue) snapshotGrowLocked(upto int64) error {
 		return nil
 	}
 	more := upto - d.snapshot + max(upto/4, 256<<10)
-	keep := q.snapshotFloor()
-	free, room := q.roomLocked(more, keep)
-	if !room && d.reserve > 0 {
-		if err := q.releaseReserveLocked(); err != nil {
-			return err
-		}
-		free, room = q.roomLocked(more, keep)
+	free, room, err := q.snapshotRoomLocked(more)
+	if err != nil {
+		return err
 	}
 	if room {
 		d.snapshot += more
@@ -240,6 +232,20 @@ func (q *Queue) snapshotGrowLocked(upto int64) error {
 	q.lastSnapBytes, q.lastSnapUnits = 2*upto, max(d.units, 1)
 	return fmt.Errorf("a snapshot would pass the %d bytes set aside for it, with %d bytes free on the disk of %s: %w",
 		d.snapshot, free, q.dir, ErrDiskFull)
+}
+
+// snapshotRoomLocked reports whether n more bytes of snapshot leave the
+// snapshot floor free, freeing the reserve when only its room makes it so.
+func (q *Queue) snapshotRoomLocked(n int64) (free int64, room bool, err error) {
+	keep := q.snapshotFloor()
+	free, room = q.roomLocked(n, keep)
+	if !room && q.disk.reserve > 0 && free+q.disk.reserve-n-q.disk.held() >= keep {
+		if err := q.releaseReserveLocked(); err != nil {
+			return 0, false, err
+		}
+		free, room = q.roomLocked(n, keep)
+	}
+	return free, room, nil
 }
 
 // snapshotUnreservedLocked is what the reserve is short of its target
