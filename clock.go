@@ -142,12 +142,30 @@ func (t *manualTimer) Stop() bool {
 }
 
 func (t *manualTimer) Reset(d time.Duration) bool {
+	t.clock.mu.Lock()
+	defer t.clock.mu.Unlock()
+	return t.resetAtLocked(t.clock.mono + d)
+}
+
+// dueTimer is a timer that can be armed for a reading of its clock's
+// monotonic scale rather than a span from whenever Reset runs.
+type dueTimer interface {
+	resetAt(at time.Duration)
+}
+
+// resetAt arms t to fire once the monotonic reading reaches at (at once if
+// it has).
+func (t *manualTimer) resetAt(at time.Duration) {
+	t.clock.mu.Lock()
+	defer t.clock.mu.Unlock()
+	t.resetAtLocked(at)
+}
+
+func (t *manualTimer) resetAtLocked(at time.Duration) bool {
 	c := t.clock
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	_, armed := c.timers[t]
-	t.at = c.mono + d
-	if d <= 0 {
+	t.at = at
+	if at <= c.mono {
 		delete(c.timers, t)
 		select {
 		case t.ch <- c.wall:
