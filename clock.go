@@ -32,6 +32,23 @@ type Timer interface {
 	Reset(d time.Duration) bool
 }
 
+// resetTimer arms timer to fire once left, which reads the clock, says
+// nothing is left. A Timer counts its duration from the clock's reading
+// when it is armed, so left is read right before arming, and read again if
+// the clock moved by a millisecond or more meanwhile: a ManualClock advanced
+// by a test between the reading and the arming would otherwise leave the
+// timer late by the whole jump. A real clock moves by microseconds, so it
+// arms once.
+func resetTimer(timer Timer, left func() time.Duration) {
+	for {
+		d := left()
+		timer.Reset(d)
+		if d-left() < time.Millisecond {
+			return
+		}
+	}
+}
+
 type systemClock struct{}
 
 // monoOrigin is the origin of the system clock's monotonic readings; Go's
@@ -142,30 +159,12 @@ func (t *manualTimer) Stop() bool {
 }
 
 func (t *manualTimer) Reset(d time.Duration) bool {
-	t.clock.mu.Lock()
-	defer t.clock.mu.Unlock()
-	return t.resetAtLocked(t.clock.mono + d)
-}
-
-// dueTimer is a timer that can be armed for a reading of its clock's
-// monotonic scale rather than a span from whenever Reset runs.
-type dueTimer interface {
-	resetAt(at time.Duration)
-}
-
-// resetAt arms t to fire once the monotonic reading reaches at (at once if
-// it has).
-func (t *manualTimer) resetAt(at time.Duration) {
-	t.clock.mu.Lock()
-	defer t.clock.mu.Unlock()
-	t.resetAtLocked(at)
-}
-
-func (t *manualTimer) resetAtLocked(at time.Duration) bool {
 	c := t.clock
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	_, armed := c.timers[t]
-	t.at = at
-	if at <= c.mono {
+	t.at = c.mono + d
+	if d <= 0 {
 		delete(c.timers, t)
 		select {
 		case t.ch <- c.wall:

@@ -50,20 +50,9 @@ func (q *Queue) timerLoop() {
 	}
 }
 
-// armTimer sets timer to fire when queue time reaches at. A Timer counts its
-// duration from the clock's reading when it is armed, so the duration is
-// measured right before arming, and measured again if the clock moved by a
-// millisecond or more meanwhile: a ManualClock advanced by a test between
-// the reading and the arming would otherwise leave the timer late by the
-// jump. A real clock moves by microseconds, so it arms once.
+// armTimer sets timer to fire when queue time reaches at.
 func (q *Queue) armTimer(timer Timer, at int64) {
-	for {
-		read := q.qt.now()
-		timer.Reset(time.Duration(at - read))
-		if q.qt.now()-read < int64(time.Millisecond) {
-			return
-		}
-	}
+	resetTimer(timer, func() time.Duration { return time.Duration(at - q.qt.now()) })
 }
 
 // nextWakeLocked is when the timer loop must next run tick. Every time it

@@ -456,25 +456,9 @@ type beater struct {
 func (w *workRun) newBeater(l leased) *beater {
 	b := &beater{w: w, m: l.m, lastStart: l.start}
 	_, b.every = w.beatPlan()
-	b.timer = w.clock.NewTimer(b.wait())
-	if _, ok := b.timer.(dueTimer); ok {
-		b.arm() // as the beats are; see arm
-	}
+	b.timer = w.clock.NewTimer(time.Hour)
+	resetTimer(b.timer, b.wait)
 	return b
-}
-
-// arm sets the timer for the next beat, due every after lastStart on the
-// monotonic scale. Reset counts from the clock's reading when it runs, so a
-// clock that moves between wait's reading and the Reset delays the beat by
-// that much: nanoseconds on the system clock, but a whole step when a test
-// advances a ManualClock at that moment (the beat then came a full interval
-// late). A ManualClock's timer is armed for the due reading itself.
-func (b *beater) arm() {
-	if t, ok := b.timer.(dueTimer); ok {
-		t.resetAt(b.lastStart + b.every)
-		return
-	}
-	b.timer.Reset(b.wait())
 }
 
 // wait is how long until the next beat is due.
@@ -504,7 +488,7 @@ func (b *beater) beat() error {
 	}
 	b.lastStart = start
 	b.every = every
-	b.arm()
+	resetTimer(b.timer, b.wait)
 	return nil
 }
 
