@@ -285,24 +285,78 @@ func (q *Queue) stats(all bool) Stats {
 	return q.statsWith(all, q.log.Segments())
 }
 
-// statsWith is stats with the log's segments already listed (Queues lists
-// them once for every queue).
+// statsWith is stats with the log's segments already listed.
 func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	st := q.dirStatsLocked(segs)
+	q.queueStatsLocked(&st, all)
+	return st
+}
+
+// dirStatsLocked returns the figures every queue of the directory shares
+// (the log, the disk, compaction, bodies, recovery), segs being the log's
+// segments; Queues reads them once for all its queues. The queue's own
+// figures are zero (queueStatsLocked fills them).
+func (q *Queue) dirStatsLocked(segs []wal.Segment) Stats {
 	var logBytes int64
 	for _, s := range segs {
 		logBytes += s.Size
 	}
-	keptBytes, keptN := q.metrics.keptBytes.Load(), int(q.metrics.keptFiles.Load())
-	q.mu.Lock()
+	// A fresh reading: the estimate the puts use between readings counts
+	// what was appended as taken, and not what compaction gave back.
+	diskFree, _ := q.roomLocked(0, 0)
+	q.bodies.drainLocked(q.st)
+	bs := BodyStats{CacheBytes: q.bodies.cacheBytes, CacheItems: len(q.bodies.cache)}
+	for _, b := range q.bodies.unplaced {
+		bs.UnplacedBytes += int64(len(b))
+	}
+	bs.Hits, bs.Misses = q.metrics.bodyHits.Load(), q.metrics.bodyMisses.Load()
+	bs.ReadBytes, bs.Failures = q.metrics.bodyReadBytes.Load(), q.metrics.bodyFailures.Load()
+	bs.RelocatedBytes = q.metrics.relocatedBytes.Load()
+	st := Stats{
+		Fsync:              q.metrics.fsync.snapshot(),
+		CommitBatch:        q.metrics.batch.snapshot(),
+		LogBytes:           logBytes,
+		LogSegments:        len(segs),
+		KeptBytes:          q.metrics.keptBytes.Load(),
+		WrittenBytes:       q.metrics.writtenBytes.Load(),
+		PutBytes:           q.metrics.putBytes.Load(),
+		KeptSegments:       int(q.metrics.keptFiles.Load()),
+		LastLSN:            q.st.LastLSN(),
+		DurableLSN:         q.log.DurableLSN(),
+		FsyncedLSN:         q.log.FsyncedLSN(),
+		SnapshotLSN:        q.snapLSN.Load(),
+		LiveBytes:          q.liveBytesLocked(),
+		Compactions:        q.metrics.compactions.Load(),
+		CompactionsFailed:  q.metrics.compactFailed.Load(),
+		CopiesSkipped:      q.metrics.copiesSkipped.Load(),
+		DiskFree:           diskFree,
+		DiskRefused:        q.disk.refused,
+		RollsPutOff:        q.log.RollFailures(),
+		UnreservedSegments: q.log.Unreserved(),
+		LastCompactIn:      time.Duration(q.metrics.lastCompactDur.Load()),
+		Recovery:           q.recovery.clone(),
+		Bodies:             bs,
+		Wakeups: WakeStats{
+			Signalled: q.metrics.wakes.Load(),
+			TimerLoop: q.metrics.timerWakes.Load(),
+			Committer: q.log.Wakes(),
+		},
+		IndexMappedBytes: q.st.MappedBytes(),
+	}
+	if t := q.metrics.lastCompaction.Load(); t != 0 {
+		st.LastCompacted = q.qt.toWall(t)
+	}
+	return st
+}
+
+// queueStatsLocked sets st's queue figures: those of q's queue (zero when
+// it was deleted), or with all, those of every queue summed.
+func (q *Queue) queueStatsLocked(st *Stats, all bool) {
 	now := q.qt.now()
 	var g state.Gauges
 	var c state.Counters
-	var late uint64
-	var work WorkStats
-	var name string
-	var paused bool
-	var inFlight int
-	var wakes WakeStats
 	add := func(qs *state.QueueState, rt *queueRT) {
 		qg := qs.GaugesAt(now)
 		g.Ready, g.Delayed, g.Leased, g.Dead = g.Ready+qg.Ready, g.Delayed+qg.Delayed, g.Leased+qg.Leased, g.Dead+qg.Dead
@@ -315,84 +369,30 @@ func (q *Queue) statsWith(all bool, segs []wal.Segment) Stats {
 		}
 		c = c.Add(qs.Counters())
 		if rt != nil {
-			late += rt.lateAcks.Load()
-			work = work.add(rt.work.Stats())
-			wakes.Waiting += rt.waiters.len()
-			wakes.Woken += rt.woken
+			st.LateAcks += rt.lateAcks.Load()
+			st.Work = st.Work.add(rt.work.Stats())
+			st.Wakeups.Waiting += rt.waiters.len()
+			st.Wakeups.Woken += rt.woken
 		}
 	}
 	if all {
-		for _, qs := range q.st.Queues() {
-			add(qs, q.rts[qs.ID()])
-		}
+		q.st.EachQueue(func(qs *state.QueueState) { add(qs, q.rts[qs.ID()]) })
 	} else if qs := q.st.Queue(q.rt.id); qs != nil && !q.rt.gone {
 		add(qs, q.rt)
-		name, paused, inFlight = q.rt.name, qs.Paused(now), q.rt.set.maxInFlight
+		st.Queue, st.Paused, st.MaxInFlight = q.rt.name, qs.Paused(now), q.rt.set.maxInFlight
 	}
-	live := q.liveBytesLocked()
-	// A fresh reading: the estimate the puts use between readings counts
-	// what was appended as taken, and not what compaction gave back.
-	diskFree, _ := q.roomLocked(0, 0)
-	diskRefused := q.disk.refused
-	mapped := q.st.MappedBytes()
-	last := q.st.LastLSN()
-	q.bodies.drainLocked(q.st)
-	bs := BodyStats{CacheBytes: q.bodies.cacheBytes, CacheItems: len(q.bodies.cache)}
-	for _, b := range q.bodies.unplaced {
-		bs.UnplacedBytes += int64(len(b))
-	}
-	q.mu.Unlock()
-	wakes.Signalled, wakes.TimerLoop, wakes.Committer = q.metrics.wakes.Load(), q.metrics.timerWakes.Load(), q.log.Wakes()
-	bs.Hits, bs.Misses = q.metrics.bodyHits.Load(), q.metrics.bodyMisses.Load()
-	bs.ReadBytes, bs.Failures = q.metrics.bodyReadBytes.Load(), q.metrics.bodyFailures.Load()
-	bs.RelocatedBytes = q.metrics.relocatedBytes.Load()
-	snapLSN := q.snapLSN.Load()
-	st := Stats{
-		Queue: name, Paused: paused, MaxInFlight: inFlight,
-		Ready: g.Ready, Delayed: g.Delayed, Leased: g.Leased, Dead: g.Dead,
-		Items: g.Items, Bytes: g.Bytes, Keys: g.Keys,
-		Put: c.Put, Delivered: c.Delivered, Acked: c.Acked, Nacked: c.Nacked, Expired: c.Expired,
-		DeadLettered: c.DeadLettered, Discarded: c.Discarded, Redriven: c.Redriven, Purged: c.Purged,
-		MovedIn: c.MovedIn, MovedOut: c.MovedOut,
-		LateAcks:           late,
-		Fsync:              q.metrics.fsync.snapshot(),
-		CommitBatch:        q.metrics.batch.snapshot(),
-		LogBytes:           logBytes,
-		LogSegments:        len(segs),
-		KeptBytes:          keptBytes,
-		WrittenBytes:       q.metrics.writtenBytes.Load(),
-		PutBytes:           q.metrics.putBytes.Load(),
-		KeptSegments:       keptN,
-		LastLSN:            last,
-		DurableLSN:         q.log.DurableLSN(),
-		FsyncedLSN:         q.log.FsyncedLSN(),
-		SnapshotLSN:        snapLSN,
-		LiveBytes:          live,
-		Compactions:        q.metrics.compactions.Load(),
-		CompactionsFailed:  q.metrics.compactFailed.Load(),
-		CopiesSkipped:      q.metrics.copiesSkipped.Load(),
-		DiskFree:           diskFree,
-		DiskRefused:        diskRefused,
-		RollsPutOff:        q.log.RollFailures(),
-		UnreservedSegments: q.log.Unreserved(),
-		LastCompactIn:      time.Duration(q.metrics.lastCompactDur.Load()),
-		Recovery:           q.recovery.clone(),
-		Work:               work,
-		Bodies:             bs,
-		Wakeups:            wakes,
-		dir:                all,
-		IndexMappedBytes:   mapped,
-	}
+	st.dir = all
+	st.Ready, st.Delayed, st.Leased, st.Dead = g.Ready, g.Delayed, g.Leased, g.Dead
+	st.Items, st.Bytes, st.Keys = g.Items, g.Bytes, g.Keys
+	st.Put, st.Delivered, st.Acked, st.Nacked, st.Expired = c.Put, c.Delivered, c.Acked, c.Nacked, c.Expired
+	st.DeadLettered, st.Discarded, st.Redriven, st.Purged = c.DeadLettered, c.Discarded, c.Redriven, c.Purged
+	st.MovedIn, st.MovedOut = c.MovedIn, c.MovedOut
 	if g.OldestReadyDue != 0 && now > g.OldestReadyDue {
 		st.OldestReady = time.Duration(now - g.OldestReadyDue)
 	}
 	if g.DelayedHeadDue != 0 && now > g.DelayedHeadDue {
 		st.DelayedPastDue = time.Duration(now - g.DelayedHeadDue)
 	}
-	if t := q.metrics.lastCompaction.Load(); t != 0 {
-		st.LastCompacted = q.qt.toWall(t)
-	}
-	return st
 }
 
 func (w WorkStats) add(v WorkStats) WorkStats {

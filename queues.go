@@ -420,38 +420,41 @@ type QueueInfo struct {
 // Queues describes every queue of the directory, the default queue first,
 // then in the order they were created.
 func (q *Queue) Queues() ([]QueueInfo, error) {
+	segs := q.log.Segments() // once: every queue shares the log
 	q.mu.Lock()
 	if err := q.usableLocked(); err != nil {
 		q.mu.Unlock()
 		return nil, err
 	}
+	dir := q.dirStatsLocked(segs) // once: every queue shares them
 	var rts []*queueRT
 	for _, qs := range q.st.Queues() {
 		rts = append(rts, q.rts[qs.ID()])
 	}
 	q.mu.Unlock()
-	segs := q.log.Segments() // once: every queue shares the log
+	// The lock is taken for each queue in turn, not for the whole list:
+	// with thousands of queues the list would hold up every put.
 	out := make([]QueueInfo, 0, len(rts))
 	for _, rt := range rts {
 		h := &Queue{directory: q.directory, rt: rt}
-		info, ok := h.info(segs)
-		if ok {
+		if info, ok := h.info(dir); ok {
 			out = append(out, info)
 		}
 	}
 	return out, nil
 }
 
-// info describes h's queue, with segs the log's segments; false when it
-// was deleted meanwhile.
-func (h *Queue) info(segs []wal.Segment) (QueueInfo, bool) {
-	st := h.statsWith(false, segs)
+// info describes h's queue, dir holding the directory's figures; false
+// when it was deleted meanwhile.
+func (h *Queue) info(dir Stats) (QueueInfo, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	qs := h.st.Queue(h.rt.id)
-	if qs == nil {
+	if qs == nil || h.rt.gone {
 		return QueueInfo{}, false
 	}
+	st := dir
+	h.queueStatsLocked(&st, false)
 	s := h.rt.set
 	info := QueueInfo{
 		Name: h.rt.name, ID: h.rt.id,

@@ -308,6 +308,13 @@ func consistent(st *state.State, conserved bool) error {
 	if total != st.TotalLen() {
 		err = errors.Join(err, errorf("Each visits %d items, TotalLen is %d", total, st.TotalLen()))
 	}
+	var bytes int64
+	for _, q := range st.Queues() {
+		bytes += q.Bytes()
+	}
+	if bytes != st.TotalBytes() {
+		err = errors.Join(err, errorf("the queues hold %d bytes, TotalBytes is %d", bytes, st.TotalBytes()))
+	}
 	for _, q := range st.Queues() {
 		g, c, tl := q.Gauges(), q.Counters(), tallies[q.ID()]
 		if g.Ready+g.Delayed != tl.waiting || g.Leased != tl.leased || g.Dead != tl.dead || g.Items != tl.n || g.Items != q.Len() || g.Bytes != tl.bytes {

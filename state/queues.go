@@ -623,6 +623,7 @@ func (s *State) applyDelete(q *QueueState, r *DeleteQueue) error {
 		s.dropExt(e)
 		s.items.del(id)
 	}
+	s.bytes -= q.bytes
 	live := s.released[:0]
 	for _, k := range s.released {
 		if k.q != q {

@@ -63,6 +63,7 @@ type State struct {
 	names  map[string]*QueueState // named queues by name (not the default queue)
 
 	items  idIndex           // every stored item (waiting, leased, dead), of every queue
+	bytes  int64             // the bodies' bytes of every item in items (the queues' bytes summed)
 	extras []*itemExtra      // by entry.xi; extras[0] is never used
 	freeX  []uint32          // free places in extras
 	leases map[uint64]*lease // open leases by receipt
@@ -364,19 +365,14 @@ func (s *State) Release() {
 // them out. Its cost is a look at each chunk of 4096 IDs.
 func (s *State) MappedBytes() int64 { return s.items.mappedBytes() }
 
-// TotalLen and TotalBytes count every queue's items.
-func (s *State) TotalLen() int { return s.items.len() }
+// TotalLen and TotalBytes count every queue's items, in O(1) of the
+// queues: the byte total is kept as items come and go.
+func (s *State) TotalLen() int     { return s.items.len() }
+func (s *State) TotalBytes() int64 { return s.bytes }
 
 // KeysReleased is how many keys of items that are gone are still held
 // (within their window): a snapshot holds them beside the items.
 func (s *State) KeysReleased() int { return len(s.released) }
-func (s *State) TotalBytes() int64 {
-	var n int64
-	for _, q := range s.queues {
-		n += q.bytes
-	}
-	return n
-}
 
 // Gauges returns the default queue's gauges.
 func (s *State) Gauges() Gauges { return s.Default().Gauges() }
@@ -719,6 +715,7 @@ func bodyRef(lsn uint64, at int64, off int, body []byte) BodyRef {
 func (s *State) store(q *QueueState, id uint64, e entry) *entry {
 	q.n++
 	q.bytes += int64(e.body.Len)
+	s.bytes += int64(e.body.Len)
 	return s.items.set(id, e)
 }
 
@@ -1090,6 +1087,7 @@ func (s *State) remove(q *QueueState, id uint64, e *entry, t int64) {
 	}
 	q.n--
 	q.bytes -= int64(e.body.Len)
+	s.bytes -= int64(e.body.Len)
 	if key := s.key(e); key != "" {
 		if k := q.keys[key]; k != nil && k.ID == id {
 			// Released 0 means "still stored" (also on disk), so a release
