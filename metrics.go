@@ -89,10 +89,11 @@ type metrics struct {
 	keptBytes atomic.Int64
 	keptFiles atomic.Int64
 
-	// Wake-ups (waiters.go, timer.go): Gets signalled, and rounds of the
-	// timer loop.
-	wakes      atomic.Uint64
-	timerWakes atomic.Uint64
+	// Wake-ups (waiters.go, timer.go): Gets signalled, rounds of the
+	// timer loop, and the queues its ticks looked at (tests count them).
+	wakes       atomic.Uint64
+	timerWakes  atomic.Uint64
+	timerVisits atomic.Uint64
 }
 
 func newMetrics() metrics {

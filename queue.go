@@ -66,6 +66,7 @@ type directory struct {
 	bodies   *bodies             // bodies in memory: unplaced and cached (bodies.go); under mu
 	closed   bool                // under mu
 	timerAt  int64               // when the timer loop will wake next (MaxInt64: not armed); under mu
+	wakes    wakeHeap            // the queues that have a time for the timer, by that time (timer.go); under mu
 	logBytes int64               // bytes in the log segments, approximately; under mu
 	disk     diskSpace           // the free space last read; under mu
 	kick     chan struct{}       // wakes the timer loop to look again

@@ -120,10 +120,13 @@ type queueRT struct {
 	gone     bool          // deleted; under mu
 	work     WorkCounters  // Work's counters (worker.go)
 	lateAcks atomic.Uint64
+
+	wakeAt  int64 // its time in the timer's order, math.MaxInt64 when none (timer.go); under mu
+	wakePos int   // its index in that order, -1 when not in it; under mu
 }
 
 func newRT(id uint64, name string, set settings) *queueRT {
-	return &queueRT{id: id, name: name, set: set, deleted: make(chan struct{})}
+	return &queueRT{id: id, name: name, set: set, deleted: make(chan struct{}), wakeAt: math.MaxInt64, wakePos: -1}
 }
 
 // label names the queue in errors and logs.
@@ -385,6 +388,7 @@ func (q *Queue) Delete(force bool) error {
 		rt := q.rt
 		rt.gone = true
 		delete(q.rts, rt.id)
+		q.wakes.set(rt, math.MaxInt64)
 	}
 	q.mu.Unlock()
 	if err != nil {
@@ -432,23 +436,27 @@ func (q *Queue) Queues() ([]QueueInfo, error) {
 		rts = append(rts, q.rts[qs.ID()])
 	}
 	q.mu.Unlock()
-	// The lock is taken for each queue in turn, not for the whole list:
-	// with thousands of queues the list would hold up every put.
+	// The lock is taken for a few hundred queues at a time, not for the
+	// whole list: with thousands of queues it would hold up every put.
 	out := make([]QueueInfo, 0, len(rts))
-	for _, rt := range rts {
-		h := &Queue{directory: q.directory, rt: rt}
-		if info, ok := h.info(dir); ok {
-			out = append(out, info)
+	for len(rts) > 0 {
+		chunk := rts[:min(len(rts), 256)]
+		rts = rts[len(chunk):]
+		q.mu.Lock()
+		for _, rt := range chunk {
+			h := &Queue{directory: q.directory, rt: rt}
+			if info, ok := h.infoLocked(dir); ok {
+				out = append(out, info)
+			}
 		}
+		q.mu.Unlock()
 	}
 	return out, nil
 }
 
-// info describes h's queue, dir holding the directory's figures; false
-// when it was deleted meanwhile.
-func (h *Queue) info(dir Stats) (QueueInfo, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// infoLocked describes h's queue, dir holding the directory's figures;
+// false when it was deleted meanwhile.
+func (h *Queue) infoLocked(dir Stats) (QueueInfo, bool) {
 	qs := h.st.Queue(h.rt.id)
 	if qs == nil || h.rt.gone {
 		return QueueInfo{}, false

@@ -339,6 +339,11 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		q.recovery.LeasesExpired++
 	}
 	release()
+	// Every queue takes its place in the timer's order; from here on
+	// each change places its own queue (changedWakeLocked).
+	for _, rt := range d.rts {
+		q.placeWakeLocked(rt, now)
+	}
 	q.mu.Unlock()
 	// The endings are waited for as any record is, under the sync policy:
 	// until then a crash takes them back, and the next recovery ends the

@@ -1,6 +1,7 @@
 package walq
 
 import (
+	"container/heap"
 	"math"
 	"time"
 
@@ -61,26 +62,37 @@ func (q *Queue) armTimer(timer Timer, at int64) {
 // the end of its pause (queueWakeLocked), a key's window (tick forgets it);
 // so no time it returns stays in the past, and the loop never spins.
 func (q *Queue) nextWakeLocked() int64 {
-	at := q.dirWakeLocked()
-	now := q.qt.now()
-	q.st.EachQueue(func(qs *state.QueueState) {
-		at = min(at, q.queueWakeLocked(qs, q.rts[qs.ID()], now))
-	})
-	return at
+	return min(q.dirWakeLocked(), q.wakes.min())
 }
 
 // changedWakeLocked is nextWakeLocked for what a change to one queue can
 // bring closer: the directory's times and that queue's own, in O(1) of
-// the queues. The timer planned for every other queue when it last looked
-// (timerAt), and a change to this queue leaves theirs as they were; so a
-// record, a Get that starts to wait or a watch kicks the timer with this,
-// not with a pass over every queue.
+// the queues. It places the queue in the timer's order (wakes) at its
+// time; the others keep theirs. A record, a Get that starts to wait and a
+// watch call it, so the order is never later than a queue's time. It can
+// be earlier (a Get that stopped waiting, a pause that ended): tick looks
+// at the queue then, and places it again.
 func (q *Queue) changedWakeLocked(queue uint64) int64 {
 	at := q.dirWakeLocked()
-	if qs := q.st.Queue(queue); qs != nil {
-		at = min(at, q.queueWakeLocked(qs, q.rts[queue], q.qt.now()))
+	if rt := q.rts[queue]; rt != nil {
+		q.placeWakeLocked(rt, q.qt.now())
+		at = min(at, rt.wakeAt)
+	} else if qs := q.st.Queue(queue); qs != nil {
+		// Its runtime is made right after its creation record applies;
+		// a queue just made has no time of its own.
+		at = min(at, q.queueWakeLocked(qs, nil, q.qt.now()))
 	}
 	return at
+}
+
+// placeWakeLocked sets rt's place in the timer's order at its time now
+// (none once its queue is gone).
+func (q *Queue) placeWakeLocked(rt *queueRT, now int64) {
+	at := int64(math.MaxInt64)
+	if qs := q.st.Queue(rt.id); qs != nil && !rt.gone {
+		at = q.queueWakeLocked(qs, rt, now)
+	}
+	q.wakes.set(rt, at)
 }
 
 // promoteLocked makes the items of queue that are due at now ready.
@@ -159,11 +171,16 @@ func (q *Queue) tick() {
 	q.pruneKeysLocked(now)
 	// Delayed items come due whether or not anyone waits, paused or not;
 	// then whoever waits on a queue that can lease is woken (a pause that
-	// ended has no record to wake it).
-	q.st.EachQueue(func(qs *state.QueueState) {
-		qs.Promote(now)
-		q.wakeLocked(q.rts[qs.ID()], now)
-	})
+	// ended has no record to wake it). Only the queues whose time came are
+	// visited: each leaves with a time after now (queueWakeLocked), so the
+	// loop ends.
+	for len(q.wakes) > 0 && q.wakes[0].wakeAt <= now {
+		rt := q.wakes[0]
+		q.metrics.timerVisits.Add(1)
+		q.promoteLocked(rt.id, now)
+		q.wakeLocked(rt, now)
+		q.placeWakeLocked(rt, now)
+	}
 }
 
 // pruneKeysLocked forgets the keys whose queue's window has ended by the
@@ -192,4 +209,57 @@ func (q *Queue) kickLocked(at int64) {
 		default:
 		}
 	}
+}
+
+// wakeHeap orders the queues that have a time for the timer (queueWakeLocked)
+// by that time, so that the timer loop reads the earliest and tick visits
+// the queues whose time came, in O(log n) of the queues each, instead of a
+// pass over every queue.
+type wakeHeap []*queueRT
+
+func (h wakeHeap) Len() int           { return len(h) }
+func (h wakeHeap) Less(i, j int) bool { return h[i].wakeAt < h[j].wakeAt }
+func (h wakeHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].wakePos, h[j].wakePos = i, j
+}
+
+func (h *wakeHeap) Push(x any) {
+	rt := x.(*queueRT)
+	rt.wakePos = len(*h)
+	*h = append(*h, rt)
+}
+
+func (h *wakeHeap) Pop() any {
+	old := *h
+	rt := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	rt.wakePos = -1
+	return rt
+}
+
+// set gives rt the time at (math.MaxInt64: none, out of the heap).
+func (h *wakeHeap) set(rt *queueRT, at int64) {
+	switch {
+	case rt.wakePos < 0:
+		if at != math.MaxInt64 {
+			rt.wakeAt = at
+			heap.Push(h, rt)
+		}
+	case at == math.MaxInt64:
+		heap.Remove(h, rt.wakePos)
+		rt.wakeAt = at
+	case at != rt.wakeAt:
+		rt.wakeAt = at
+		heap.Fix(h, rt.wakePos)
+	}
+}
+
+// min is the earliest time of the heap (math.MaxInt64 when empty).
+func (h wakeHeap) min() int64 {
+	if len(h) == 0 {
+		return math.MaxInt64
+	}
+	return h[0].wakeAt
 }
