@@ -364,6 +364,9 @@ func (l *ledger) done(in, ev event, trusted bool, started uint64) {
 				l.inc(e.queue).durable = true
 			}
 		}
+		// Every refusal of the call first: a batch may hold the key twice,
+		// and a sibling refused too must not pass for the holder in
+		// holderSure, as one not reported yet would.
 		for i, res := range results {
 			e := l.entries[strings.SplitN(descs[i], "/", 2)[0]]
 			if e == nil || !strings.HasPrefix(res, "d") {
@@ -372,6 +375,12 @@ func (l *ledger) done(in, ev event, trusted bool, started uint64) {
 			e.window = window
 			e.put = putRefused // nothing was stored for it, durable or not
 			l.inc(e.queue).putsIntended--
+		}
+		for i, res := range results {
+			e := l.entries[strings.SplitN(descs[i], "/", 2)[0]]
+			if e == nil || !strings.HasPrefix(res, "d") {
+				continue
+			}
 			// Keys are per queue: the holder is an item of the same queue
 			// with the same key.
 			holder, _ := strconv.ParseUint(res[1:], 10, 64)

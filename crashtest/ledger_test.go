@@ -447,3 +447,23 @@ func ledgerBodies(l *ledger) func(*state.Item) ([]byte, error) {
 		return nil, nil // no token's body: an unknown item
 	}
 }
+
+// TestLedgerBatchRefusedTwice: a batch holding a key twice, both refused as
+// duplicates of an item whose own put was reported without being trusted:
+// neither batch member may pass for the holder (the second one did, and the
+// check then found "its" ID holding the real holder).
+func TestLedgerBatchRefusedTwice(t *testing.T) {
+	report := "I 1 put c1.1/0/0/k3\nD 1 100 5 1 w10\n" +
+		"I 2 putb c1.2/0/0/k3,c1.3/0/0/k3\nD 2 110 6 d1,d1 w10\n"
+	events, err := parseReport([]byte(report))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLedger()
+	l.ingest(events, func(ev event) bool { return ev.n == 2 })
+	st := stateWith(t, []stored{{tok: "c1.1"}}, l)
+	l.check(st, ledgerBodies(l), "check")
+	if len(l.violations) != 0 {
+		t.Fatalf("violations:\n%s", strings.Join(l.violations, "\n"))
+	}
+}
