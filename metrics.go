@@ -136,7 +136,7 @@ type Stats struct {
 	Ready, Delayed, Leased, Dead int
 	Items                        int   // stored items: ready, delayed, leased and dead
 	Bytes                        int64 // sum of their bodies
-	Keys                         int   // idempotency keys held or inside their window
+	Keys                         int   // idempotency keys a Put would find held now: of stored items, or released within the key window
 
 	Put, Delivered, Acked, Nacked, Expired, DeadLettered, Discarded, Redriven, Purged uint64
 	// MovedIn and MovedOut count dead letters redriven into this queue
@@ -360,6 +360,9 @@ func (q *Queue) queueStatsLocked(st *Stats, all bool) {
 	var c state.Counters
 	add := func(qs *state.QueueState, rt *queueRT) {
 		qg := qs.GaugesAt(now)
+		if rt != nil {
+			qg.Keys = qs.KeysAt(now, int64(rt.set.keyWindow)) // as a Put would find them
+		}
 		g.Ready, g.Delayed, g.Leased, g.Dead = g.Ready+qg.Ready, g.Delayed+qg.Delayed, g.Leased+qg.Leased, g.Dead+qg.Dead
 		g.Items, g.Bytes, g.Keys = g.Items+qg.Items, g.Bytes+qg.Bytes, g.Keys+qg.Keys
 		if qg.OldestReadyDue != 0 && (g.OldestReadyDue == 0 || qg.OldestReadyDue < g.OldestReadyDue) {

@@ -268,6 +268,7 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 	// Every queue the log holds, as its records left it; a handle given by
 	// OpenQueue brings its Backoff.
 	d.rts[state.DefaultQueue] = q.rt
+	st.Default().SetKeyWindow(int64(o.KeyWindow)) // not recorded; a named queue's is in its settings
 	for _, qs := range st.Queues() {
 		if qs.ID() != state.DefaultQueue {
 			d.rts[qs.ID()] = newRT(qs.ID(), qs.Name(), o.settingsFromRecord(qs.Settings()))

@@ -39,9 +39,9 @@ func createQueues(t *testing.T, q *Queue, n int) {
 
 // TestTwentyThousandQueues runs a directory of 20,000 named queues: the
 // timer visits only the queues whose time comes (a delayed item, the end
-// of a pause with a Get waiting), never all of them; operations on one
-// queue visit none; and the listing and the directory's figures count
-// every queue once.
+// of a pause with a Get waiting), never all of them; and operations on one
+// queue visit none. (TestListTwentyThousandQueues, a long test, lists
+// them.)
 func TestTwentyThousandQueues(t *testing.T) {
 	const n = 20000
 	q, clock, _ := testQueue(t, Options{Sync: SyncNever})
@@ -104,23 +104,40 @@ func TestTwentyThousandQueues(t *testing.T) {
 	}
 	checkWakeups(t, q)
 
-	infos, err := q.Queues()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(infos) != n+1 || infos[0].Name != "" {
-		t.Fatalf("Queues lists %d queues (first %q), want the default queue and %d more", len(infos), infos[0].Name, n)
-	}
-	for i, in := range infos[1:] {
-		if in.ID <= infos[i].ID || (i%1000 == 0 && in.Name != fmt.Sprintf("tenant-%05d", i)) {
-			t.Fatalf("Queues lists %q (ID %d) after ID %d: not the order of creation", in.Name, in.ID, infos[i].ID)
+}
+
+// TestKeysCountAtNow: Stats.Keys counts the keys a Put would find held
+// now, on a queue with no records since (it counted a key whose window had
+// passed until the next record); and a queue with a long key window holds
+// back the forgetting of no other queue's keys.
+func TestKeysCountAtNow(t *testing.T) {
+	q, clock, _ := testQueue(t, Options{KeyWindow: time.Minute})
+	long := mustOpenQueue(t, q, "long", QueueOptions{KeyWindow: time.Hour})
+	ack := func(h *Queue, key string) {
+		t.Helper()
+		mustPut(t, h, "x", WithKey(key))
+		if err := h.Ack(mustTryGet(t, h).Receipt); err != nil {
+			t.Fatal(err)
 		}
 	}
-	var items int
-	for _, in := range infos {
-		items += in.Stats.Items
+	ack(long, "held for an hour")
+	ack(q, "held for a minute")
+	if st, ls := q.Stats(), long.Stats(); st.Keys != 1 || ls.Keys != 1 {
+		t.Fatalf("Keys = %d and %d, want 1 and 1", st.Keys, ls.Keys)
 	}
-	if ds := q.DirStats(); ds.Items != items || items != 3 {
-		t.Fatalf("DirStats counts %d items, the queues %d; want 3 (the leased ones)", ds.Items, items)
+	advance(t, q, clock, time.Minute)
+	if st, ls := q.Stats(), long.Stats(); st.Keys != 0 || ls.Keys != 1 {
+		t.Fatalf("a minute on, with no record since: Keys = %d and %d, want 0 and 1", st.Keys, ls.Keys)
 	}
+	// A record moves the state's time on: the default queue's key is
+	// forgotten, though the long queue's was released before it.
+	mustPut(t, q, "later")
+	advance(t, q, clock, 2*time.Second)
+	q.mu.Lock()
+	kept := q.st.KeysReleased()
+	q.mu.Unlock()
+	if kept != 1 {
+		t.Fatalf("%d released keys kept, want 1 (the long queue's)", kept)
+	}
+	checkWakeups(t, q)
 }

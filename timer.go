@@ -112,17 +112,11 @@ func (q *Queue) dirWakeLocked() int64 {
 	if t, ok := q.st.NextDeadline(); ok {
 		at = min(at, t)
 	}
-	if t, queue, ok := q.st.NextKeyRelease(); ok {
-		window := q.opts.KeyWindow
-		if rt := q.rts[queue]; rt != nil {
-			window = rt.set.keyWindow
-		}
-		// Keys are forgotten at the state's own time (see pruneKeysLocked):
-		// until a record's time reaches the end of the window there is
-		// nothing to do, and that record's kick comes back here.
-		if end := t + int64(window); end <= q.st.LastTime() {
-			at = min(at, end+keyPruneStep-1-(end+keyPruneStep-1)%keyPruneStep)
-		}
+	// Keys are forgotten at the state's own time (see pruneKeysLocked):
+	// until a record's time reaches the end of the window there is
+	// nothing to do, and that record's kick comes back here.
+	if end, _, ok := q.st.NextKeyExpiry(); ok && end <= q.st.LastTime() {
+		at = min(at, end+keyPruneStep-1-(end+keyPruneStep-1)%keyPruneStep)
 	}
 	return at
 }

@@ -29,7 +29,7 @@ type Freeze struct {
 	n      int    // items in it
 	queues []snapQueue
 	leases map[uint64]lease // open leases, by item ID
-	keys   []*keyEntry      // keys released, in release order
+	keys   []*keyEntry      // keys released, by queue in ID order, each queue's in release order
 
 	chunks  []uint64 // chunk numbers of the index, ascending
 	pos     int      // chunks[:pos] are encoded
@@ -84,7 +84,7 @@ func (s *State) freeze() *Freeze {
 		s: s, lsn: s.lastLSN, time: s.lastTime, nextID: s.nextID, epoch: s.epoch,
 		n:      s.items.len(),
 		leases: make(map[uint64]lease, len(s.leaseOf)),
-		keys:   slices.Clone(s.released),
+		keys:   make([]*keyEntry, 0, s.releasedN),
 		frozen: make(map[uint64]*frozenChunk),
 		kept:   make(map[uint64][]keptItem),
 	}
@@ -93,6 +93,7 @@ func (s *State) freeze() *Freeze {
 			ID: q.id, Name: q.name, Created: q.created, Settings: q.settings,
 			PausedUntil: q.pausedUntil, Counters: q.counters,
 		})
+		f.keys = append(f.keys, q.relKeys...) // by queue, each in release order
 	}
 	for id, l := range s.leaseOf {
 		f.leases[id] = *l

@@ -26,6 +26,8 @@ import (
 const (
 	clockStart = 1_000_000 // the fake clock never reads 0: a zero time means "none" in several fields
 	keyWindow  = 50        // the key window the machine prunes with, in clock units
+	// maxSettingsKeyWindow bounds the key windows of the queues' settings.
+	maxSettingsKeyWindow = 100
 )
 
 // testKeys is small so that puts collide on keys often, within a queue and
@@ -614,7 +616,7 @@ func drawSettings(t *rapid.T) state.Settings {
 	return state.Settings{
 		Visibility:  rapid.Int64Range(1, 100).Draw(t, "visibility setting"),
 		MaxAttempts: rapid.Int64Range(1, 5).Draw(t, "max attempts"),
-		KeyWindow:   rapid.Int64Range(0, 100).Draw(t, "key window"),
+		KeyWindow:   rapid.Int64Range(0, maxSettingsKeyWindow).Draw(t, "key window"),
 		MaxItems:    rapid.Int64Range(0, 10).Draw(t, "max items"),
 		MaxBytes:    rapid.Int64Range(0, 100).Draw(t, "max bytes"),
 		MaxInFlight: rapid.SampledFrom([]int64{0, 0, 1, 2, 3}).Draw(t, "max in flight"),
@@ -1114,18 +1116,30 @@ func (mc *machine) PruneKeysBy(t *rapid.T) {
 	})
 	for _, q := range m.live() {
 		w := q.settings.KeyWindow
+		held := 0
 		for key, k := range q.keys {
 			if k.released != 0 && k.released+w <= m.now {
+				// Forgotten, whatever the windows of other queues: asked
+				// with a window that has not ended, it is not held.
+				if id, held := c.Queue(q.id).KeyHolder(key, m.now, math.MaxInt64/4); held && id == k.id {
+					t.Fatalf("queue %d: after PruneKeysBy(%d), key %q (released at %d, window %d) is still kept",
+						q.id, m.now, key, k.released, w)
+				}
 				continue
 			}
+			held++
 			if id, held := c.Queue(q.id).KeyHolder(key, m.now, w); !held || id != k.id {
 				t.Fatalf("queue %d: after PruneKeysBy(%d), KeyHolder(%q, window %d) = %d, %v; model: held by %d (released at %d)",
 					q.id, m.now, key, w, id, held, k.id, k.released)
 			}
 		}
+		// What a reader sees at now counts the keys held at now.
+		if got := c.Queue(q.id).KeysAt(m.now, w); got != held {
+			t.Fatalf("queue %d: KeysAt(%d, %d) = %d; model: %d keys held", q.id, m.now, w, got, held)
+		}
 	}
-	if _, queue, ok := c.NextKeyRelease(); ok && m.queue(queue) == nil {
-		t.Fatalf("after PruneKeysBy, NextKeyRelease names queue %d, which does not exist", queue)
+	if at, queue, ok := c.NextKeyExpiry(); ok && (m.queue(queue) == nil || at <= m.now) {
+		t.Fatalf("after PruneKeysBy(%d), NextKeyExpiry = %d of queue %d: a key past its window, or a queue that does not exist", m.now, at, queue)
 	}
 }
 
@@ -1967,9 +1981,10 @@ func (mc *machine) Check(t *rapid.T) {
 		t.Fatalf("OpenLeases() = %v, model: %v", got, w)
 	}
 
-	// The next key release is that of a queue that exists, no later than
-	// the oldest key the model remembers as released (the state may also
-	// count keys since taken again, which only wakes the pruning early).
+	// The next key expiry is that of a queue that exists, no later than
+	// the oldest key the model remembers as released plus the longest
+	// window a queue can have (the state may also count keys since taken
+	// again, which only wakes the pruning early).
 	var oldest int64
 	for _, q := range m.live() {
 		for _, k := range q.keys {
@@ -1978,12 +1993,12 @@ func (mc *machine) Check(t *rapid.T) {
 			}
 		}
 	}
-	at, queue, ok := s.NextKeyRelease()
+	at, queue, ok := s.NextKeyExpiry()
 	switch {
 	case ok && m.queue(queue) == nil:
-		t.Fatalf("NextKeyRelease() = %d, queue %d, which does not exist", at, queue)
-	case oldest != 0 && (!ok || at > oldest):
-		t.Fatalf("NextKeyRelease() = %d, %v; model: a key released at %d", at, ok, oldest)
+		t.Fatalf("NextKeyExpiry() = %d, queue %d, which does not exist", at, queue)
+	case oldest != 0 && (!ok || at > oldest+max(keyWindow, maxSettingsKeyWindow)):
+		t.Fatalf("NextKeyExpiry() = %d, %v; model: a key released at %d", at, ok, oldest)
 	}
 
 	// The state survives its snapshot at every step, byte for byte.

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
@@ -96,6 +97,16 @@ type QueueState struct {
 	ndead     int
 
 	keys map[string]*keyEntry
+	// relKeys are its keys of items that are gone, held for its key
+	// window, in release order (times only grow); pruned from the front.
+	// relStale of them are no longer its entry for their key (a later
+	// item took it once the window ended; they go at the next prune).
+	relKeys  []*keyEntry
+	relStale int
+	// keyWindow is the key window its place in State.keyHeap counts with;
+	// keyPos is that place (-1: it has no released keys).
+	keyWindow int64
+	keyPos    int32
 
 	n        int   // items stored
 	bytes    int64 // sum of their body sizes
@@ -110,7 +121,67 @@ func (s *State) newQueueState(id uint64, name string, created int64, set Setting
 		maxDelayedDue: math.MinInt64,
 		ready:         make(map[int64]*heap[uint64]),
 		keys:          make(map[string]*keyEntry),
+		keyWindow:     set.KeyWindow,
+		keyPos:        -1,
 	}
+}
+
+// keyDue is when the window of its first released key ends, by the
+// window known to it.
+func (q *QueueState) keyDue() int64 { return q.relKeys[0].Released + q.keyWindow }
+
+// SetKeyWindow tells the state q's key window, which pruning and
+// GaugesAt count with: a named queue's is in its settings, the default
+// queue's is the directory's (not recorded), to be set after loading.
+func (q *QueueState) SetKeyWindow(w int64) {
+	q.keyWindow = w
+	if q.keyPos >= 0 {
+		q.st.keyHeap.Fix(q)
+	}
+}
+
+// releaseKey adds k, just released, to q's released keys.
+func (s *State) releaseKey(q *QueueState, k *keyEntry) {
+	q.relKeys = append(q.relKeys, k)
+	s.releasedN++
+	if len(q.relKeys) == 1 {
+		s.keyHeap.Push(q)
+	}
+}
+
+// replaceKey marks k, q's entry for its key, as taken by a later item.
+func (q *QueueState) replaceKey(k *keyEntry) {
+	k.gone = q.st.epoch
+	if k.Released != 0 {
+		q.relStale++
+	}
+}
+
+func (q *QueueState) dropReleased(n int) {
+	if n == 0 {
+		return
+	}
+	clear(q.relKeys[:n])
+	q.relKeys = q.relKeys[n:]
+	// Copy the rest down only when it is small next to what was dropped,
+	// so the backing array does not grow without bound and the copying
+	// costs O(1) per key.
+	if len(q.relKeys) < n {
+		q.relKeys = append([]*keyEntry(nil), q.relKeys...)
+	}
+}
+
+// KeysAt is how many keys q holds as KeyHolder at now with window sees
+// them: those of its stored items and those released within the window.
+// Gauges counts the keys not forgotten yet (PruneKeys), which on a queue
+// with no records can be all it ever had. It costs O(log n) of the keys.
+func (q *QueueState) KeysAt(now, window int64) int {
+	ended, _ := slices.BinarySearchFunc(q.relKeys, now, func(k *keyEntry, now int64) int {
+		return cmp.Compare(k.Released+window, now+1)
+	})
+	// Stale keys went before their window ended too (a later item took the
+	// key only then), so they are among the ended ones.
+	return len(q.keys) - max(ended-q.relStale, 0)
 }
 
 // dheap returns the delayed heap, in heap order.
@@ -584,6 +655,7 @@ func (s *State) applySet(q *QueueState, r *SetQueue) error {
 		return invalid("settings of queue %d: %v", q.id, err)
 	}
 	q.settings = r.Settings
+	q.SetKeyWindow(r.Settings.KeyWindow)
 	return nil
 }
 
@@ -624,14 +696,10 @@ func (s *State) applyDelete(q *QueueState, r *DeleteQueue) error {
 		s.items.del(id)
 	}
 	s.bytes -= q.bytes
-	live := s.released[:0]
-	for _, k := range s.released {
-		if k.q != q {
-			live = append(live, k)
-		}
+	if q.keyPos >= 0 {
+		s.keyHeap.Remove(q)
 	}
-	clear(s.released[len(live):])
-	s.released = live
+	s.releasedN -= len(q.relKeys)
 	delete(s.queues, q.id)
 	delete(s.names, q.name)
 	return nil
@@ -666,7 +734,7 @@ func (s *State) applyMove(lsn uint64, q *QueueState, r *Move) error {
 				k.gone = s.epoch
 			}
 			if k := to.keys[key]; k != nil {
-				k.gone = s.epoch
+				to.replaceKey(k)
 			}
 			to.keys[key] = &keyEntry{Key: key, ID: id, q: to}
 		}

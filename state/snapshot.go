@@ -64,8 +64,9 @@ type snapKey struct {
 
 // MarshalSnapshot encodes the whole state as a version-4 body, in one
 // piece: what a Freeze writes in pieces. Queues are written in ID order,
-// items in ID order and released keys in release order, so equal states
-// give equal bytes. No body is in it: each item says where its body is in
+// items in ID order and released keys by queue, in ID order, and each
+// queue's in release order, so equal states give equal bytes (a reader
+// takes them in any order). No body is in it: each item says where its body is in
 // the log. A state that still holds bodies of an older snapshot itself
 // (see Inline) cannot be written.
 //
@@ -498,7 +499,8 @@ func unmarshalFrom(d *decoder) (*State, error) {
 				return nil, fmt.Errorf("key %q held by item %d that is not stored in queue %d", k.Key, k.ID, q.id)
 			}
 		} else {
-			s.released = append(s.released, k)
+			q.relKeys = append(q.relKeys, k)
+			s.releasedN++
 		}
 		q.keys[k.Key] = k
 	}
@@ -518,7 +520,12 @@ func unmarshalFrom(d *decoder) (*State, error) {
 		q.unordered = true // ordered when first needed: often never (all are due)
 		slices.SortFunc(q.deadOrder, func(a, b deadEntry) int { return cmp.Compare(a.seq, b.seq) })
 	}
-	slices.SortStableFunc(s.released, func(a, b *keyEntry) int { return cmp.Compare(a.Released, b.Released) })
+	for _, q := range s.queues {
+		if len(q.relKeys) > 0 {
+			slices.SortStableFunc(q.relKeys, func(a, b *keyEntry) int { return cmp.Compare(a.Released, b.Released) })
+			s.keyHeap.Push(q)
+		}
+	}
 	return s, nil
 }
 

@@ -73,7 +73,12 @@ type State struct {
 	leaseHeap heap[*lease] // open leases by lease end
 	deadlines heap[uint64] // IDs of waiting items that have a deadline, by deadline
 
-	released []*keyEntry // keys released, in release order (times only grow); pruned from the front
+	// keyHeap holds the queues that have released keys, by when the first
+	// of them ends its window (QueueState.keyDue): pruning visits only the
+	// queues with keys to forget, and a queue with a long window holds
+	// back no other.
+	keyHeap   heap[*QueueState]
+	releasedN int // keys released in every queue (QueueState.relKeys), not yet pruned
 
 	// inline holds the bodies that are in no log record (BodyRef.LSN 0):
 	// those of a snapshot of an earlier version, which held bodies, until
@@ -142,6 +147,11 @@ func New() *State {
 		less:   s.deadlineLess,
 		pos:    func(id uint64) int32 { return s.xOf(s.items.get(id)).deadlinePos },
 		setPos: func(id uint64, i int32) { s.xOf(s.items.get(id)).deadlinePos = i },
+	}
+	s.keyHeap = heap[*QueueState]{
+		less:   func(a, b *QueueState) bool { return a.keyDue() < b.keyDue() },
+		pos:    func(q *QueueState) int32 { return q.keyPos },
+		setPos: func(q *QueueState, i int32) { q.keyPos = i },
 	}
 	s.queues[DefaultQueue] = s.newQueueState(DefaultQueue, "", 0, Settings{})
 	return s
@@ -372,7 +382,7 @@ func (s *State) TotalBytes() int64 { return s.bytes }
 
 // KeysReleased is how many keys of items that are gone are still held
 // (within their window): a snapshot holds them beside the items.
-func (s *State) KeysReleased() int { return len(s.released) }
+func (s *State) KeysReleased() int { return s.releasedN }
 
 // Gauges returns the default queue's gauges.
 func (s *State) Gauges() Gauges { return s.Default().Gauges() }
@@ -479,56 +489,64 @@ func (s *State) OpenLeases() []*Item {
 	return out
 }
 
-// PruneKeys forgets keys released at least window ago, in every queue. It
-// changes no observable behaviour (KeyHolder applies the window itself); it
-// only frees memory. Its cost is that of the keys it forgets.
+// PruneKeys forgets keys released at least window ago, in every queue,
+// which from then on prunes with window (see PruneKeysBy). It changes no
+// observable behaviour (KeyHolder applies the window itself); it only
+// frees memory. Its cost is that of the keys it forgets, and a pass over
+// the queues that have released keys.
 func (s *State) PruneKeys(now, window int64) {
+	for _, q := range s.keyHeap.items {
+		q.keyWindow = window
+	}
+	s.keyHeap.init()
 	s.PruneKeysBy(now, func(uint64) int64 { return window })
 }
 
-// PruneKeysBy is PruneKeys with a window per queue. It stops at the first
-// key whose window has not ended, so a key of a queue with a long window
-// delays the pruning of later keys of queues with shorter ones: that costs
-// memory for a while, never behaviour.
+// PruneKeysBy is PruneKeys with a window per queue. It visits only the
+// queues whose first released key's window has ended by now, as far as
+// they were known (SetKeyWindow, or the window this asked for last), and
+// each learns its window here: its keys are forgotten once that window
+// ends, whatever the windows of other queues.
 func (s *State) PruneKeysBy(now int64, window func(queue uint64) int64) {
 	s.epoch++
-	n := 0
-	for _, k := range s.released {
-		if k.Released+window(k.q.id) > now {
-			break
+	for {
+		q, ok := s.keyHeap.Min()
+		if !ok || q.keyDue() > now {
+			return
 		}
-		if k.q.keys[k.Key] == k {
-			delete(k.q.keys, k.Key)
-			k.gone = s.epoch
+		q.keyWindow = window(q.id)
+		n := 0
+		for _, k := range q.relKeys {
+			if k.Released+q.keyWindow > now {
+				break
+			}
+			if q.keys[k.Key] == k {
+				delete(q.keys, k.Key)
+				k.gone = s.epoch
+			} else {
+				q.relStale--
+			}
+			n++
 		}
-		n++
+		q.dropReleased(n)
+		s.releasedN -= n
+		if len(q.relKeys) == 0 {
+			s.keyHeap.Remove(q)
+		} else {
+			s.keyHeap.Fix(q)
+		}
 	}
-	s.dropReleased(n)
 }
 
-func (s *State) dropReleased(n int) {
-	if n == 0 {
-		return
-	}
-	clear(s.released[:n])
-	s.released = s.released[n:]
-	// Copy the rest down only when it is small next to what was dropped,
-	// so the backing array does not grow without bound and the copying
-	// costs O(1) per key.
-	if len(s.released) < n {
-		s.released = append([]*keyEntry(nil), s.released...)
-	}
-}
-
-// NextKeyRelease returns the release time of the oldest released key that
-// is not yet pruned, and its queue: PruneKeys forgets it once that queue's
-// key window has passed.
-func (s *State) NextKeyRelease() (at int64, queue uint64, ok bool) {
-	if len(s.released) == 0 {
+// NextKeyExpiry returns the earliest time at which a released key's window
+// ends, and its queue, by the windows known (see PruneKeysBy): PruneKeys
+// forgets it then.
+func (s *State) NextKeyExpiry() (at int64, queue uint64, ok bool) {
+	q, ok := s.keyHeap.Min()
+	if !ok {
 		return 0, 0, false
 	}
-	k := s.released[0]
-	return k.Released, k.q.id, true
+	return q.keyDue(), q.id, true
 }
 
 // Gauges is a point-in-time view of a queue.
@@ -688,7 +706,7 @@ func (s *State) applyPut(lsn uint64, q *QueueState, r *Put, at int64) error {
 		s.pushWaiting(q, id, e)
 		if n.Key != "" {
 			if k := q.keys[n.Key]; k != nil {
-				k.gone = s.epoch
+				q.replaceKey(k)
 			}
 			q.keys[n.Key] = &keyEntry{Key: n.Key, ID: id, q: q}
 		}
@@ -1096,7 +1114,7 @@ func (s *State) remove(q *QueueState, id uint64, e *entry, t int64) {
 			if t == 0 {
 				k.Released = 1
 			}
-			s.released = append(s.released, k)
+			s.releaseKey(q, k)
 		}
 	}
 	s.dropExt(e)
