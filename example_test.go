@@ -79,6 +79,37 @@ func ExampleQueue_Nack() {
 	// redriven: attempt 1, delivery 3
 }
 
+// DeadLetterPage reads a dead-letter list of any length a page at a time.
+func ExampleQueue_DeadLetterPage() {
+	dir, _ := os.MkdirTemp("", "walq-example")
+	defer os.RemoveAll(dir)
+	q, _ := walq.Open(dir, walq.Options{MaxAttempts: 1})
+	defer q.Close()
+
+	ctx := context.Background()
+	for i := range 5 {
+		q.Put(ctx, fmt.Appendf(nil, "job %d", i))
+		m, _ := q.Get(ctx)
+		q.Nack(m.Receipt, errors.New("failed"))
+	}
+	var cur walq.DeadLetterCursor
+	for {
+		page, next := q.DeadLetterPage(cur, 2)
+		if len(page) == 0 {
+			break
+		}
+		for _, d := range page {
+			fmt.Printf("%s ", d.Body)
+		}
+		fmt.Println("| end of page")
+		cur = next
+	}
+	// Output:
+	// job 0 job 1 | end of page
+	// job 2 job 3 | end of page
+	// job 4 | end of page
+}
+
 // Work runs handlers with the heartbeat, timeout, ack/nack and panic safety
 // built in; it returns once ctx ends and the running handlers are done.
 func ExampleQueue_Work() {

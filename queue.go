@@ -655,6 +655,8 @@ type DeadLetter struct {
 	// History is the item's last attempts, oldest first: at most
 	// state.HistoryLen (10), each error text cut to 512 bytes.
 	History []Attempt
+
+	place state.DeadPlace // its place in the list (DeadLetterPage)
 }
 
 // Attempt is one delivery of an item that did not end in an ack: when its
@@ -678,30 +680,72 @@ func attemptsOf(h []state.Attempt, off offset) []Attempt {
 }
 
 // DeadLetters returns up to limit dead letters, oldest first (limit <= 0:
-// all of them). On a handle whose queue was deleted it returns none.
+// all of them), with their bodies. All of them means every body in memory
+// at once: a list that can grow large is read with DeadLetterPage. On a
+// handle whose queue was deleted it returns none.
 func (q *Queue) DeadLetters(limit int) []DeadLetter {
+	out, _ := q.deadLetters(state.DeadPlace{}, limit, 0)
+	return out
+}
+
+// DeadLetterCursor is a place in a queue's dead-letter list: the zero
+// value is its start, and DeadLetterPage returns the place after the last
+// letter it returned.
+type DeadLetterCursor struct{ place state.DeadPlace }
+
+// DeadLetterPageBytes bounds the bodies of one page of DeadLetterPage: a
+// page ends after the letter that brings them past it (so it always holds
+// at least one letter).
+const DeadLetterPageBytes = 4 << 20
+
+// DeadLetterPage returns the dead letters after the cursor, oldest first,
+// with their bodies: at most limit of them (limit <= 0: 100), ending early
+// past DeadLetterPageBytes of bodies; and the cursor for the next page.
+// The list is done when a page comes back empty. Each page costs O(log n)
+// of the list plus its own letters; a letter redriven or purged between
+// pages is not returned, and one dead-lettered meanwhile comes at the end.
+func (q *Queue) DeadLetterPage(after DeadLetterCursor, limit int) ([]DeadLetter, DeadLetterCursor) {
+	if limit <= 0 {
+		limit = 100
+	}
+	out, last := q.deadLetters(after.place, limit, DeadLetterPageBytes)
+	if len(out) == 0 {
+		return nil, after
+	}
+	return out, DeadLetterCursor{last}
+}
+
+// deadLetters returns up to limit dead letters after place (limit <= 0:
+// all), stopping after the one whose body takes the page past maxBytes
+// (0: no bound), and the place of the last one returned.
+func (q *Queue) deadLetters(place state.DeadPlace, limit int, maxBytes int64) ([]DeadLetter, state.DeadPlace) {
 	q.mu.Lock()
 	var items []state.Item
 	var srcs []bodySource
 	if qs := q.st.Queue(q.rt.id); qs != nil && !q.rt.gone {
 		q.bodies.drainLocked(q.st)
-		items = qs.DeadLetters(limit)
+		items, _ = qs.DeadLettersAfter(place, limit)
 		srcs = make([]bodySource, len(items))
 		for i := range items {
 			srcs[i] = q.sourceLocked(items[i].ID, items[i].Body, false)
 		}
 	}
 	q.mu.Unlock()
-	out := make([]DeadLetter, len(items))
+	out := make([]DeadLetter, 0, len(items))
 	off := q.qt.offset()
+	var bytes int64
 	for i, it := range items {
+		if maxBytes > 0 && bytes >= maxBytes {
+			break
+		}
 		// A body that cannot be read is left out; BodyError says why.
 		body, berr := q.loadBody(srcs[i])
 		var bodyErr string
 		if berr != nil {
 			bodyErr = berr.Error()
 		}
-		out[i] = DeadLetter{
+		bytes += int64(it.Body.Len)
+		out = append(out, DeadLetter{
 			ID:         it.ID,
 			Body:       body,
 			BodyError:  bodyErr,
@@ -712,9 +756,13 @@ func (q *Queue) DeadLetters(limit int) []DeadLetter {
 			DeadAt:     off.toWall(it.EndedAt()),
 			EnqueuedAt: off.toWall(it.EnqueuedAt),
 			History:    attemptsOf(it.History(), off),
-		}
+			place:      it.DeadPlace(),
+		})
 	}
-	return out
+	if len(out) == 0 {
+		return nil, state.DeadPlace{}
+	}
+	return out, out[len(out)-1].place
 }
 
 // Redrive puts dead letters back as ready items with their attempts reset

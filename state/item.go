@@ -138,6 +138,10 @@ func (it *Item) deadSeq() uint64 {
 	return it.x.deadSeq
 }
 
+// DeadPlace is a dead letter's place in its queue's list (see
+// QueueState.DeadLettersAfter); meaningless unless it is Dead.
+func (it *Item) DeadPlace() DeadPlace { return DeadPlace{it.deadSeq(), it.ID} }
+
 // BodyRef says where an item's body is stored: Len bytes at byte Off of
 // the segment file that holds the log record LSN (a put or a relocate),
 // whose CRC-32C is Sum. A body is read with one positioned read and

@@ -1940,6 +1940,27 @@ func (mc *machine) Check(t *rapid.T) {
 				}
 			}
 		}
+		// Page by page, every dead letter once, in the same order.
+		for _, size := range []int{1, 2, 3} {
+			var paged []uint64
+			var place state.DeadPlace
+			for {
+				page, last := sq.DeadLettersAfter(place, size)
+				if len(page) == 0 {
+					break
+				}
+				if len(page) > size {
+					t.Fatalf("queue %d: DeadLettersAfter(%v, %d) returned %d", q.id, place, size, len(page))
+				}
+				for i := range page {
+					paged = append(paged, page[i].ID)
+				}
+				place = last
+			}
+			if !slices.Equal(paged, q.dead) {
+				t.Fatalf("queue %d: DeadLettersAfter in pages of %d = %v, model: %v", q.id, size, paged, q.dead)
+			}
+		}
 
 		// Keys, under the queue's window and under shorter ones.
 		for _, key := range testKeys {

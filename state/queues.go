@@ -551,16 +551,45 @@ func (q *QueueState) KeyHolder(key string, now, window int64) (uint64, bool) {
 // DeadLetters returns copies of up to limit dead letters, oldest first
 // (limit <= 0: all).
 func (q *QueueState) DeadLetters(limit int) []Item {
-	var out []Item
-	for _, d := range q.deadOrder {
+	out, _ := q.DeadLettersAfter(DeadPlace{}, limit)
+	return out
+}
+
+// DeadPlace is a dead letter's place in its queue's list, oldest first:
+// the LSN of the record that dead-lettered it, then its ID (a snapshot of
+// an early version gives every dead letter LSN 0).
+type DeadPlace struct{ Seq, ID uint64 }
+
+func (d deadEntry) place() DeadPlace { return DeadPlace{d.seq, d.id} }
+
+func comparePlaces(a, b DeadPlace) int {
+	if c := cmp.Compare(a.Seq, b.Seq); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.ID, b.ID)
+}
+
+// DeadLettersAfter returns copies of up to limit dead letters (limit <= 0:
+// all) placed after place in the list, oldest first, and the place of the
+// last one returned (the zero DeadPlace starts the list, and comes back
+// when nothing was returned). A listing goes page by page with it, each
+// page costing O(log n + limit): a dead letter redriven or purged between
+// pages is not returned, one dead-lettered meanwhile comes last.
+func (q *QueueState) DeadLettersAfter(place DeadPlace, limit int) (out []Item, last DeadPlace) {
+	i, found := slices.BinarySearchFunc(q.deadOrder, place, func(d deadEntry, p DeadPlace) int { return comparePlaces(d.place(), p) })
+	if found {
+		i++
+	}
+	for _, d := range q.deadOrder[i:] {
 		if limit > 0 && len(out) >= limit {
 			break
 		}
 		if q.st.isDead(d) {
 			out = append(out, q.st.Item(d.id).Clone())
+			last = d.place()
 		}
 	}
-	return out
+	return out, last
 }
 
 func (q *QueueState) pushReady(id uint64, e *entry) {

@@ -518,7 +518,7 @@ func unmarshalFrom(d *decoder) (*State, error) {
 	s.leaseHeap.init()
 	for _, q := range s.queues {
 		q.unordered = true // ordered when first needed: often never (all are due)
-		slices.SortFunc(q.deadOrder, func(a, b deadEntry) int { return cmp.Compare(a.seq, b.seq) })
+		slices.SortFunc(q.deadOrder, func(a, b deadEntry) int { return comparePlaces(a.place(), b.place()) })
 	}
 	for _, q := range s.queues {
 		if len(q.relKeys) > 0 {

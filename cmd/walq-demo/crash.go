@@ -178,12 +178,28 @@ func part2(cfg *config, dir string, killAt float64, reg *prometheus.Registry) (b
 
 func deadItems(q *walq.Queue) map[int]bool {
 	dead := make(map[int]bool)
-	for _, d := range q.DeadLetters(0) {
+	eachDeadLetter(q, func(d walq.DeadLetter) {
 		if item, err := strconv.Atoi(string(d.Body)); err == nil {
 			dead[item] = true
 		}
-	}
+	})
 	return dead
+}
+
+// eachDeadLetter calls fn for every dead letter of q, a page at a time:
+// the list may be larger than memory should hold at once.
+func eachDeadLetter(q *walq.Queue, fn func(walq.DeadLetter)) {
+	var cur walq.DeadLetterCursor
+	for {
+		page, next := q.DeadLetterPage(cur, 0)
+		if len(page) == 0 {
+			return
+		}
+		for _, d := range page {
+			fn(d)
+		}
+		cur = next
+	}
 }
 
 func sortedPrefix(items []int, n int) string {

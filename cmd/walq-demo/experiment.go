@@ -307,10 +307,10 @@ func runQueue(ctx context.Context, cfg *config, dir string, j *job, reg *prometh
 	status.Store("done")
 	processed, twice := j.count()
 	dead := make(map[int]bool)
-	for _, d := range q.DeadLetters(0) {
+	eachDeadLetter(q, func(d walq.DeadLetter) {
 		item, _ := strconv.Atoi(string(d.Body))
 		dead[item] = true
-	}
+	})
 	lost := 0
 	for i := range cfg.items {
 		if j.completed[i].Load() == 0 && !dead[i] {

@@ -165,7 +165,7 @@ func (s scope) dead() int {
 func (s scope) deadLetters(limit int) []state.Item {
 	var out []state.Item
 	for _, q := range s.queues() {
-		out = append(out, q.DeadLetters(0)...)
+		out = append(out, q.DeadLetters(limit)...) // the first limit of all are among each queue's first limit
 	}
 	if len(s.queues()) > 1 {
 		sort.SliceStable(out, func(i, j int) bool { return out[i].EndedAt() < out[j].EndedAt() })

@@ -1,3 +1,5 @@
+//go:build long
+
 package main
 
 import (
@@ -13,16 +15,16 @@ import (
 	"time"
 
 	"github.com/walq/walq"
-	"github.com/walq/walq/internal/testrule"
 )
 
 // liveTarget is how many records the live queue writes at least; the
 // follower prints up to this index and stops.
 const liveTarget = 1500
 
-// A queue runs in this process — puts, gets, acks, nacks, compactions with
-// 4 KiB segments that roll and get truncated — while the tool reads the same
-// directory over and over. No run may report corruption or fail, and the
+// A queue runs in this process (puts, gets, acks, nacks, compactions with
+// 4 KiB segments that roll and get truncated) while the tool reads the same
+// directory over and over, for a few seconds of real time: a long test, as
+// how far both get in a second depends on the machine. No run may report corruption or fail, and the
 // follower must print every record in order (or say which ones a compaction
 // took before it could read them).
 func TestLiveQueueNoFalseCorruption(t *testing.T) {
@@ -59,10 +61,7 @@ func TestLiveQueueNoFalseCorruption(t *testing.T) {
 		time.Sleep(time.Millisecond) // so that item 1 exists
 	}
 	runs, tails, moves := 0, 0, 0
-	minRuns := 24 // every command three times; the long tests run 50
-	if testrule.Long {
-		minRuns = 50
-	}
+	const minRuns = 50 // every command six times
 	for q.Stats().LastLSN < liveTarget+200 || runs < minRuns {
 		if time.Now().After(deadline) {
 			t.Fatalf("the load did not reach %d records in time (%d)", liveTarget+200, q.Stats().LastLSN)
