@@ -1,6 +1,8 @@
 package walq
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,8 +24,21 @@ import (
 // One collector covers every queue of the directory, those opened later
 // and those never opened in this process; a deleted queue's series go with
 // it. Unregister the collector before closing the directory.
-func NewCollector(q *Queue, name string) prometheus.Collector {
-	c := &collector{q: q}
+//
+// A directory can hold thousands of queues, and each has 28 series.
+// The default queue, the queues named with CollectorQueues and, up to
+// CollectorTopN (DefaultCollectorTopN) more, those with the largest
+// backlog at each scrape get series of their own; the others are summed
+// into queue="(other)". A scrape so holds at most (named + top N + 2) × 28
+// queue series and 21 of the directory: 2,877 for 20,000 queues with the
+// defaults. The counters of "(other)"
+// drop when a queue leaves it for series of its own (rate() reads that as
+// a counter reset); name the queues that matter to keep them out of it.
+func NewCollector(q *Queue, name string, opts ...CollectorOption) prometheus.Collector {
+	c := &collector{q: q, topN: DefaultCollectorTopN, named: make(map[string]bool)}
+	for _, o := range opts {
+		o(c)
+	}
 	labels := prometheus.Labels{"dir": name}
 	dirDesc := func(metric, help string, variable ...string) *prometheus.Desc {
 		return prometheus.NewDesc("walq_"+metric, help, variable, labels)
@@ -151,6 +166,36 @@ type collector struct {
 	fsync, batch  *prometheus.Desc
 	plain         []plainMetric // one series per queue
 	dir           []plainMetric // one series for the directory
+	named         map[string]bool
+	topN          int
+}
+
+// DefaultCollectorTopN is how many queues beyond the default queue and the
+// named ones get series of their own, by backlog (see NewCollector).
+const DefaultCollectorTopN = 100
+
+// otherQueues is the queue label of the queues summed together.
+const otherQueues = "(other)"
+
+// CollectorOption is an option of NewCollector.
+type CollectorOption func(*collector)
+
+// CollectorQueues gives the queues named series of their own at every
+// scrape, whatever their backlog.
+func CollectorQueues(names ...string) CollectorOption {
+	return func(c *collector) {
+		for _, n := range names {
+			c.named[n] = true
+		}
+	}
+}
+
+// CollectorTopN sets how many queues, beyond the default queue and the
+// named ones, get series of their own: those with the largest backlog
+// (ready, delayed, leased and dead items) at each scrape. 0 gives none;
+// the default is DefaultCollectorTopN.
+func CollectorTopN(n int) CollectorOption {
+	return func(c *collector) { c.topN = max(n, 0) }
 }
 
 func b2f(b bool) float64 {
@@ -193,19 +238,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return // closed or failed: nothing to report
 	}
+	own := c.ownSeries(infos)
+	var other Stats
+	others := 0
 	for i := range infos {
-		st := &infos[i].Stats
-		queue := queueLabel(infos[i].Name)
-		for _, s := range []struct {
-			state string
-			n     int
-		}{{"ready", st.Ready}, {"delayed", st.Delayed}, {"leased", st.Leased}, {"dead", st.Dead}} {
-			ch <- prometheus.MustNewConstMetric(c.items, prometheus.GaugeValue, float64(s.n), queue, s.state)
+		if !own[i] {
+			addQueueFigures(&other, &infos[i].Stats)
+			others++
+			continue
 		}
-		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.OldestReady.Seconds(), queue, strconv.FormatBool(st.Paused))
-		for _, m := range c.plain {
-			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(st), queue)
-		}
+		c.collectQueue(ch, queueLabel(infos[i].Name), &infos[i].Stats)
+	}
+	if others > 0 {
+		c.collectQueue(ch, otherQueues, &other)
 	}
 	st := &infos[0].Stats // the directory's figures are in every queue's
 	ch <- constHistogram(c.fsync, st.Fsync)
@@ -213,6 +258,76 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range c.dir {
 		ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(st))
 	}
+}
+
+// ownSeries says which queues of infos get series of their own: the
+// default queue, the named ones, and the topN others with the largest
+// backlog (ties to the older queue).
+func (c *collector) ownSeries(infos []QueueInfo) []bool {
+	own := make([]bool, len(infos))
+	var rest []int
+	for i := range infos {
+		if infos[i].ID == 0 || c.named[infos[i].Name] {
+			own[i] = true
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	if len(rest) > c.topN {
+		backlog := func(i int) int {
+			st := &infos[i].Stats
+			return st.Ready + st.Delayed + st.Leased + st.Dead
+		}
+		slices.SortStableFunc(rest, func(a, b int) int { return cmp.Compare(backlog(b), backlog(a)) })
+		rest = rest[:c.topN]
+	}
+	for _, i := range rest {
+		own[i] = true
+	}
+	return own
+}
+
+func (c *collector) collectQueue(ch chan<- prometheus.Metric, queue string, st *Stats) {
+	for _, s := range []struct {
+		state string
+		n     int
+	}{{"ready", st.Ready}, {"delayed", st.Delayed}, {"leased", st.Leased}, {"dead", st.Dead}} {
+		ch <- prometheus.MustNewConstMetric(c.items, prometheus.GaugeValue, float64(s.n), queue, s.state)
+	}
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.OldestReady.Seconds(), queue, strconv.FormatBool(st.Paused))
+	for _, m := range c.plain {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(st), queue)
+	}
+}
+
+// addQueueFigures adds the queue figures of src that the collector
+// exports to dst: counts and counters summed, ages the oldest, Paused
+// while any is, MaxInFlight summed.
+func addQueueFigures(dst, src *Stats) {
+	dst.Ready += src.Ready
+	dst.Delayed += src.Delayed
+	dst.Leased += src.Leased
+	dst.Dead += src.Dead
+	dst.Items += src.Items
+	dst.Bytes += src.Bytes
+	dst.Keys += src.Keys
+	dst.Put += src.Put
+	dst.Delivered += src.Delivered
+	dst.Acked += src.Acked
+	dst.Nacked += src.Nacked
+	dst.Expired += src.Expired
+	dst.DeadLettered += src.DeadLettered
+	dst.Discarded += src.Discarded
+	dst.Redriven += src.Redriven
+	dst.Purged += src.Purged
+	dst.MovedIn += src.MovedIn
+	dst.MovedOut += src.MovedOut
+	dst.LateAcks += src.LateAcks
+	dst.MaxInFlight += src.MaxInFlight
+	dst.Paused = dst.Paused || src.Paused
+	dst.OldestReady = max(dst.OldestReady, src.OldestReady)
+	dst.DelayedPastDue = max(dst.DelayedPastDue, src.DelayedPastDue)
+	dst.Work = dst.Work.add(src.Work)
 }
 
 func constHistogram(desc *prometheus.Desc, h Histogram) prometheus.Metric {

@@ -2,6 +2,7 @@ package walq
 
 import (
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -320,6 +321,62 @@ func TestCollectorNamedQueues(t *testing.T) {
 	for name := range scraped(t, families) {
 		if strings.Contains(name, `queue="held"`) {
 			t.Errorf("%s scraped after its queue was deleted", name)
+		}
+	}
+}
+
+// TestCollectorBoundsQueues: with many queues, the default queue, the
+// named ones and the top N by backlog get series of their own, and the
+// rest are summed into queue="(other)": nothing is left out of the sums.
+func TestCollectorBoundsQueues(t *testing.T) {
+	q, _, _ := testQueue(t, Options{Sync: SyncNever})
+	createQueues(t, q, 300)
+	// tenant-00010 .. tenant-00014 hold 10..14 items; tenant-00100 holds
+	// one (named); tenant-00200 .. tenant-00209 hold one each (summed).
+	put := func(name string, n int) {
+		h := mustOpenQueue(t, q, name, QueueOptions{})
+		for range n {
+			mustPut(t, h, "x")
+		}
+	}
+	for i := range 5 {
+		put(fmt.Sprintf("tenant-%05d", 10+i), 10+i)
+	}
+	put("tenant-00100", 1)
+	for i := range 10 {
+		put(fmt.Sprintf("tenant-%05d", 200+i), 1)
+	}
+	mustPut(t, q, "default")
+
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(q, "jobs", CollectorQueues("tenant-00100"), CollectorTopN(5)))
+	families, err := reg.Gather()
+	must(t, err)
+	got := scraped(t, families)
+	queues := make(map[string]bool)
+	for name := range got {
+		if i := strings.Index(name, `queue="`); i >= 0 {
+			queues[strings.SplitN(name[i+7:], `"`, 2)[0]] = true
+		}
+	}
+	want := []string{"(other)", "tenant-00010", "tenant-00011", "tenant-00012", "tenant-00013", "tenant-00014", "tenant-00100"}
+	var have []string
+	for name := range queues {
+		have = append(have, name)
+	}
+	sort.Strings(have)
+	if strings.Join(have, " ") != strings.Join(want, " ") {
+		t.Fatalf("queues with series of their own: %v, want %v (and the default queue)", have, want)
+	}
+	for name, want := range map[string]float64{
+		`walq_items{queue="(other)",state="ready"}`:      10,
+		`walq_put_total{queue="(other)"}`:                10,
+		`walq_items{queue="tenant-00014",state="ready"}`: 14,
+		`walq_items{queue="tenant-00100",state="ready"}`: 1,
+		`walq_items{state="ready"}`:                      1, // the default queue
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
 		}
 	}
 }
