@@ -140,12 +140,29 @@ func (q *QueueState) SetKeyWindow(w int64) {
 	}
 }
 
-// releaseKey adds k, just released, to q's released keys.
+// releaseKey adds k, just released, to q's released keys, in order of
+// release time: the queue's records come in time order, so k goes last,
+// but a state can be given records out of order (or a snapshot whose keys
+// were released after its newest record), and pruning, KeysAt and the
+// snapshot rely on the order.
 func (s *State) releaseKey(q *QueueState, k *keyEntry) {
-	q.relKeys = append(q.relKeys, k)
+	i := len(q.relKeys)
+	if i > 0 && q.relKeys[i-1].Released > k.Released {
+		// After every key released at or before it.
+		i, _ = slices.BinarySearchFunc(q.relKeys, k.Released, func(x *keyEntry, t int64) int {
+			if x.Released <= t {
+				return -1
+			}
+			return 1
+		})
+	}
+	q.relKeys = slices.Insert(q.relKeys, i, k)
 	s.releasedN++
-	if len(q.relKeys) == 1 {
+	switch {
+	case len(q.relKeys) == 1:
 		s.keyHeap.Push(q)
+	case i == 0:
+		s.keyHeap.Fix(q) // a new first key: an earlier due
 	}
 }
 
