@@ -381,27 +381,44 @@ func (q *Queue) Get(ctx context.Context) (Message, error) {
 // TryGet leases the next ready item if there is one; it never blocks for
 // an item (it does wait for the lease to be durable).
 func (q *Queue) TryGet() (Message, bool, error) {
+	m, ok, commit, err := q.tryLease()
+	if err == nil && commit != nil {
+		err = q.wait(commit)
+	}
+	if err != nil {
+		return Message{}, false, err
+	}
+	return m, ok, nil
+}
+
+// tryLease is TryGet without the wait for the lease to be durable: the
+// caller waits on commit (nil when nothing was leased, or when the answer
+// rested on no record) before it hands the message on. A WorkQueues round
+// leases from several queues this way and waits once.
+func (q *Queue) tryLease() (Message, bool, *wal.Commit, error) {
+	var prev *wal.Commit // of an item whose body was bad, sent to the dead letters
 	for {
 		q.mu.Lock()
 		if err := q.callLocked(); err != nil {
-			return Message{}, false, q.answerLocked(err)
+			return Message{}, false, nil, q.answerLocked(err)
 		}
 		m, src, commit, err := q.leaseLocked()
 		q.mu.Unlock()
-		if err != nil || commit == nil {
-			return Message{}, false, err
+		if err != nil {
+			return Message{}, false, nil, err
+		}
+		if commit == nil {
+			return Message{}, false, prev, nil // "none" rests on prev's record too
 		}
 		ok, err := q.deliverBody(&m, src)
 		if err != nil {
-			return Message{}, false, err
-		}
-		if err := q.wait(commit); err != nil {
-			return Message{}, false, err
+			return Message{}, false, nil, err
 		}
 		if ok {
-			return m, true, nil
+			return m, true, commit, nil // later than prev: it covers it
 		}
 		// Its body was bad: it went to the dead letters; try the next.
+		prev = commit
 	}
 }
 

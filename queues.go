@@ -140,7 +140,10 @@ func (rt *queueRT) label() string {
 // watcher is told, through a channel with room for one signal, of every
 // change that may let a queue lease: WorkQueues waits on it instead of
 // blocking in Get on each queue.
-type watcher struct{ ch chan struct{} }
+type watcher struct {
+	ch chan struct{}
+	fn func() // instead of ch: called under mu, so it must not block or take mu (watchFunc)
+}
 
 // ErrQueueDeleted and ErrQueueBusy are the errors of named queues.
 var (

@@ -3,6 +3,7 @@ package walq
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -58,5 +59,76 @@ func BenchmarkQueues(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkWorkQueuesManyQueues measures items handled per second by one
+// pool of 8 workers: Work on one queue holding b.N items, against
+// WorkQueues over 1,000 queues holding as many in all. Each handler
+// returns at once, so what is measured is the dispatch and the disk.
+func BenchmarkWorkQueuesManyQueues(b *testing.B) {
+	for _, p := range []struct {
+		name string
+		sync SyncPolicy
+	}{{"always", SyncAlways}, {"never", SyncNever}} {
+		for _, n := range []int{1, 1000} {
+			b.Run(fmt.Sprintf("sync=%s/queues=%d", p.name, n), func(b *testing.B) {
+				q, err := Open(b.TempDir(), Options{Sync: p.sync, Visibility: time.Minute})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer q.Close()
+				hs := []*Queue{q}
+				if n > 1 {
+					createQueues(b, q, n)
+					hs = hs[:0]
+					for i := range n {
+						h, err := q.OpenQueue(fmt.Sprintf("tenant-%05d", i), QueueOptions{})
+						if err != nil {
+							b.Fatal(err)
+						}
+						hs = append(hs, h)
+					}
+				}
+				body := make([]byte, 128)
+				per := make([][]Item, len(hs))
+				for i := range b.N {
+					per[i%len(hs)] = append(per[i%len(hs)], Item{Body: body})
+				}
+				for i, items := range per {
+					for len(items) > 0 {
+						k := min(len(items), 1000)
+						if _, err := hs[i].PutBatch(context.Background(), items[:k]); err != nil {
+							b.Fatal(err)
+						}
+						items = items[k:]
+					}
+				}
+				var done atomic.Int64
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				h := func(context.Context, Message) error {
+					if done.Add(1) == int64(b.N) {
+						cancel()
+					}
+					return nil
+				}
+				b.ResetTimer()
+				if n == 1 {
+					err = q.Work(ctx, 8, h, WorkOptions{})
+				} else {
+					wqs := make([]WorkQueue, len(hs))
+					for i, hq := range hs {
+						wqs[i] = WorkQueue{Queue: hq}
+					}
+					err = WorkQueues(ctx, wqs, 8, h, WorkOptions{})
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "items/s")
+			})
+		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 // createQueues makes n queues tenant-00000 on as OpenQueue would, with
 // their records in one batch: the test is of what they cost once made.
-func createQueues(t *testing.T, q *Queue, n int) {
+func createQueues(t testing.TB, q *Queue, n int) {
 	t.Helper()
 	q.mu.Lock()
 	var commit *wal.Commit

@@ -85,6 +85,10 @@ func (d *directory) signalAllWatchersLocked() {
 // changed: it can lease, or it was deleted, or it stopped serving.
 func (rt *queueRT) signalWatchersLocked() {
 	for _, w := range rt.watchers {
+		if w.fn != nil {
+			w.fn()
+			continue
+		}
 		select {
 		case w.ch <- struct{}{}:
 		default:

@@ -1,12 +1,14 @@
 package walq
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"time"
+
+	"github.com/walq/walq/wal"
 )
 
 // Source is an Engine that WorkQueues can serve beside others from one pool
@@ -30,13 +32,26 @@ type Source interface {
 // that may let TryGet lease. Stop the watch when done with it.
 func (q *Queue) Watch() (<-chan struct{}, func()) {
 	w := &watcher{ch: make(chan struct{}, 1)}
+	return w.ch, q.watch(w)
+}
+
+// watchFunc is Watch with fn called instead of a signal sent, under the
+// queue's lock, at the change itself: a WorkQueues pool over thousands of
+// queues learns which one changed, in order with what the change's caller
+// does next, without a channel per queue to look at. fn must not block
+// or call the queue.
+func (q *Queue) watchFunc(fn func()) func() {
+	return q.watch(&watcher{fn: fn})
+}
+
+func (q *Queue) watch(w *watcher) func() {
 	q.mu.Lock()
 	rt := q.rt
 	rt.watchers = append(rt.watchers, w)
 	q.kickLocked(q.changedWakeLocked(rt.id)) // a watcher makes pause ends count
 	q.mu.Unlock()
 	var once sync.Once
-	return w.ch, func() {
+	return func() {
 		once.Do(func() {
 			q.mu.Lock()
 			for i, x := range rt.watchers {
@@ -139,34 +154,53 @@ func WorkQueues(ctx context.Context, queues []WorkQueue, shared int, handler fun
 		if weight == 0 {
 			weight = 1
 		}
-		p.qs = append(p.qs, &poolQueue{src: wq.Queue, run: w, reserved: wq.Reserved, weight: weight})
+		pq := &poolQueue{idx: i, src: wq.Queue, run: w, reserved: wq.Reserved, stride: strideUnit / uint64(weight), pos: -1}
+		p.qs = append(p.qs, pq)
+		if wq.Reserved > 0 {
+			p.withRes = append(p.withRes, pq)
+		}
 	}
 	return p.serve(p.qs[0].run.opts.DrainTimeout)
 }
 
-// pool is one call of WorkQueues. Only serve's goroutine touches it.
+// pool is one call of WorkQueues. Only serve's goroutine touches it, but
+// for sig.
 type pool struct {
 	take    context.Context
 	strict  bool
 	shared  int // free shared workers
 	qs      []*poolQueue
+	withRes []*poolQueue // the queues with reserved workers
 	done    chan slotDone
 	running int
+	gone    int   // queues deleted
 	err     error // what stops the pool
+
+	// sig collects the queues whose watch fired; ready holds the queues
+	// a shared worker may try (not empty, not gone), in the order pick
+	// takes them: by index under strict order, else by pass (stride
+	// scheduling), so that a dispatch costs O(log n) of the queues, not a
+	// look at each.
+	sig   signals
+	ready readyHeap
+	vtime uint64 // the pass of the queue picked last: where a queue that comes back starts
 }
 
 type poolQueue struct {
-	src       Source
-	run       *workRun
-	reserved  int  // free reserved workers
-	weight    int  // share of the shared workers
-	current   int  // smooth weighted round-robin's running credit
-	lastTotal int  // the total weight of the round that last picked it
-	empty     bool // the last TryGet found nothing, and no watch fired since
-	gone      bool // deleted: no longer served
-	watch     <-chan struct{}
-	stop      func() // ends the watch
+	idx      int
+	src      Source
+	run      *workRun
+	reserved int    // free reserved workers
+	stride   uint64 // strideUnit / weight
+	pass     uint64 // stride scheduling: picked when least; grows by stride per lease
+	pos      int    // index in the ready heap, -1 when not in it
+	empty    bool   // the last TryGet found nothing, and no watch fired since
+	gone     bool   // deleted: no longer served
+	stop     func() // ends the watch
 }
+
+// strideUnit is the pass a queue of weight 1 pays per lease.
+const strideUnit = 1 << 32
 
 type slotDone struct {
 	q        *poolQueue
@@ -174,42 +208,94 @@ type slotDone struct {
 	err      error
 }
 
-func (p *pool) serve(drainTimeout time.Duration) error {
-	// The loop waits on the slots, the context and every queue's watch at
-	// once; before each dispatch it takes the watches' signals without
-	// waiting, so a change made before a slot came free (a handler that
-	// puts into a higher queue, then returns) is seen by that dispatch.
-	cases := []reflect.SelectCase{
-		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.done)},
-		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(p.take.Done())},
+// signals gathers which queues' watches fired since serve last looked.
+type signals struct {
+	mu      sync.Mutex
+	pending []int
+	marked  []bool
+	wake    chan struct{} // holds one signal: something is pending
+}
+
+func (s *signals) mark(i int) {
+	s.mu.Lock()
+	if !s.marked[i] {
+		s.marked[i] = true
+		s.pending = append(s.pending, i)
 	}
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// takeAll returns the queues marked since the last call, into buf.
+func (s *signals) takeAll(buf []int) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	buf = append(buf[:0], s.pending...)
+	for _, i := range s.pending {
+		s.marked[i] = false
+	}
+	s.pending = s.pending[:0]
+	return buf
+}
+
+func (p *pool) serve(drainTimeout time.Duration) error {
+	// A walq Queue calls the pool back at each change, under its lock, so
+	// a change made before a slot came free (a handler that puts into a
+	// higher queue, then returns) is marked before the slot is; another
+	// Source's watch channel is forwarded by a goroutine of its own.
+	p.sig.marked = make([]bool, len(p.qs))
+	p.sig.wake = make(chan struct{}, 1)
+	quit := make(chan struct{})
+	var forwarders sync.WaitGroup
 	for _, q := range p.qs {
-		q.watch, q.stop = q.src.Watch()
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q.watch)})
+		i := q.idx
+		if wq, ok := q.src.(*Queue); ok {
+			q.stop = wq.watchFunc(func() { p.sig.mark(i) })
+			continue
+		}
+		watch, stop := q.src.Watch()
+		q.stop = stop
+		forwarders.Go(func() {
+			for {
+				select {
+				case <-watch:
+					p.sig.mark(i)
+				case <-quit:
+					return
+				}
+			}
+		})
 	}
 	defer func() {
+		close(quit)
+		forwarders.Wait()
 		for _, q := range p.qs {
 			q.stop()
 		}
 	}()
+	for _, q := range p.qs {
+		p.setReady(q)
+	}
+	var marked []int
 	for p.take.Err() == nil && p.err == nil {
-		for _, q := range p.qs {
-			select {
-			case <-q.watch:
-				q.empty = false
-			default:
-			}
+		marked = p.sig.takeAll(marked)
+		for _, i := range marked {
+			q := p.qs[i]
+			q.empty = false
+			p.setReady(q)
 		}
 		p.dispatch()
-		if p.err != nil || p.allGone() {
+		if p.err != nil || p.gone == len(p.qs) {
 			break
 		}
-		i, v, _ := reflect.Select(cases)
-		switch {
-		case i == 0:
-			p.finished(v.Interface().(slotDone))
-		case i >= 2:
-			p.qs[i-2].empty = false
+		select {
+		case d := <-p.done:
+			p.finished(d)
+		case <-p.take.Done():
+		case <-p.sig.wake:
 		}
 	}
 	if p.err != nil {
@@ -242,19 +328,23 @@ func (p *pool) serve(drainTimeout time.Duration) error {
 	if p.err != nil {
 		return p.err
 	}
-	if p.allGone() {
+	if p.gone == len(p.qs) {
 		return fmt.Errorf("%w: every queue WorkQueues served was deleted", ErrQueueDeleted)
 	}
 	return nil
 }
 
-func (p *pool) allGone() bool {
-	for _, q := range p.qs {
-		if !q.gone {
-			return false
-		}
+// setReady puts q in the ready heap if a shared worker may try it, and
+// takes it out if not. A queue that comes back starts at the pass of the
+// one picked last, so it does not take a run of items for its time away.
+func (p *pool) setReady(q *poolQueue) {
+	switch may := !q.empty && !q.gone; {
+	case may && q.pos < 0:
+		q.pass = max(q.pass, p.vtime)
+		heap.Push(&p.ready, q)
+	case !may && q.pos >= 0:
+		heap.Remove(&p.ready, q.pos)
 	}
-	return true
 }
 
 func (p *pool) stopAll(cause error) {
@@ -282,6 +372,8 @@ func (p *pool) failed(q *poolQueue, err error) {
 	if errors.Is(err, ErrQueueDeleted) {
 		if !q.gone {
 			q.gone = true
+			p.gone++
+			p.setReady(q)
 			q.run.log.Info("walq: work: queue deleted; no longer served", "err", err)
 		}
 		return
@@ -291,100 +383,140 @@ func (p *pool) failed(q *poolQueue, err error) {
 	}
 }
 
-// dispatch gives free workers items until none is free or no queue has one.
+// leasedItem is an item a dispatch round leased, whose lease may not be
+// durable yet.
+type leasedItem struct {
+	q        *poolQueue
+	l        leased
+	commit   *wal.Commit
+	reserved bool
+}
+
+// dispatch gives free workers items until none is free or no queue has
+// one. The leases of one round share their fsyncs: each is taken without
+// waiting, and the round waits once before any handler starts (a lease
+// must be durable first, or a crash would not count its attempt).
 func (p *pool) dispatch() {
+	var round []leasedItem
 	// Reserved workers first: they serve no one else, and a shared worker
 	// that took their item would be missing elsewhere.
-	for _, q := range p.qs {
-		for q.reserved > 0 && p.eligible(q) && p.err == nil {
-			if !p.lease(q, true) {
+	for _, q := range p.withRes {
+		for q.reserved > 0 && !q.empty && !q.gone && p.err == nil && p.take.Err() == nil {
+			it, ok := p.lease(q, true)
+			if !ok {
 				break
+			}
+			round = append(round, it)
+		}
+	}
+	for p.shared > 0 && p.err == nil && p.take.Err() == nil && p.ready.Len() > 0 {
+		q := p.ready[0]
+		if it, ok := p.lease(q, false); ok {
+			round = append(round, it)
+			if !p.strict {
+				p.vtime = q.pass
+				q.pass += q.stride
+				heap.Fix(&p.ready, q.pos)
 			}
 		}
 	}
-	for p.shared > 0 && p.err == nil && p.take.Err() == nil {
-		q := p.pick()
-		if q == nil {
-			return
-		}
-		p.lease(q, false)
-	}
+	p.start(round)
 }
 
-func (p *pool) eligible(q *poolQueue) bool { return !q.empty && !q.gone && p.take.Err() == nil }
-
-// pick chooses the queue the next shared worker tries: the first eligible
-// one under strict order, else smooth weighted round-robin over the
-// eligible ones (each gains its weight, the richest is chosen and pays the
-// total). A choice whose TryGet finds nothing is undone by lease.
-func (p *pool) pick() *poolQueue {
-	var best *poolQueue
-	total := 0
-	for _, q := range p.qs {
-		if !p.eligible(q) {
-			continue
-		}
-		if p.strict {
-			return q
-		}
-		q.current += q.weight
-		total += q.weight
-		if best == nil || q.current > best.current {
-			best = q
-		}
-	}
-	if best != nil {
-		best.current -= total
-		best.lastTotal = total
-	}
-	return best
-}
-
-// lease tries to lease an item of q and start it; false when q had none.
-func (p *pool) lease(q *poolQueue, reserved bool) bool {
+// lease tries to lease an item of q; false when q had none (it leaves the
+// ready heap until its watch fires) or failed.
+func (p *pool) lease(q *poolQueue, reserved bool) (leasedItem, bool) {
 	w := q.run
 	called := w.clock.Monotonic()
-	m, ok, err := q.src.TryGet()
+	var m Message
+	var ok bool
+	var commit *wal.Commit
+	var err error
+	if wq, isQueue := q.src.(*Queue); isQueue {
+		m, ok, commit, err = wq.tryLease()
+	} else {
+		m, ok, err = q.src.TryGet()
+	}
 	if err != nil {
-		p.unpick(q, reserved)
 		p.failed(q, err)
-		return false
+		if !q.gone {
+			q.empty = true // a failure stops the pool; until then, not again
+		}
+		p.setReady(q)
+		return leasedItem{}, false
 	}
 	if !ok {
-		p.unpick(q, reserved)
+		// Nothing to lease (a record that sent a bad body to the dead
+		// letters may be pending: nothing here rests on it).
 		q.empty = true
-		return false
+		p.setReady(q)
+		return leasedItem{}, false
 	}
-	l := w.leased(m, called)
 	if reserved {
 		q.reserved--
 	} else {
 		p.shared--
 	}
 	p.running++
-	go func() {
-		res := w.run(l)
-		var err error
-		if !res.abandoned {
-			_, _, err = w.settleWith(l.m, res, false)
-		}
-		p.done <- slotDone{q: q, reserved: reserved, err: err}
-	}()
-	return true
+	return leasedItem{q: q, l: w.leased(m, called), commit: commit, reserved: reserved}, true
 }
 
-// unpick undoes pick's round for a queue that had nothing, so that an
-// empty queue does not pile up credit over the ones that deliver.
-func (p *pool) unpick(q *poolQueue, reserved bool) {
-	if reserved || p.strict {
-		return
-	}
-	q.current += q.lastTotal
-	for _, o := range p.qs {
-		if p.eligible(o) {
-			o.current -= o.weight
+// start waits until the round's leases are durable, then runs each item's
+// handler. A lease whose wait fails gives its worker back; the failure
+// stops the pool.
+func (p *pool) start(round []leasedItem) {
+	for _, it := range round {
+		if it.commit != nil {
+			if err := it.q.src.(*Queue).wait(it.commit); err != nil {
+				p.running--
+				if it.reserved {
+					it.q.reserved++
+				} else {
+					p.shared++
+				}
+				p.failed(it.q, err)
+				continue
+			}
 		}
+		q, l, reserved, w := it.q, it.l, it.reserved, it.q.run
+		go func() {
+			res := w.run(l)
+			var err error
+			if !res.abandoned {
+				_, _, err = w.settleWith(l.m, res, false)
+			}
+			p.done <- slotDone{q: q, reserved: reserved, err: err}
+		}()
 	}
+}
+
+// readyHeap orders the queues a shared worker may try: by index under
+// strict order (the pool sets every pass to 0), else by pass, then index.
+type readyHeap []*poolQueue
+
+func (h readyHeap) Len() int { return len(h) }
+func (h readyHeap) Less(i, j int) bool {
+	if h[i].pass != h[j].pass {
+		return h[i].pass < h[j].pass
+	}
+	return h[i].idx < h[j].idx
+}
+func (h readyHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].pos, h[j].pos = i, j
+}
+func (h *readyHeap) Push(x any) {
+	q := x.(*poolQueue)
+	q.pos = len(*h)
+	*h = append(*h, q)
+}
+func (h *readyHeap) Pop() any {
+	old := *h
+	q := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	q.pos = -1
+	return q
 }
 
 var _ Source = (*Queue)(nil)
