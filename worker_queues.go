@@ -74,8 +74,8 @@ type WorkQueue struct {
 	Reserved int
 	// Weight is the queue's share of the shared workers [1]: over the
 	// queues that have an item to lease (ready, not paused, under their
-	// cap), shared workers go to each in proportion to its weight (smooth
-	// weighted round-robin). Ignored under WorkOptions.StrictOrder.
+	// cap), shared workers go to each in proportion to its weight (stride
+	// scheduling). Ignored under WorkOptions.StrictOrder.
 	Weight int
 }
 
@@ -96,7 +96,8 @@ type WorkQueue struct {
 //
 // Unlike Work it leases each item in its own step, after the previous
 // item's ack, so that every free worker chooses its queue anew: the ack and
-// the next lease do not share an fsync.
+// the next lease do not share an fsync; the leases of one dispatch round
+// (the free workers given items at once) share theirs.
 func WorkQueues(ctx context.Context, queues []WorkQueue, shared int, handler func(context.Context, Message) error, opts WorkOptions) error {
 	if len(queues) == 0 {
 		return fmt.Errorf("%w: WorkQueues with no queue", ErrInvalid)
