@@ -21,11 +21,7 @@ func idleQueues(b *testing.B, n int) *Queue {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { q.Close() })
-	for i := range n {
-		if _, err := q.OpenQueue(fmt.Sprintf("tenant-%05d", i), QueueOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	createQueues(b, q, n)
 	return q
 }
 
