@@ -155,7 +155,7 @@ func WorkQueues(ctx context.Context, queues []WorkQueue, shared int, handler fun
 		if weight == 0 {
 			weight = 1
 		}
-		pq := &poolQueue{idx: i, src: wq.Queue, run: w, reserved: wq.Reserved, stride: strideUnit / uint64(weight), pos: -1}
+		pq := &poolQueue{idx: i, src: wq.Queue, run: w, reserved: wq.Reserved, stride: max(strideUnit/uint64(weight), 1), pos: -1}
 		p.qs = append(p.qs, pq)
 		if wq.Reserved > 0 {
 			p.withRes = append(p.withRes, pq)
@@ -200,8 +200,14 @@ type poolQueue struct {
 	stop     func() // ends the watch
 }
 
-// strideUnit is the pass a queue of weight 1 pays per lease.
-const strideUnit = 1 << 32
+// strideUnit is the pass a queue of weight 1 pays per lease: small
+// enough that passes take 2^43 leases to reach rebaseAt, large enough
+// that weights up to a million keep their proportions within a percent.
+const strideUnit = 1 << 20
+
+// rebaseAt is the pass past which every pass is taken down by the
+// smallest, so that none overflows in a pool that runs for years.
+const rebaseAt = 1 << 62
 
 type slotDone struct {
 	q        *poolQueue
@@ -418,10 +424,22 @@ func (p *pool) dispatch() {
 				p.vtime = q.pass
 				q.pass += q.stride
 				heap.Fix(&p.ready, q.pos)
+				if q.pass > rebaseAt {
+					p.rebase()
+				}
 			}
 		}
 	}
 	p.start(round)
+}
+
+// rebase takes every pass down by vtime (no pass in the heap is below it;
+// one out of it keeps its place below, as 0), keeping their order.
+func (p *pool) rebase() {
+	for _, q := range p.qs {
+		q.pass -= min(q.pass, p.vtime)
+	}
+	p.vtime = 0
 }
 
 // lease tries to lease an item of q; false when q had none (it leaves the

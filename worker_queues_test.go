@@ -1,6 +1,7 @@
 package walq
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -395,4 +396,27 @@ func TestWorkQueuesDeleteUnderHandler(t *testing.T) {
 		t.Fatalf("other queue delivered %q", b)
 	}
 	must(t, stop())
+}
+
+// TestWorkQueuesRebase: passes near the end of uint64 are taken down
+// together, keeping their order, so a pool that runs for years never
+// overflows one.
+func TestWorkQueuesRebase(t *testing.T) {
+	p := &pool{}
+	for i, pass := range []uint64{rebaseAt + 5, rebaseAt + 1, rebaseAt + 9, 3} {
+		q := &poolQueue{idx: i, pass: pass, pos: -1, stride: 1}
+		p.qs = append(p.qs, q)
+		if i < 3 {
+			heap.Push(&p.ready, q)
+		}
+	}
+	p.vtime = rebaseAt + 1
+	p.rebase()
+	var got []uint64
+	for _, q := range p.qs {
+		got = append(got, q.pass)
+	}
+	if fmt.Sprint(got) != "[4 0 8 0]" || p.vtime != 0 || p.ready[0].idx != 1 {
+		t.Fatalf("passes after the rebase %v, vtime %d, first %d; want [4 0 8 0], 0, 1", got, p.vtime, p.ready[0].idx)
+	}
 }
