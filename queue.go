@@ -715,9 +715,13 @@ type DeadLetterCursor struct{ place state.DeadPlace }
 // at least one letter).
 const DeadLetterPageBytes = 4 << 20
 
+// MaxDeadLetterPage bounds the letters of one page of DeadLetterPage.
+const MaxDeadLetterPage = 1000
+
 // DeadLetterPage returns the dead letters after the cursor, oldest first,
-// with their bodies: at most limit of them (limit <= 0: 100), ending early
-// past DeadLetterPageBytes of bodies; and the cursor for the next page.
+// with their bodies: at most limit of them (limit <= 0: 100; at most
+// MaxDeadLetterPage), ending early past DeadLetterPageBytes of bodies;
+// and the cursor for the next page.
 // The list is done when a page comes back empty. Each page costs O(log n)
 // of the list plus its own letters; a letter redriven or purged between
 // pages is not returned, and one dead-lettered meanwhile comes at the end.
@@ -725,7 +729,7 @@ func (q *Queue) DeadLetterPage(after DeadLetterCursor, limit int) ([]DeadLetter,
 	if limit <= 0 {
 		limit = 100
 	}
-	out, last := q.deadLetters(after.place, limit, DeadLetterPageBytes)
+	out, last := q.deadLetters(after.place, min(limit, MaxDeadLetterPage), DeadLetterPageBytes)
 	if len(out) == 0 {
 		return nil, after
 	}
