@@ -144,6 +144,46 @@ func TestCrashQueues(t *testing.T) {
 	}
 }
 
+// TestCrashManyQueues runs the workload over 300 named queues under kill
+// -9 and page loss: the timer's order of queues, the released keys kept
+// per queue and WorkQueues over every queue crash and recover as they do
+// over three.
+func TestCrashManyQueues(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		sync     string
+		pageLoss bool
+	}{
+		{"kill/always", "always", false},
+		{"pageloss/cycle", "cycle", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := envConfig(t, tc.sync, tc.pageLoss)
+			cfg.PageLoss = tc.pageLoss
+			cfg.StepClock = true
+			cfg.Queues = 300
+			if os.Getenv("WALQ_CRASH_CYCLES") == "" {
+				cfg.Cycles = 20
+			}
+			cfg.Log = nil
+			sum, err := Run(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(sum)
+			if len(sum.Violations) > 0 {
+				t.Errorf("seed %d, cycle %d, directory kept: %s", sum.Seed, sum.Cycles, sum.Dir)
+				for _, v := range sum.Violations {
+					t.Error(v)
+				}
+			}
+			if sum.Kills < cfg.Cycles || sum.Ops == 0 || sum.Checks == 0 || sum.Deletes == 0 || sum.Recreated == 0 {
+				t.Errorf("the run proved little: %s", sum)
+			}
+		})
+	}
+}
+
 // TestCrashLowDisk runs the workload on an 8 MiB tmpfs with a third of its
 // items large (Config.LowDisk): puts must be refused with ErrDiskFull, and
 // the queue must never fail itself. It needs root.
