@@ -150,18 +150,22 @@ func keyedKey(queue uint64, key string) string { return strconv.FormatUint(queue
 func (l *ledger) holderSure(queue uint64, key string, holder uint64) {
 	h := l.byID[holder]
 	if h == nil {
+		// The holder is an entry of the queue with the key whose ID is not
+		// known: one whose put was not reported, or one seen (delivered)
+		// without its ID. Only when there is one such entry is it the
+		// holder, and only one not reported needs to be made sure.
 		k := keyedKey(queue, key)
-		var waiting []*entry
+		var unknown []*entry
 		for _, x := range l.keyed[k] {
-			if x.put == putMaybe && x.id == 0 && !x.seen && !x.gone {
-				waiting = append(waiting, x)
+			if x.id == 0 && !x.gone && x.put != putRefused {
+				unknown = append(unknown, x)
 			}
 		}
-		l.keyed[k] = waiting
-		if len(waiting) != 1 {
+		l.keyed[k] = unknown
+		if len(unknown) != 1 || unknown[0].put != putMaybe || unknown[0].seen {
 			return
 		}
-		h = waiting[0]
+		h = unknown[0]
 		h.id = holder
 		l.byID[holder] = h
 	}

@@ -467,3 +467,27 @@ func TestLedgerBatchRefusedTwice(t *testing.T) {
 		t.Fatalf("violations:\n%s", strings.Join(l.violations, "\n"))
 	}
 }
+
+// TestLedgerHolderSeenWithoutID: a batch in flight put a key twice (the
+// second refused within the batch); the first was delivered and acked,
+// and a later put was refused as a duplicate of it, within the key
+// window. The holder was the delivered item, whose ID the ledger never
+// learned: the refused batch member must not pass for it (it did, and was
+// then reported lost).
+func TestLedgerHolderSeenWithoutID(t *testing.T) {
+	report := "I 1 putb c1.1/0/0/k3,c1.2/0/0/k3\n" +
+		"I 2 get\nD 2 110 6 c1.1 2 1 1\n" +
+		"I 3 ack c1.1 2\nD 3 120 7\n" +
+		"I 4 put c1.3/0/0/k3\nD 4 130 8 d1 w10\n"
+	events, err := parseReport([]byte(report))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLedger()
+	l.ingest(events, func(event) bool { return true })
+	st := stateWith(t, []stored{{tok: "c1.1", removed: true}}, l)
+	l.check(st, ledgerBodies(l), "check")
+	if len(l.violations) != 0 {
+		t.Fatalf("violations:\n%s", strings.Join(l.violations, "\n"))
+	}
+}
