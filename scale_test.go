@@ -32,6 +32,9 @@ func createQueues(t testing.TB, q *Queue, n int) {
 		q.rts[lsn] = newRT(lsn, name, set)
 	}
 	q.mu.Unlock()
+	if commit == nil {
+		return // none made
+	}
 	if err := q.wait(commit); err != nil {
 		t.Fatal(err)
 	}
