@@ -113,11 +113,14 @@ type mQueue struct {
 	counters    state.Counters
 	dead        []uint64 // dead letters, oldest first
 	keys        map[string]*mKey
-	deleted     bool
+	// unpruned is keys as a state that was never pruned has them (the
+	// same entries, less only PruneKeys's forgetting with keyWindow).
+	unpruned map[string]*mKey
+	deleted  bool
 }
 
 func newMQueue(id uint64, name string, created int64, set state.Settings) *mQueue {
-	return &mQueue{id: id, name: name, created: created, settings: set, keys: make(map[string]*mKey)}
+	return &mQueue{id: id, name: name, created: created, settings: set, keys: make(map[string]*mKey), unpruned: make(map[string]*mKey)}
 }
 
 func (q *mQueue) paused(now int64) bool { return q.pausedUntil != 0 && now < q.pausedUntil }
@@ -347,7 +350,8 @@ func (m *model) put(q *mQueue, lsn uint64, items []state.NewItem) {
 		}
 		m.items = append(m.items, it)
 		if n.Key != "" {
-			q.keys[n.Key] = &mKey{id: it.id}
+			k := &mKey{id: it.id}
+			q.keys[n.Key], q.unpruned[n.Key] = k, k
 		}
 		q.counters.Put++
 	}
@@ -442,7 +446,11 @@ func (m *model) move(q, to *mQueue, lsn uint64, ids []uint64) {
 			if k := q.keys[it.key]; k != nil && k.id == id {
 				delete(q.keys, it.key)
 			}
-			to.keys[it.key] = &mKey{id: id}
+			if k := q.unpruned[it.key]; k != nil && k.id == id {
+				delete(q.unpruned, it.key)
+			}
+			k := &mKey{id: id}
+			to.keys[it.key], to.unpruned[it.key] = k, k
 		}
 		it.queue = to.id
 		m.requeue(it, lsn)
@@ -1117,7 +1125,9 @@ func (mc *machine) PruneKeysBy(t *rapid.T) {
 	for _, q := range m.live() {
 		w := q.settings.KeyWindow
 		held := 0
-		for key, k := range q.keys {
+		// The copy was never pruned before: PruneKeys forgets keys with
+		// keyWindow, which may be shorter than q's own.
+		for key, k := range q.unpruned {
 			if k.released != 0 && k.released+w <= m.now {
 				// Forgotten, whatever the windows of other queues: asked
 				// with a window that has not ended, it is not held.

@@ -103,6 +103,9 @@ type QueueState struct {
 	// item took it once the window ended; they go at the next prune).
 	relKeys  []*keyEntry
 	relStale int
+	// staleMax bounds the release times of the stale ones (while relStale
+	// is not 0), so KeysAt knows when they are all past a window.
+	staleMax int64
 	// keyWindow is the key window its place in State.keyHeap counts with;
 	// keyPos is that place (-1: it has no released keys).
 	keyWindow int64
@@ -134,6 +137,12 @@ func (q *QueueState) keyDue() int64 { return q.relKeys[0].Released + q.keyWindow
 // GaugesAt count with: a named queue's is in its settings, the default
 // queue's is the directory's (not recorded), to be set after loading.
 func (q *QueueState) SetKeyWindow(w int64) {
+	if w == q.keyWindow {
+		return
+	}
+	if w > q.keyWindow && q.relStale > 0 {
+		q.dropStale()
+	}
 	q.keyWindow = w
 	if q.keyPos >= 0 {
 		q.st.keyHeap.Fix(q)
@@ -166,11 +175,32 @@ func (s *State) releaseKey(q *QueueState, k *keyEntry) {
 	}
 }
 
+// dropStale drops q's stale released keys. Each was taken once its window
+// had ended, by the window of the day; a longer window would count it as
+// not ended yet, so a window that grows drops them first (KeysAt relies on
+// their being past the window, and pruning them later is no cheaper).
+func (q *QueueState) dropStale() {
+	live := q.relKeys[:0]
+	for _, k := range q.relKeys {
+		if q.keys[k.Key] == k {
+			live = append(live, k)
+		}
+	}
+	clear(q.relKeys[len(live):])
+	q.st.releasedN -= len(q.relKeys) - len(live)
+	q.relKeys = live
+	q.relStale = 0
+	if len(live) == 0 && q.keyPos >= 0 {
+		q.st.keyHeap.Remove(q)
+	}
+}
+
 // replaceKey marks k, q's entry for its key, as taken by a later item.
 func (q *QueueState) replaceKey(k *keyEntry) {
 	k.gone = q.st.epoch
 	if k.Released != 0 {
 		q.relStale++
+		q.staleMax = max(q.staleMax, k.Released)
 	}
 }
 
@@ -196,9 +226,20 @@ func (q *QueueState) KeysAt(now, window int64) int {
 	ended, _ := slices.BinarySearchFunc(q.relKeys, now, func(k *keyEntry, now int64) int {
 		return cmp.Compare(k.Released+window, now+1)
 	})
-	// Stale keys went before their window ended too (a later item took the
-	// key only then), so they are among the ended ones.
-	return len(q.keys) - max(ended-q.relStale, 0)
+	if q.relStale == 0 || q.staleMax+window <= now {
+		// The stale keys are all among the ended ones (a later item took
+		// each key only once its window had ended).
+		return len(q.keys) - (ended - q.relStale)
+	}
+	// Asked with a window longer than the one the keys were taken under
+	// (a window the state is told drops stale keys as it grows): count.
+	gone := 0
+	for _, k := range q.relKeys[:ended] {
+		if q.keys[k.Key] == k {
+			gone++
+		}
+	}
+	return len(q.keys) - gone
 }
 
 // dheap returns the delayed heap, in heap order.

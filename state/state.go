@@ -495,10 +495,9 @@ func (s *State) OpenLeases() []*Item {
 // frees memory. Its cost is that of the keys it forgets, and a pass over
 // the queues that have released keys.
 func (s *State) PruneKeys(now, window int64) {
-	for _, q := range s.keyHeap.items {
-		q.keyWindow = window
+	for _, q := range slices.Clone(s.keyHeap.items) {
+		q.SetKeyWindow(window)
 	}
-	s.keyHeap.init()
 	s.PruneKeysBy(now, func(uint64) int64 { return window })
 }
 
@@ -514,7 +513,9 @@ func (s *State) PruneKeysBy(now int64, window func(queue uint64) int64) {
 		if !ok || q.keyDue() > now {
 			return
 		}
-		q.keyWindow = window(q.id)
+		if q.SetKeyWindow(window(q.id)); q.keyPos < 0 {
+			continue // its released keys were all stale
+		}
 		n := 0
 		for _, k := range q.relKeys {
 			if k.Released+q.keyWindow > now {

@@ -374,6 +374,53 @@ func TestKeyReleasedAtTimeZero(t *testing.T) {
 	}
 }
 
+// A key taken again once its window ended leaves a stale entry behind; a
+// window that grows after that must not count it as not ended yet, nor let
+// it hide a key whose window did end (KeysAt counted the stale entries as
+// ended ones, which a longer window made wrong).
+func TestKeysAtAfterWindowGrows(t *testing.T) {
+	const short, long = 5, 74
+	tp := newTape(t)
+	q := tp.s.Default()
+	q.SetKeyWindow(short)
+	ack := func(now int64, id uint64) {
+		receipt := tp.apply(&state.Lease{Time: now, ID: id, LeaseEnd: now + 10})
+		tp.apply(&state.Ack{Time: now, Receipt: receipt})
+	}
+	ack(10, tp.put(10, state.NewItem{Due: 10, Key: "b"})[0])
+	ack(20, tp.put(20, state.NewItem{Due: 20, Key: "a"})[0])
+	// "a" ended with the short window: a new item takes it.
+	if _, held := q.KeyHolder("a", 25, short); held {
+		t.Fatal(`"a" still held after its window`)
+	}
+	tp.put(25, state.NewItem{Due: 25, Key: "a"})
+	// Asked with a window longer than the state was told: counted.
+	if got := q.KeysAt(90, long); got != 1 {
+		t.Fatalf("KeysAt(90, %d) with window %d told = %d, want 1", long, short, got)
+	}
+	q.SetKeyWindow(long)
+	// At 90 with the long window: "b" ended (10+74 <= 90), the new "a" is
+	// stored; one key.
+	for _, s := range []*state.State{tp.s, roundTrip(t, tp.s)} {
+		if got := s.Default().KeysAt(90, long); got != 1 {
+			t.Fatalf("KeysAt(90, %d) = %d, want 1", long, got)
+		}
+		if got := s.Default().KeysAt(25, short); got != 1 {
+			t.Fatalf("KeysAt(25, %d) = %d, want 1", short, got)
+		}
+		if got := s.Default().KeysAt(90, 1000); got != 2 {
+			t.Fatalf("KeysAt(90, 1000) = %d, want 2", got)
+		}
+	}
+	tp.s.PruneKeysBy(90, func(uint64) int64 { return long })
+	if got := q.KeysAt(90, long); got != 1 {
+		t.Fatalf("after PruneKeysBy, KeysAt(90, %d) = %d, want 1", long, got)
+	}
+	if _, _, ok := tp.s.NextKeyExpiry(); ok {
+		t.Fatal("a released key left after pruning them all")
+	}
+}
+
 func deadIDs(s *state.State, limit int) []uint64 {
 	var out []uint64
 	for _, it := range s.DeadLetters(limit) {
