@@ -45,9 +45,7 @@ type Engine interface {
 
 // Visibility is how long a lease lasts: Options.Visibility.
 func (q *Queue) Visibility() time.Duration {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.rt.set.visibility
+	return time.Duration(q.rt.vis.Load())
 }
 
 // Clock is the queue's clock: Options.Clock.

@@ -111,7 +111,10 @@ func (o Options) settingsFromRecord(r state.Settings) settings {
 type queueRT struct {
 	id   uint64
 	name string
-	set  settings // under mu
+	set  settings // under mu; set by setSettings
+	// vis is set.visibility, read without mu: Work reads it at every
+	// lease, and mu is the hot lock.
+	vis atomic.Int64
 
 	waiters  waiterList    // blocked Gets, oldest first; under mu
 	woken    int           // Gets signalled (and so out of waiters) not yet back for an item; under mu
@@ -126,7 +129,16 @@ type queueRT struct {
 }
 
 func newRT(id uint64, name string, set settings) *queueRT {
-	return &queueRT{id: id, name: name, set: set, deleted: make(chan struct{}), wakeAt: math.MaxInt64, wakePos: -1}
+	rt := &queueRT{id: id, name: name, deleted: make(chan struct{}), wakeAt: math.MaxInt64, wakePos: -1}
+	rt.setSettings(set)
+	return rt
+}
+
+// setSettings sets the settings in force; the caller holds mu (or is the
+// only one who has rt).
+func (rt *queueRT) setSettings(set settings) {
+	rt.set = set
+	rt.vis.Store(int64(set.visibility))
 }
 
 // label names the queue in errors and logs.
@@ -287,12 +299,12 @@ func (q *Queue) SetSettings(opts QueueOptions) error {
 		set.backoff = q.rt.set.backoff
 	}
 	if q.st.Queue(q.rt.id).Settings() == set.record() {
-		q.rt.set = set
+		q.rt.setSettings(set)
 		return q.answerLocked(nil)
 	}
 	// The settings apply before their record, whose wake-up (a cap
 	// raised) must see them; a failed append fails the queue.
-	q.rt.set = set
+	q.rt.setSettings(set)
 	_, commit, err := q.appendToLocked(q.rt.id, &state.SetQueue{Time: q.qt.now(), Settings: set.record()})
 	q.mu.Unlock()
 	if err != nil {
