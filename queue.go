@@ -553,13 +553,24 @@ func (q *Queue) extendLocked(r Receipt, d time.Duration) (*wal.Commit, error) {
 // this queue did not issue; one of a queue since deleted (an earlier queue
 // of this name, say) is ErrQueueDeleted too.
 func (q *Queue) Ack(r Receipt) error {
+	commit, err := q.ackPending(r)
+	if err != nil {
+		return err
+	}
+	return q.wait(commit)
+}
+
+// ackPending is Ack without the wait for its record: the caller waits on
+// the commit returned. An error is an answer that rests on durable records
+// already (a lease lost to a record not durable yet waits for it).
+func (q *Queue) ackPending(r Receipt) (*wal.Commit, error) {
 	q.mu.Lock()
 	commit, err := q.ackLocked(r)
 	if err != nil {
-		return q.answerLocked(err) // a lease lost to a record not durable yet
+		return nil, q.answerLocked(err)
 	}
 	q.mu.Unlock()
-	return q.wait(commit)
+	return commit, nil
 }
 
 func (q *Queue) ackLocked(r Receipt) (*wal.Commit, error) {

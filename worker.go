@@ -765,12 +765,18 @@ func (w *workRun) settleWith(m Message, res result, leaseNext bool) (next leased
 	default:
 		endErr = w.e.Nack(m.Receipt, cause)
 	}
+	return next, ok, w.lateAck(m, endErr)
+}
+
+// lateAck logs an ending refused for a lost lease, which is no failure of
+// Work: the item was handed on, or its end came first.
+func (w *workRun) lateAck(m Message, endErr error) error {
 	if errors.Is(endErr, ErrLeaseLost) {
-		log.Warn("walq: work: late ack: the lease ended before the handler did; the item may have run twice",
+		w.log.Warn("walq: work: late ack: the lease ended before the handler did; the item may have run twice",
 			"id", m.ID, "attempt", m.Attempt, "err", endErr)
-		endErr = nil
+		return nil
 	}
-	return next, ok, endErr
+	return endErr
 }
 
 // itemContext is a handler's context: cancelled by Work with a cause, and

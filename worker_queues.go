@@ -95,9 +95,10 @@ type WorkQueue struct {
 // drained.
 //
 // Unlike Work it leases each item in its own step, after the previous
-// item's ack, so that every free worker chooses its queue anew: the ack and
-// the next lease do not share an fsync; the leases of one dispatch round
-// (the free workers given items at once) share theirs.
+// item's ack, so that every free worker chooses its queue anew; the ack
+// is appended before the next lease and shares its fsync, as under Work,
+// and the leases of one dispatch round (the free workers given items at
+// once) share theirs.
 func WorkQueues(ctx context.Context, queues []WorkQueue, shared int, handler func(context.Context, Message) error, opts WorkOptions) error {
 	if len(queues) == 0 {
 		return fmt.Errorf("%w: WorkQueues with no queue", ErrInvalid)
@@ -177,6 +178,9 @@ type pool struct {
 	gone    int   // queues deleted
 	err     error // what stops the pool
 
+	acks sync.WaitGroup // the waits of acks whose workers are free
+	late lateErrors
+
 	// sig collects the queues whose watch fired; ready holds the queues
 	// a shared worker may try (not empty, not gone), in the order pick
 	// takes them: by index under strict order, else by pass (stride
@@ -230,6 +234,11 @@ func (s *signals) mark(i int) {
 		s.pending = append(s.pending, i)
 	}
 	s.mu.Unlock()
+	s.poke()
+}
+
+// poke wakes serve without marking a queue.
+func (s *signals) poke() {
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -288,6 +297,7 @@ func (p *pool) serve(drainTimeout time.Duration) error {
 	}
 	var marked []int
 	for p.take.Err() == nil && p.err == nil {
+		p.takeLate()
 		marked = p.sig.takeAll(marked)
 		for _, i := range marked {
 			q := p.qs[i]
@@ -310,6 +320,7 @@ func (p *pool) serve(drainTimeout time.Duration) error {
 		for p.running > 0 {
 			p.finished(<-p.done)
 		}
+		p.acks.Wait()
 		return p.err
 	}
 	// No more leases: drain what runs, as Work does.
@@ -332,6 +343,8 @@ func (p *pool) serve(drainTimeout time.Duration) error {
 			}
 		}
 	}
+	p.acks.Wait()
+	p.takeLate()
 	if p.err != nil {
 		return p.err
 	}
@@ -339,6 +352,13 @@ func (p *pool) serve(drainTimeout time.Duration) error {
 		return fmt.Errorf("%w: every queue WorkQueues served was deleted", ErrQueueDeleted)
 	}
 	return nil
+}
+
+// takeLate handles the failures of acks whose workers were free already.
+func (p *pool) takeLate() {
+	for _, d := range p.late.take() {
+		p.failed(d.q, d.err)
+	}
 }
 
 // setReady puts q in the ready heap if a shared worker may try it, and
@@ -480,33 +500,81 @@ func (p *pool) lease(q *poolQueue, reserved bool) (leasedItem, bool) {
 	return leasedItem{q: q, l: w.leased(m, called), commit: commit, reserved: reserved}, true
 }
 
-// start waits until the round's leases are durable, then runs each item's
-// handler. A lease whose wait fails gives its worker back; the failure
-// stops the pool.
+// start runs each item of the round once its lease is durable, each in a
+// goroutine of its own, so that serve goes on while the disk syncs. A
+// lease whose wait fails gives its worker back; the failure stops the
+// pool.
+//
+// A handler that returned frees its worker once its ack is appended (see
+// settlePending): the lease serve gives the worker next is appended after
+// the ack, and the two share an fsync, as Work's ack and next lease do.
+// The ack's own wait runs on, counted in acks, and its failure reaches
+// serve through late.
 func (p *pool) start(round []leasedItem) {
 	for _, it := range round {
-		if it.commit != nil {
-			if err := it.q.src.(*Queue).wait(it.commit); err != nil {
-				p.running--
-				if it.reserved {
-					it.q.reserved++
-				} else {
-					p.shared++
-				}
-				p.failed(it.q, err)
-				continue
-			}
-		}
 		q, l, reserved, w := it.q, it.l, it.reserved, it.q.run
 		go func() {
+			if it.commit != nil {
+				if err := q.src.(*Queue).wait(it.commit); err != nil {
+					p.done <- slotDone{q: q, reserved: reserved, err: err}
+					return
+				}
+			}
 			res := w.run(l)
+			var pending *wal.Commit
 			var err error
 			if !res.abandoned {
-				_, _, err = w.settleWith(l.m, res, false)
+				pending, err = w.settlePending(l.m, res)
 			}
-			p.done <- slotDone{q: q, reserved: reserved, err: err}
+			if pending == nil {
+				p.done <- slotDone{q: q, reserved: reserved, err: err}
+				return
+			}
+			p.acks.Add(1) // before the slot is free: serve waits for acks only once none runs
+			p.done <- slotDone{q: q, reserved: reserved}
+			if err := q.src.(*Queue).wait(pending); err != nil {
+				p.late.add(q, err)
+				p.sig.poke()
+			}
+			p.acks.Done()
 		}()
 	}
+}
+
+// settlePending is settleWith for WorkQueues: the ack of a walq Queue's
+// item is appended and not waited for. The caller waits on pending (nil:
+// nothing to wait for), after the pool has given the worker its next item,
+// so that the ack shares the fsync of the leases appended after it.
+func (w *workRun) settlePending(m Message, res result) (pending *wal.Commit, err error) {
+	q, isQueue := w.e.(*Queue)
+	if res.err != nil || res.leaseLost || !isQueue {
+		_, _, err = w.settleWith(m, res, false)
+		return nil, err
+	}
+	pending, err = q.ackPending(m.Receipt)
+	return pending, w.lateAck(m, err)
+}
+
+// lateErrors are failures that came after their worker was free: an ack's
+// wait that failed.
+type lateErrors struct {
+	mu   sync.Mutex
+	errs []slotDone
+}
+
+func (l *lateErrors) add(q *poolQueue, err error) {
+	l.mu.Lock()
+	l.errs = append(l.errs, slotDone{q: q, err: err})
+	l.mu.Unlock()
+}
+
+// take returns the failures added since the last call.
+func (l *lateErrors) take() []slotDone {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	errs := l.errs
+	l.errs = nil
+	return errs
 }
 
 // readyHeap orders the queues a shared worker may try: by index under
