@@ -138,8 +138,14 @@ func runChild(cfg childConfig) int {
 	}
 	if c.mix.Workers > 0 {
 		go c.work(c.slots[0], c.mix.Workers, rand.New(rand.NewPCG(cfg.Seed, 500)))
-		for i, s := range c.slots[1:] {
-			go c.work(s, 1, rand.New(rand.NewPCG(cfg.Seed, uint64(510+i))))
+		// The named queues get a Work call each, or in half the children
+		// one WorkQueues pool over them all.
+		if named := c.slots[1:]; len(named) > 1 && rand.New(rand.NewPCG(cfg.Seed, 505)).IntN(2) == 0 {
+			go c.workPool(named, rand.New(rand.NewPCG(cfg.Seed, 506)))
+		} else {
+			for i, s := range named {
+				go c.work(s, 1, rand.New(rand.NewPCG(cfg.Seed, uint64(510+i))))
+			}
 		}
 	}
 	if len(c.slots) > 1 {

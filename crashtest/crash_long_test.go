@@ -109,7 +109,7 @@ func TestCrash(t *testing.T) {
 func TestCrashQueues(t *testing.T) {
 	crashQueues(t, 3, 30, func(sum Summary) bool {
 		return sum.PausesTimed == 0 || sum.PausesForever == 0 || sum.Resumes == 0 || sum.Deletes == 0 ||
-			sum.Recreated == 0 || sum.PausesHeld == 0 || sum.DeletesHeld == 0 || sum.SharedKeys == 0
+			sum.Recreated == 0 || sum.PausesHeld == 0 || sum.DeletesHeld == 0 || sum.SharedKeys == 0 || sum.PoolRuns == 0
 	})
 }
 
@@ -118,7 +118,7 @@ func TestCrashQueues(t *testing.T) {
 // per queue and WorkQueues over every queue crash and recover as they do
 // over three.
 func TestCrashManyQueues(t *testing.T) {
-	crashQueues(t, 300, 20, func(sum Summary) bool { return sum.Deletes == 0 || sum.Recreated == 0 })
+	crashQueues(t, 300, 20, func(sum Summary) bool { return sum.Deletes == 0 || sum.Recreated == 0 || sum.PoolRuns == 0 })
 }
 
 // crashQueues runs the workload over n named queues for cycles cycles

@@ -32,7 +32,9 @@
 // where the previous child's ended (clock.go). Stored deadlines are then
 // checked by spans of queue time, not against the wall clock (ledger.go).
 // Work runs alongside the plain consumers, with a heartbeat and handlers
-// that outlast the visibility; the child reports a second run of an item
+// that outlast the visibility (on the named queues, in half the children,
+// one WorkQueues pool over them all, started again when a queue is
+// created again; the summary counts its runs as pool-runs); the child reports a second run of an item
 // while its first handler lives, and a lease lost under a live handler
 // (work.go); a child that was itself starved for longer than the
 // heartbeat can cover (the one exception docs/workers.md states) reports such an event

@@ -59,6 +59,7 @@ type Summary struct {
 	LowDisk          int64
 	DiskRefused      int // puts refused with ErrDiskFull, held to storing nothing (LowDisk)
 	WorkRuns         int // Work handler calls
+	PoolRuns         int // WorkQueues handler calls
 	// Starved counts lost leases and second runs under Work that came
 	// while the child was starved longer than Visibility - HeartbeatEvery
 	// (work.go): the one exception docs/workers.md states, not violations. StarvedSeen
@@ -114,13 +115,13 @@ func (s Summary) String() string {
 	}
 	return fmt.Sprintf("walq crashtest: seed=%d sync=%s powerloss=%s stepclock=%v cycles=%d kills=%d in-compaction=%d in-recovery=%d "+
 		"tails-cut=%d segments-dropped=%d pages-lost=%d unsynced-kib=%d holes=%d frames-past-holes=%d checks=%d ops-checked=%d item-checks=%d "+
-		"large-bodies=%d empty-bodies=%d body-mib=%d deadlines-checked=%d notfound-checked=%d clock-steps=%d clock-behind=%d work-runs=%d starved=%d%s "+
+		"large-bodies=%d empty-bodies=%d body-mib=%d deadlines-checked=%d notfound-checked=%d clock-steps=%d clock-behind=%d work-runs=%d pool-runs=%d starved=%d%s "+
 		"watch-reads=%d watch-stalled=%d watch-stuck=%d watch-longest=%s idle-checks=%d idle-timer-max=%d idle-committer-max=%d "+
 		"drained=%d refused=%d lost=%d resurrected=%d violations=%d elapsed=%s cycles-per-sec=%.2f",
 		s.Seed, s.syncString(), loss, s.StepClock, s.Cycles, s.Kills, s.KillsInCompaction, s.KillsInRecovery, s.TailsCut,
 		s.SegmentsDropped, s.PagesLost, s.UnsyncedBytes>>10, s.Holes, s.FramesPastHoles, s.Checks, s.Ops, s.ItemChecks,
 		s.LargeBodies, s.EmptyBodies, s.BodyMiB,
-		s.DeadlinesChecked, s.NotFoundChecked, s.ClockSteps, s.ClockBehind, s.WorkRuns, s.Starved, queues,
+		s.DeadlinesChecked, s.NotFoundChecked, s.ClockSteps, s.ClockBehind, s.WorkRuns, s.PoolRuns, s.Starved, queues,
 		s.WatchReads, s.WatchStalled, s.WatchStuck, s.WatchLongest.Round(time.Millisecond), s.IdleChecks, s.IdleTimerMax, s.IdleCommitterMax, s.Drained, s.Refused, s.Lost, s.Resurrected,
 		len(s.Violations), s.Elapsed.Round(time.Second), s.rate())
 }
@@ -299,6 +300,7 @@ func (h *harness) finish(start time.Time) Summary {
 	h.sum.NotFoundChecked = h.led.notFoundChecked
 	h.sum.DiskRefused = h.led.diskRefused
 	h.sum.WorkRuns = h.led.workRuns
+	h.sum.PoolRuns = h.led.poolRuns
 	h.sum.KillsInCompaction = h.led.compactionsCut
 	h.sum.Violations = h.led.violations
 	h.sum.Lost = h.led.lost

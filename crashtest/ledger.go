@@ -126,6 +126,7 @@ type ledger struct {
 	notFoundChecked       int // ErrNotFound answers checked (checkNotFound)
 	diskRefused           int // puts refused with ErrDiskFull (Config.LowDisk)
 	workRuns              int // Work handler calls
+	poolRuns              int // WorkQueues handler calls
 }
 
 func newLedger() *ledger {
@@ -395,9 +396,12 @@ func (l *ledger) done(in, ev event, trusted bool, started uint64) {
 				l.holderSure(e.queue, e.key, holder)
 			}
 		}
-	case "get", "work":
-		if in.op == "work" {
+	case "get", "work", "pool":
+		switch in.op {
+		case "work":
 			l.workRuns++
+		case "pool":
+			l.poolRuns++
 		}
 		if len(ev.args) != 4 {
 			l.violate("report: bad get result %q", ev.args)

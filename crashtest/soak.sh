@@ -17,7 +17,8 @@
 # Every mode steps the children's wall clocks (back and forward, 1s to 1h,
 # within a run and across restarts, each child often starting behind the
 # previous one), runs Work with a heartbeat and handlers longer than the
-# visibility, and puts hostile bodies (random bytes, lookalike format-1 and
+# visibility (on the named queues, in half the children, one WorkQueues
+# pool: pool-runs), and puts hostile bodies (random bytes, lookalike format-1 and
 # format-2 records, copies of real frames read from the queue's own
 # segments) among the others, and bodies of every size from 0 B to 256 KiB:
 # 2% of items large (1 KiB to 256 KiB, a quarter of them 256 KiB, a quarter

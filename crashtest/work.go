@@ -355,6 +355,69 @@ func (s *runningSet) has(tok string) (running, bool) {
 	return r, ok
 }
 
+// workPool runs one WorkQueues pool over the named queues of slots, a
+// shared worker per queue, until the kill. A queue deleted under it is
+// dropped by the pool; once any delete settles (the queue created again),
+// the pool stops, drains, and starts over the handles of the day.
+func (c *child) workPool(slots []*slot, rng *rand.Rand) {
+	var mu sync.Mutex // rng is not safe for concurrent use
+	pick := func(n int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return rng.IntN(n)
+	}
+	for {
+		type served struct {
+			s   *slot
+			qid uint64
+		}
+		byName := make(map[string]served, len(slots))
+		settled := make([]uint64, len(slots))
+		wqs := make([]walq.WorkQueue, len(slots))
+		for i, s := range slots {
+			h, qid := s.get()
+			settled[i] = s.settled.Load()
+			byName[s.name] = served{s, qid}
+			wqs[i] = walq.WorkQueue{Queue: h}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		watchDone := make(chan struct{})
+		go func() {
+			defer close(watchDone)
+			for ctx.Err() == nil {
+				for i, s := range slots {
+					if s.settled.Load() != settled[i] {
+						cancel()
+						return
+					}
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+		handler := func(ctx context.Context, m walq.Message) error {
+			sv, ok := byName[m.Queue]
+			if !ok {
+				c.fatal("pool", fmt.Errorf("item %d of queue %q, which the pool does not serve", m.ID, m.Queue))
+			}
+			return c.handleAs("pool", ctx, sv.s, sv.qid, m, pick)
+		}
+		opts := walq.WorkOptions{HeartbeatEvery: workHeartbeat, Timeout: workTimeout}
+		err := walq.WorkQueues(ctx, wqs, len(slots), handler, opts)
+		cancel()
+		<-watchDone
+		if err != nil && !errors.Is(err, walq.ErrQueueDeleted) {
+			c.fatal("pool", err)
+		}
+		if err != nil { // every queue deleted: wait for one to be created again
+			for changed := false; !changed; time.Sleep(time.Millisecond) {
+				for i, s := range slots {
+					changed = changed || s.settled.Load() != settled[i]
+				}
+			}
+		}
+	}
+}
+
 // work runs n Work consumers on the queue of s until the kill; when the
 // queue is deleted, Work returns ErrQueueDeleted and starts again on the
 // queue created under its name.
@@ -384,9 +447,15 @@ func (c *child) work(s *slot, n int, rng *rand.Rand) {
 }
 
 func (c *child) handle(ctx context.Context, s *slot, qid uint64, m walq.Message, pick func(int) int) error {
+	return c.handleAs("work", ctx, s, qid, m, pick)
+}
+
+// handleAs is handle reporting its delivery as op: "work" for Work,
+// "pool" for WorkQueues (the ledger holds both alike and counts each).
+func (c *child) handleAs(op string, ctx context.Context, s *slot, qid uint64, m walq.Message, pick func(int) int) error {
 	entered := time.Now() // the report lines below may wait for a busy disk
 	deletes := s.deletes.Load()
-	call := c.intent("work @%d", qid)
+	call := c.intent("%s @%d", op, qid)
 	tok := c.delivered(call, s, m)
 	if other, ok := c.running.start(tok, m.Receipt, entered); !ok {
 		c.workViolation(other.start, "item %s (id %d) started on a second worker as receipt %s while its handler of receipt %s runs and heartbeats",
