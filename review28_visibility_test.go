@@ -1,0 +1,102 @@
+package walq
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestReview28VisibilityRaisedBeforeFirstBeat: an operator raises a
+// queue's Visibility (3s -> 60s) while a WorkQueues lease taken under the
+// old one waits for its fsync. The lease was granted for 3s, but the first
+// heartbeat is planned from the visibility read when the handler starts
+// (newBeater: beatPlan, every = 60s/3 = 20s), not from what the lease was
+// granted. The lease runs out at 3s under a live handler: the item goes
+// back to the queue and a second worker runs it while the first still
+// does. (beat() plans from what it granted; the first beat does not.)
+// Work's own loop has the same first beat (Get waits for the lease's
+// fsync the same way).
+func TestReview28VisibilityRaisedBeforeFirstBeat(t *testing.T) {
+	g := newGatedFS()
+	d, clock, _ := testQueue(t, Options{DisableAutoCompact: true, fs: g})
+	v := mustOpenQueue(t, d, "v", QueueOptions{Visibility: 3 * time.Second})
+	mustPut(t, v, "job")
+
+	type run struct {
+		m    Message
+		done chan struct{}
+	}
+	started := make(chan run, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	workDone := make(chan error, 1)
+	g.armed.Store(true) // the pool's first lease waits in its fsync
+	go func() {
+		workDone <- WorkQueues(ctx, []WorkQueue{{Queue: v}}, 2, func(hctx context.Context, m Message) error {
+			r := run{m: m, done: make(chan struct{})}
+			started <- r
+			defer close(r.done)
+			<-hctx.Done() // a long job: runs until cancelled
+			return hctx.Err()
+		}, WorkOptions{DrainTimeout: -1})
+	}()
+	var once sync.Once
+	let := func() { once.Do(func() { close(g.release) }) }
+	defer func() {
+		let()
+		cancel()
+		<-workDone
+	}()
+	<-g.blocked // the lease (granted for 3s) is appended, its fsync held
+	g.armed.Store(false)
+
+	// The operator raises the visibility meanwhile.
+	setDone := make(chan error, 1)
+	go func() { setDone <- v.SetSettings(QueueOptions{Visibility: time.Minute}) }()
+	waitFor(t, "the new visibility to apply", func() bool { return v.Settings().Visibility == time.Minute })
+	let()
+	if err := recv(t, "SetSettings", setDone); err != nil {
+		t.Fatal(err)
+	}
+	first := recv(t, "the first handler", started)
+
+	leaseEnd := func() int64 {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if it := d.st.Leased(first.m.Receipt.lease); it != nil {
+			return it.LeaseEnd
+		}
+		return 0
+	}
+	granted := leaseEnd()
+	// 2s into the 3s lease: a heartbeat must have extended it by now
+	// (every third of the 3s it was granted). Wait a while for it.
+	clock.Advance(2 * time.Second)
+	deadline := time.Now().Add(time.Second)
+	for leaseEnd() == granted && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	extended := leaseEnd() != granted
+	// 1.5s more: past the end of the lease as granted.
+	advance(t, d, clock, 1500*time.Millisecond)
+	if st := v.Stats(); st.Expired != 0 {
+		select {
+		case <-first.done:
+		default:
+			t.Fatalf("the lease of a running handler expired (Stats().Expired = %d, heartbeat extended it: %v): "+
+				"granted for 3s, its first heartbeat was planned from the raised visibility (every 20s)", st.Expired, extended)
+		}
+	}
+	// And the consequence: after the backoff the second worker runs it.
+	advance(t, d, clock, 1500*time.Millisecond)
+	select {
+	case second := <-started:
+		select {
+		case <-first.done:
+		default:
+			t.Fatalf("item %d runs twice at once (attempt %d beside attempt %d)", second.m.ID, second.m.Attempt, first.m.Attempt)
+		}
+	default:
+	}
+}
