@@ -100,3 +100,67 @@ func TestReview28VisibilityRaisedBeforeFirstBeat(t *testing.T) {
 	default:
 	}
 }
+
+// TestReview28VisibilityRaisedBeforeFirstBeatWork: the same under Queue.Work
+// (its fast path): a Get's lease granted for 3s waits for its fsync while
+// the Visibility is raised to a minute; the handler's first heartbeat is
+// planned 20s on, and the lease runs out under it.
+func TestReview28VisibilityRaisedBeforeFirstBeatWork(t *testing.T) {
+	g := newGatedFS()
+	d, clock, _ := testQueue(t, Options{DisableAutoCompact: true, fs: g})
+	v := mustOpenQueue(t, d, "v", QueueOptions{Visibility: 3 * time.Second})
+	started := make(chan Message, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	workDone := make(chan error, 1)
+	go func() {
+		workDone <- v.Work(ctx, 1, func(hctx context.Context, m Message) error {
+			started <- m
+			<-hctx.Done()
+			return hctx.Err()
+		}, WorkOptions{DrainTimeout: -1})
+	}()
+	var once sync.Once
+	let := func() { once.Do(func() { close(g.release) }) }
+	defer func() {
+		let()
+		cancel()
+		<-workDone
+	}()
+	v.waitForWaiters(1)
+	g.armed.Store(true)
+	putDone := make(chan error, 1)
+	go func() { _, err := v.Put(context.Background(), []byte("job")); putDone <- err }()
+	<-g.blocked // the put's fsync is held; the Get leases behind it
+	waitFor(t, "the lease", func() bool { return v.Stats().Leased == 1 })
+	g.armed.Store(false)
+	setDone := make(chan error, 1)
+	go func() { setDone <- v.SetSettings(QueueOptions{Visibility: time.Minute}) }()
+	waitFor(t, "the new visibility to apply", func() bool { return v.Settings().Visibility == time.Minute })
+	let()
+	if err := recv(t, "the put", putDone); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, "SetSettings", setDone); err != nil {
+		t.Fatal(err)
+	}
+	m := recv(t, "the handler", started)
+	leaseEnd := func() int64 {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if it := d.st.Leased(m.Receipt.lease); it != nil {
+			return it.LeaseEnd
+		}
+		return 0
+	}
+	granted := leaseEnd()
+	clock.Advance(2 * time.Second)
+	deadline := time.Now().Add(time.Second)
+	for leaseEnd() == granted && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	advance(t, d, clock, 1500*time.Millisecond)
+	if st := v.Stats(); st.Expired != 0 {
+		t.Fatalf("Work: the lease of a running handler expired (Stats().Expired = %d): granted for 3s, "+
+			"its first heartbeat was planned from the raised visibility (every 20s)", st.Expired)
+	}
+}
