@@ -32,6 +32,10 @@ type Message struct {
 	// clock, exact (0 when the engine is not a walq Queue): Work dates
 	// its heartbeats from it, where a wall-clock reading can be stepped.
 	leaseEndMono time.Duration
+	// leaseVis is the visibility the lease was granted for (0 when the
+	// engine is not a walq Queue): Work plans the first heartbeat from it,
+	// whatever the settings say by the time the handler starts.
+	leaseVis time.Duration
 }
 
 // Queue is a handle on one queue of a queue directory: the directory's
@@ -462,6 +466,7 @@ func (q *Queue) leaseLocked() (Message, bodySource, *wal.Commit, error) {
 		LeaseEnd:   off.toWall(it.LeaseEnd),
 
 		leaseEndMono: q.qt.monotonic(it.LeaseEnd),
+		leaseVis:     rt.set.visibility,
 	}, src, commit, nil
 }
 

@@ -392,6 +392,7 @@ func (w *workRun) worker() {
 type leased struct {
 	m     Message
 	start time.Duration
+	vis   time.Duration // what the lease was granted for, when the engine says (0: not known)
 }
 
 // beatPlan returns the visibility in force now and the heartbeat interval
@@ -404,11 +405,16 @@ func (w *workRun) beatPlan() (vis, every time.Duration) {
 	if vis <= 0 {
 		vis = w.vis
 	}
-	every = w.every
+	return vis, w.interval(vis)
+}
+
+// interval is the heartbeat interval for a lease or extension of vis.
+func (w *workRun) interval(vis time.Duration) time.Duration {
+	every := w.every
 	if every <= 0 || every >= vis {
 		every = vis / 3
 	}
-	return vis, max(every, minHeartbeat)
+	return max(every, minHeartbeat)
 }
 
 // leased dates m's lease on the clock's monotonic scale, kept within
@@ -423,14 +429,14 @@ func (w *workRun) leased(m Message, called time.Duration) leased {
 	now := w.clock.Monotonic()
 	start := called
 	switch vis, _ := w.beatPlan(); {
-	case w.fast != nil && m.leaseEndMono != 0:
-		start = m.leaseEndMono - vis
+	case w.fast != nil && m.leaseEndMono != 0 && m.leaseVis > 0:
+		start = m.leaseEndMono - m.leaseVis
 	case !m.LeaseEnd.IsZero():
 		if s := now - w.clock.Now().Sub(m.LeaseEnd.Add(-vis)); s <= now {
 			start = s
 		}
 	}
-	return leased{m: m, start: min(max(start, called), now)}
+	return leased{m: m, start: min(max(start, called), now), vis: m.leaseVis}
 }
 
 // result is how one handler call ended.
@@ -455,7 +461,14 @@ type beater struct {
 
 func (w *workRun) newBeater(l leased) *beater {
 	b := &beater{w: w, m: l.m, lastStart: l.start}
-	_, b.every = w.beatPlan()
+	// The first beat is planned from what the lease was granted: the
+	// settings may have changed while the lease waited for its fsync, and
+	// a raised visibility read now would plan it past the lease's end.
+	if l.vis > 0 {
+		b.every = w.interval(l.vis)
+	} else {
+		_, b.every = w.beatPlan()
+	}
 	b.timer = w.clock.NewTimer(time.Hour)
 	resetTimer(b.timer, b.wait)
 	return b

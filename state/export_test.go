@@ -12,3 +12,6 @@ func (s *State) AdoptBodies(from *State) {
 	}
 	s.inline = nil
 }
+
+// DeletePasses is how many queue deletes passed over every item.
+func (s *State) DeletePasses() int { return s.deletePasses }

@@ -954,6 +954,17 @@ func (mc *machine) SetQueue(t *rapid.T) {
 	q := mc.drawQueue(t, "queue")
 	rec := &state.SetQueue{Time: mc.m.now, Settings: drawSettings(t)}
 	mc.apply(t, q.id, rec)
+	if old := q.settings.KeyWindow; rec.Settings.KeyWindow > old {
+		// A longer window holds only the keys whose recorded window has
+		// not ended: the others are forgotten.
+		for _, keys := range []map[string]*mKey{q.keys, q.unpruned} {
+			for key, k := range keys {
+				if k.released != 0 && k.released+old <= mc.m.now {
+					delete(keys, key)
+				}
+			}
+		}
+	}
 	q.settings = rec.Settings
 }
 

@@ -195,6 +195,35 @@ func (q *QueueState) dropStale() {
 	}
 }
 
+// forgetEnded forgets q's released keys whose window has ended by now,
+// and gives q its place in State.keyHeap again.
+func (q *QueueState) forgetEnded(now, window int64) {
+	s := q.st
+	n := 0
+	for _, k := range q.relKeys {
+		if k.Released+window > now {
+			break
+		}
+		if q.keys[k.Key] == k {
+			delete(q.keys, k.Key)
+			k.gone = s.epoch
+		} else {
+			q.relStale--
+		}
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	q.dropReleased(n)
+	s.releasedN -= n
+	if len(q.relKeys) == 0 {
+		s.keyHeap.Remove(q)
+	} else {
+		s.keyHeap.Fix(q)
+	}
+}
+
 // replaceKey marks k, q's entry for its key, as taken by a later item.
 func (q *QueueState) replaceKey(k *keyEntry) {
 	k.gone = q.st.epoch
@@ -741,6 +770,14 @@ func (s *State) applySet(q *QueueState, r *SetQueue) error {
 	if err := checkSettings(r.Settings); err != nil {
 		return invalid("settings of queue %d: %v", q.id, err)
 	}
+	if old := q.settings.KeyWindow; r.Settings.KeyWindow > old && q.keyPos >= 0 {
+		// A longer window counts for the keys whose window is still
+		// running; those whose recorded window ended by the record's time
+		// are forgotten first, as a prune would have, so that the answer
+		// for them does not turn on whether a prune came before (records
+		// of other queues start one).
+		q.forgetEnded(r.Time, old)
+	}
 	q.settings = r.Settings
 	q.SetKeyWindow(r.Settings.KeyWindow)
 	return nil
@@ -762,11 +799,17 @@ func (s *State) applyDelete(q *QueueState, r *DeleteQueue) error {
 		return invalid("delete of queue %d with %d leases open, not forced", q.id, q.leased)
 	}
 	var gone []uint64
-	s.items.each(func(id uint64, e *entry) {
-		if e.queue == q.id {
-			gone = append(gone, id)
-		}
-	})
+	if q.n > 0 {
+		// A pass over the items of every queue: the state keeps no list of
+		// a queue's items (a tenant's queue is most often deleted empty,
+		// which costs nothing here).
+		s.deletePasses++
+		s.items.each(func(id uint64, e *entry) {
+			if e.queue == q.id {
+				gone = append(gone, id)
+			}
+		})
+	}
 	for _, id := range gone {
 		e := s.items.get(id)
 		if s.frz != nil {

@@ -99,6 +99,8 @@ type State struct {
 	// snapshot load stored (0: none).
 	loadFloor uint64
 
+	deletePasses int // passes over every item a queue's delete took (tests)
+
 	nextID   uint64 // ID of the next item put
 	lastLSN  uint64 // LSN of the last record applied (or covered by the snapshot)
 	lastTime int64  // newest time seen in any record
@@ -516,26 +518,7 @@ func (s *State) PruneKeysBy(now int64, window func(queue uint64) int64) {
 		if q.SetKeyWindow(window(q.id)); q.keyPos < 0 {
 			continue // its released keys were all stale
 		}
-		n := 0
-		for _, k := range q.relKeys {
-			if k.Released+q.keyWindow > now {
-				break
-			}
-			if q.keys[k.Key] == k {
-				delete(q.keys, k.Key)
-				k.gone = s.epoch
-			} else {
-				q.relStale--
-			}
-			n++
-		}
-		q.dropReleased(n)
-		s.releasedN -= n
-		if len(q.relKeys) == 0 {
-			s.keyHeap.Remove(q)
-		} else {
-			s.keyHeap.Fix(q)
-		}
+		q.forgetEnded(now, q.keyWindow)
 	}
 }
 
