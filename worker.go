@@ -35,8 +35,8 @@ type WorkOptions struct {
 	// the handler returns; its result then settles the item as usual [the
 	// smaller of HeartbeatEvery and 5s].
 	Grace time.Duration
-	// MaxAbandoned bounds the abandoned handlers of this Work call that
-	// have not returned yet. Past it, a worker whose handler ignores its
+	// MaxAbandoned bounds the abandoned handlers of this Work call (of a
+	// WorkQueues call, over all its queues) that have not returned yet. Past it, a worker whose handler ignores its
 	// cancellation waits for it instead of starting another goroutine:
 	// handlers hung on a dependency shrink the pool rather than pile up
 	// [n, the number of workers]. Negative: never abandon.
@@ -288,6 +288,7 @@ func newWorkRun(ctx, take context.Context, stopTaking context.CancelCauseFunc, e
 		take:       take,
 		stopTaking: stopTaking,
 		stop:       make(chan struct{}),
+		abandoned:  new(atomic.Int64),
 	}
 	if w.clock == nil {
 		return nil, fmt.Errorf("%w: Work on an engine with a nil Clock", ErrInvalid)
@@ -331,7 +332,7 @@ type workRun struct {
 	mu  sync.Mutex
 	err error // the queue error that ended Work
 
-	abandoned atomic.Int64 // abandoned handlers of this call still running; at most opts.MaxAbandoned
+	abandoned *atomic.Int64 // abandoned handlers of this call still running (WorkQueues: of the pool); at most opts.MaxAbandoned
 }
 
 // fail ends Work because the queue stopped serving.

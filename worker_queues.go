@@ -152,6 +152,11 @@ func WorkQueues(ctx context.Context, queues []WorkQueue, shared int, handler fun
 		if err != nil {
 			return fmt.Errorf("WorkQueues: queue %d: %w", i, err)
 		}
+		if i > 0 {
+			// MaxAbandoned bounds the pool's abandoned handlers, whatever
+			// their queues.
+			w.abandoned = p.qs[0].run.abandoned
+		}
 		weight := wq.Weight
 		if weight == 0 {
 			weight = 1
