@@ -345,7 +345,8 @@ func (q *Queue) keyID(key string) string { return "walq-k-" + token(q.name) + "/
 // Watch implements walq.Source, for WorkQueues: the channel receives a
 // value every PollInterval while the queue is open (JetStream sends no
 // signal when an item becomes ready without a pull waiting for it), so a
-// change after a TryGet that found nothing is seen within PollInterval.
+// change after a TryGet that found nothing is seen within PollInterval,
+// and once more when the queue closes.
 func (q *Queue) Watch() (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	stop := make(chan struct{})
@@ -362,6 +363,13 @@ func (q *Queue) Watch() (<-chan struct{}, func()) {
 			case <-stop:
 				return
 			case <-q.done:
+				// A last signal: the TryGet it brings says the queue
+				// closed, which a pool waiting on the channel learns
+				// from nothing else.
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
 				return
 			}
 		}
