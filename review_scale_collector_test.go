@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// TestReview28OtherAgeLabelledPaused: walq_oldest_ready_age_seconds
+// TestReviewScaleOtherAgeLabelledPaused: walq_oldest_ready_age_seconds
 // carries paused="true" "so an old item behind a pause shows as what it
 // is" (docs/metrics.md), and the natural stall alert is
 // walq_oldest_ready_age_seconds{paused="false"} > X. The "(other)" sum
@@ -17,7 +17,7 @@ import (
 // stalled for 10 minutes, is summed into one series labelled paused="true"
 // with the age of another queue's paused item. The stall has no
 // paused="false" series at all: the alert cannot fire.
-func TestReview28OtherAgeLabelledPaused(t *testing.T) {
+func TestReviewScaleOtherAgeLabelledPaused(t *testing.T) {
 	q, clock, _ := testQueue(t, Options{})
 	held := mustOpenQueue(t, q, "held", QueueOptions{})
 	stalled := mustOpenQueue(t, q, "stalled", QueueOptions{})

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestReview28WorkQueuesMaxAbandonedPerQueue: WorkOptions.MaxAbandoned
+// TestReviewScaleWorkQueuesMaxAbandonedPerQueue: WorkOptions.MaxAbandoned
 // "bounds the abandoned handlers of this Work call ... handlers hung on a
 // dependency shrink the pool rather than pile up". WorkQueues gives each
 // queue a workRun of its own, each with its own count against
@@ -16,7 +16,7 @@ import (
 // (ignoring their context) abandons one per queue: three goroutines pile
 // up where one may. With thousands of queues the bound is workers x
 // queues.
-func TestReview28WorkQueuesMaxAbandonedPerQueue(t *testing.T) {
+func TestReviewScaleWorkQueuesMaxAbandonedPerQueue(t *testing.T) {
 	d, clock, _ := testQueue(t, Options{})
 	var qs []*Queue
 	var wqs []WorkQueue

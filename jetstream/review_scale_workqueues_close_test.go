@@ -28,7 +28,7 @@ func (e emptyTries) TryGet() (walq.Message, bool, error) {
 	return m, ok, err
 }
 
-// TestReview28WorkQueuesIdleJetStreamClose: an idle WorkQueues pool over
+// TestReviewScaleWorkQueuesIdleJetStreamClose: an idle WorkQueues pool over
 // the JetStream adapter learns that its queue stopped serving only from a
 // TryGet, which it makes when the queue's Watch signals. The adapter's
 // Watch goroutine returns when the queue is closed without a last signal,
@@ -36,7 +36,7 @@ func (e emptyTries) TryGet() (walq.Message, bool, error) {
 // Work (a Get blocked on the queue returns ErrClosed, TestCloseWakesGet)
 // and WorkQueues over walq queues (TestWorkQueuesIdleStopsOnDirClose)
 // return ErrClosed.
-func TestReview28WorkQueuesIdleJetStreamClose(t *testing.T) {
+func TestReviewScaleWorkQueuesIdleJetStreamClose(t *testing.T) {
 	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{PollInterval: 20 * time.Millisecond})
 	src := emptyTries{Queue: q.Queue, empty: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())

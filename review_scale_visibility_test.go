@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// TestReview28VisibilityRaisedBeforeFirstBeat: an operator raises a
+// TestReviewScaleVisibilityRaisedBeforeFirstBeat: an operator raises a
 // queue's Visibility (3s -> 60s) while a WorkQueues lease taken under the
 // old one waits for its fsync. The lease was granted for 3s, but the first
 // heartbeat is planned from the visibility read when the handler starts
@@ -18,7 +18,7 @@ import (
 // does. (beat() plans from what it granted; the first beat does not.)
 // Work's own loop has the same first beat (Get waits for the lease's
 // fsync the same way).
-func TestReview28VisibilityRaisedBeforeFirstBeat(t *testing.T) {
+func TestReviewScaleVisibilityRaisedBeforeFirstBeat(t *testing.T) {
 	g := newGatedFS()
 	d, clock, _ := testQueue(t, Options{DisableAutoCompact: true, fs: g})
 	v := mustOpenQueue(t, d, "v", QueueOptions{Visibility: 3 * time.Second})
@@ -101,11 +101,11 @@ func TestReview28VisibilityRaisedBeforeFirstBeat(t *testing.T) {
 	}
 }
 
-// TestReview28VisibilityRaisedBeforeFirstBeatWork: the same under Queue.Work
+// TestReviewScaleVisibilityRaisedBeforeFirstBeatWork: the same under Queue.Work
 // (its fast path): a Get's lease granted for 3s waits for its fsync while
 // the Visibility is raised to a minute; the handler's first heartbeat is
 // planned 20s on, and the lease runs out under it.
-func TestReview28VisibilityRaisedBeforeFirstBeatWork(t *testing.T) {
+func TestReviewScaleVisibilityRaisedBeforeFirstBeatWork(t *testing.T) {
 	g := newGatedFS()
 	d, clock, _ := testQueue(t, Options{DisableAutoCompact: true, fs: g})
 	v := mustOpenQueue(t, d, "v", QueueOptions{Visibility: 3 * time.Second})

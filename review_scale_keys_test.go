@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestReview28KeyWindowGrowsAnswerDependsOnPruning: a queue's key window
+// TestReviewScaleKeyWindowGrowsAnswerDependsOnPruning: a queue's key window
 // grows (SetSettings, 1s -> 1h) after a key's 1s window has ended. Whether
 // a Put of that key is then a duplicate depends on whether the engine
 // happened to forget the key in between, which turns on records of other
@@ -16,7 +16,7 @@ import (
 // timer pruned (by the old window, once any record's time passed its end)
 // is free. Two histories that differ only by a put into another queue
 // answer the same Put differently, and Stats().Keys differs with them.
-func TestReview28KeyWindowGrowsAnswerDependsOnPruning(t *testing.T) {
+func TestReviewScaleKeyWindowGrowsAnswerDependsOnPruning(t *testing.T) {
 	run := func(otherPut bool) (keys int, err error) {
 		d, clock, _ := testQueue(t, Options{})
 		a := mustOpenQueue(t, d, "a", QueueOptions{KeyWindow: time.Second})
