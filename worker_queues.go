@@ -119,7 +119,7 @@ func WorkQueues(ctx context.Context, queues []WorkQueue, shared int, handler fun
 			return fmt.Errorf("%w: WorkQueues: queue %d has no reserved worker and there is no shared one", ErrInvalid, i)
 		}
 		for j := range i {
-			if queues[j].Queue == wq.Queue {
+			if sameSource(queues[j].Queue, wq.Queue) {
 				return fmt.Errorf("%w: WorkQueues: queue %d is also queue %d", ErrInvalid, i, j)
 			}
 		}
@@ -168,6 +168,17 @@ func WorkQueues(ctx context.Context, queues []WorkQueue, shared int, handler fun
 		}
 	}
 	return p.serve(p.qs[0].run.opts.DrainTimeout)
+}
+
+// sameSource says whether a and b are one queue: the same Source, or two
+// handles of one walq queue (which would double its share).
+func sameSource(a, b Source) bool {
+	if a == b {
+		return true
+	}
+	qa, ok := a.(*Queue)
+	qb, ok2 := b.(*Queue)
+	return ok && ok2 && qa.rt == qb.rt
 }
 
 // pool is one call of WorkQueues. Only serve's goroutine touches it, but

@@ -341,18 +341,24 @@ func settled(t *testing.T, q *Queue) {
 }
 
 func TestWorkQueuesArguments(t *testing.T) {
-	_, _, qs := poolQueues(t, 1, QueueOptions{})
+	d, _, qs := poolQueues(t, 1, QueueOptions{})
+	// A second handle of the same queue (it would get a double share).
+	again, err := d.OpenQueue(qs[0].Name(), QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := func(context.Context, Message) error { return nil }
 	ctx := context.Background()
 	for name, call := range map[string]func() error{
-		"no queues":         func() error { return WorkQueues(ctx, nil, 1, h, WorkOptions{}) },
-		"no worker for one": func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}}, 0, h, WorkOptions{}) },
-		"negative reserved": func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0], Reserved: -1}}, 1, h, WorkOptions{}) },
-		"negative weight":   func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0], Weight: -1}}, 1, h, WorkOptions{}) },
-		"a queue twice":     func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}, {Queue: qs[0]}}, 1, h, WorkOptions{}) },
-		"nil handler":       func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}}, 1, nil, WorkOptions{}) },
-		"nil queue":         func() error { return WorkQueues(ctx, []WorkQueue{{}}, 1, h, WorkOptions{}) },
-		"negative shared":   func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0], Reserved: 1}}, -1, h, WorkOptions{}) },
+		"no queues":          func() error { return WorkQueues(ctx, nil, 1, h, WorkOptions{}) },
+		"no worker for one":  func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}}, 0, h, WorkOptions{}) },
+		"negative reserved":  func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0], Reserved: -1}}, 1, h, WorkOptions{}) },
+		"negative weight":    func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0], Weight: -1}}, 1, h, WorkOptions{}) },
+		"a queue twice":      func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}, {Queue: qs[0]}}, 1, h, WorkOptions{}) },
+		"two handles of one": func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}, {Queue: again}}, 1, h, WorkOptions{}) },
+		"nil handler":        func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}}, 1, nil, WorkOptions{}) },
+		"nil queue":          func() error { return WorkQueues(ctx, []WorkQueue{{}}, 1, h, WorkOptions{}) },
+		"negative shared":    func() error { return WorkQueues(ctx, []WorkQueue{{Queue: qs[0], Reserved: 1}}, -1, h, WorkOptions{}) },
 		"heartbeat too large": func() error {
 			return WorkQueues(ctx, []WorkQueue{{Queue: qs[0]}}, 1, h, WorkOptions{HeartbeatEvery: time.Hour})
 		},
