@@ -151,6 +151,18 @@ func keyedKey(queue uint64, key string) string { return strconv.FormatUint(queue
 func (l *ledger) holderSure(queue uint64, key string, holder uint64) {
 	h := l.byID[holder]
 	if h == nil {
+		// An entry whose put reported this ID, but past the durable point
+		// a power loss kept (not trusted): it is the holder, whatever
+		// entries of the key are still unreported.
+		for _, x := range l.keyed[keyedKey(queue, key)] {
+			if x.id == holder {
+				h = x
+				l.byID[holder] = h
+				break
+			}
+		}
+	}
+	if h == nil {
 		// The holder is an entry of the queue with the key whose ID is not
 		// known: one whose put was not reported, or one seen (delivered)
 		// without its ID. Only when there is one such entry is it the

@@ -491,3 +491,29 @@ func TestLedgerHolderSeenWithoutID(t *testing.T) {
 		t.Fatalf("violations:\n%s", strings.Join(l.violations, "\n"))
 	}
 }
+
+// TestLedgerHolderKnownByUntrustedID: a put reported ID 1 for c1.1 (key
+// k5) past the durable point a power loss kept, so its report is not
+// trusted; c1.1 survived. Next cycle two puts of k5 were refused as
+// duplicates of item 1, the second reported before the first. The ledger
+// took the first, still unreported, for the holder (the one entry of the
+// key without an ID), then found it not stored with ID 1 held by c1.1: a
+// power-loss soak reported this (seed 3172, cycle 504). The entry whose
+// put reported ID 1 is the holder.
+func TestLedgerHolderKnownByUntrustedID(t *testing.T) {
+	report := "I 1 put c1.1/0/0/k5\nD 1 100 5 1 w10\n" +
+		"I 2 put c2.1/0/0/k5\n" +
+		"I 3 put c2.2/0/0/k5\nD 3 120 7 d1 w10\n" +
+		"D 2 130 8 d1 w10\n"
+	events, err := parseReport([]byte(report))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLedger()
+	l.ingest(events, func(ev event) bool { return ev.n != 1 })
+	st := stateWith(t, []stored{{tok: "c1.1"}}, l)
+	l.check(st, ledgerBodies(l), "check")
+	if len(l.violations) != 0 {
+		t.Fatalf("violations:\n%s", strings.Join(l.violations, "\n"))
+	}
+}
