@@ -517,3 +517,25 @@ func TestLedgerHolderKnownByUntrustedID(t *testing.T) {
 		t.Fatalf("violations:\n%s", strings.Join(l.violations, "\n"))
 	}
 }
+
+// TestLedgerUnreportedPutNotTakenForHolder: c1.1's put (key k0) never
+// reported and was lost; c2.1 took k0 and its put reported ID 1, not
+// trusted; a later put of k0 was refused as a duplicate of 1. The old
+// ledger took c1.1, the one entry of k0 without an ID, for the holder and
+// reported it lost (a power-loss soak, seed 3171, cycle 3089).
+func TestLedgerUnreportedPutNotTakenForHolder(t *testing.T) {
+	report := "I 1 put c1.1/0/0/k0\n" +
+		"I 2 put c2.1/0/0/k0\nD 2 100 5 1 w10\n" +
+		"I 3 put c3.1/0/0/k0\nD 3 120 7 d1 w10\n"
+	events, err := parseReport([]byte(report))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLedger()
+	l.ingest(events, func(ev event) bool { return ev.n != 2 })
+	st := stateWith(t, []stored{{tok: "c2.1"}}, l)
+	l.check(st, ledgerBodies(l), "check")
+	if len(l.violations) != 0 {
+		t.Fatalf("violations:\n%s", strings.Join(l.violations, "\n"))
+	}
+}
