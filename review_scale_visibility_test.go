@@ -61,23 +61,7 @@ func TestReviewScaleVisibilityRaisedBeforeFirstBeat(t *testing.T) {
 	}
 	first := recv(t, "the first handler", started)
 
-	leaseEnd := func() int64 {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if it := d.st.Leased(first.m.Receipt.lease); it != nil {
-			return it.LeaseEnd
-		}
-		return 0
-	}
-	granted := leaseEnd()
-	// 2s into the 3s lease: a heartbeat must have extended it by now
-	// (every third of the 3s it was granted). Wait a while for it.
-	clock.Advance(2 * time.Second)
-	deadline := time.Now().Add(time.Second)
-	for leaseEnd() == granted && time.Now().Before(deadline) {
-		runtime.Gosched()
-	}
-	extended := leaseEnd() != granted
+	extended := advanceForBeat(d, clock, first.m.Receipt)
 	// 1.5s more: past the end of the lease as granted.
 	advance(t, d, clock, 1500*time.Millisecond)
 	if st := v.Stats(); st.Expired != 0 {
@@ -144,23 +128,28 @@ func TestReviewScaleVisibilityRaisedBeforeFirstBeatWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := recv(t, "the handler", started)
-	leaseEnd := func() int64 {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if it := d.st.Leased(m.Receipt.lease); it != nil {
-			return it.LeaseEnd
-		}
-		return 0
-	}
-	granted := leaseEnd()
-	clock.Advance(2 * time.Second)
-	deadline := time.Now().Add(time.Second)
-	for leaseEnd() == granted && time.Now().Before(deadline) {
-		runtime.Gosched()
-	}
+	advanceForBeat(d, clock, m.Receipt)
 	advance(t, d, clock, 1500*time.Millisecond)
 	if st := v.Stats(); st.Expired != 0 {
 		t.Fatalf("Work: the lease of a running handler expired (Stats().Expired = %d): granted for 3s, "+
 			"its first heartbeat was planned from the raised visibility (every 20s)", st.Expired)
+	}
+}
+
+// advanceForBeat moves the clock 2s into a lease granted for 3s, by when a
+// heartbeat (every third of what was granted) must have extended it, and
+// waits a while for the extension; it reports whether the lease's end moved.
+func advanceForBeat(d *Queue, clock *ManualClock, r Receipt) bool {
+	granted, _ := leaseEnd(d, r)
+	clock.Advance(2 * time.Second)
+	deadline := time.Now().Add(time.Second)
+	for {
+		if end, _ := leaseEnd(d, r); !end.Equal(granted) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
 	}
 }

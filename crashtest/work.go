@@ -360,12 +360,7 @@ func (s *runningSet) has(tok string) (running, bool) {
 // dropped by the pool; once any delete settles (the queue created again),
 // the pool stops, drains, and starts over the handles of the day.
 func (c *child) workPool(slots []*slot, rng *rand.Rand) {
-	var mu sync.Mutex // rng is not safe for concurrent use
-	pick := func(n int) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return rng.IntN(n)
-	}
+	pick := lockedPick(rng)
 	for {
 		type served struct {
 			s   *slot
@@ -385,11 +380,9 @@ func (c *child) workPool(slots []*slot, rng *rand.Rand) {
 		go func() {
 			defer close(watchDone)
 			for ctx.Err() == nil {
-				for i, s := range slots {
-					if s.settled.Load() != settled[i] {
-						cancel()
-						return
-					}
+				if settledSince(slots, settled) {
+					cancel()
+					return
 				}
 				time.Sleep(time.Millisecond)
 			}
@@ -409,12 +402,32 @@ func (c *child) workPool(slots []*slot, rng *rand.Rand) {
 			c.fatal("pool", err)
 		}
 		if err != nil { // every queue deleted: wait for one to be created again
-			for changed := false; !changed; time.Sleep(time.Millisecond) {
-				for i, s := range slots {
-					changed = changed || s.settled.Load() != settled[i]
-				}
+			for !settledSince(slots, settled) {
+				time.Sleep(time.Millisecond)
 			}
 		}
+	}
+}
+
+// settledSince says whether a delete of any of slots settled since their
+// settled counts were read.
+func settledSince(slots []*slot, settled []uint64) bool {
+	for i, s := range slots {
+		if s.settled.Load() != settled[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// lockedPick returns rng.IntN for handlers that run at once (rng is not
+// safe for concurrent use).
+func lockedPick(rng *rand.Rand) func(int) int {
+	var mu sync.Mutex
+	return func(n int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return rng.IntN(n)
 	}
 }
 
@@ -422,12 +435,7 @@ func (c *child) workPool(slots []*slot, rng *rand.Rand) {
 // queue is deleted, Work returns ErrQueueDeleted and starts again on the
 // queue created under its name.
 func (c *child) work(s *slot, n int, rng *rand.Rand) {
-	var mu sync.Mutex // rng is not safe for concurrent use
-	pick := func(n int) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return rng.IntN(n)
-	}
+	pick := lockedPick(rng)
 	for {
 		h, qid := s.get()
 		settled := s.settled.Load()
