@@ -490,3 +490,30 @@ func TestOpenQueueKeepsSettings(t *testing.T) {
 	mustOpenQueue(t, q, "exports", QueueOptions{})
 	check("after a reopen")
 }
+
+// TestQueuesStatsAsOfTheirLSN: Queues reads its list a few hundred queues
+// at a time; a record appended between two reads shows in a queue's
+// figures only with a LastLSN that covers it (a crash-harness run found
+// a queue that counted a discard at an LSN before the discard's record).
+func TestQueuesStatsAsOfTheirLSN(t *testing.T) {
+	q, _, _ := testQueue(t, Options{})
+	mail := mustOpenQueue(t, q, "mail", QueueOptions{})
+	var after uint64
+	queuesChunkHook = func() {
+		if after == 0 {
+			mustPut(t, mail, "between the reads")
+			after = mail.Stats().LastLSN
+		}
+	}
+	defer func() { queuesChunkHook = nil }()
+	infos, err := q.Queues()
+	must(t, err)
+	if after == 0 {
+		t.Fatal("the hook did not run")
+	}
+	for _, info := range infos {
+		if info.Name == "mail" && info.Stats.Put == 1 && info.Stats.LastLSN < after {
+			t.Fatalf("Queues: mail counts the put appended at LSN %d, reports LastLSN %d", after, info.Stats.LastLSN)
+		}
+	}
+}

@@ -436,8 +436,14 @@ type QueueInfo struct {
 	Stats   Stats
 }
 
+// queuesChunkHook, when set (by tests), runs before Queues takes the lock
+// for each chunk of queues.
+var queuesChunkHook func()
+
 // Queues describes every queue of the directory, the default queue first,
-// then in the order they were created.
+// then in the order they were created. Each queue's Stats are as of its
+// own Stats.LastLSN: the list is read a few hundred queues at a time, and
+// records appended meanwhile show in the queues read after them.
 func (q *Queue) Queues() ([]QueueInfo, error) {
 	segs := q.log.Segments() // once: every queue shares the log
 	q.mu.Lock()
@@ -457,7 +463,13 @@ func (q *Queue) Queues() ([]QueueInfo, error) {
 	for len(rts) > 0 {
 		chunk := rts[:min(len(rts), 256)]
 		rts = rts[len(chunk):]
+		if queuesChunkHook != nil {
+			queuesChunkHook()
+		}
 		q.mu.Lock()
+		// Records were applied while the lock was free: each queue's
+		// figures are as of the LSN read with them.
+		dir.LastLSN = q.st.LastLSN()
 		for _, rt := range chunk {
 			h := &Queue{directory: q.directory, rt: rt}
 			if info, ok := h.infoLocked(dir); ok {
