@@ -150,13 +150,16 @@ func (q *Queue) Redrive(ids ...uint64) error {
 			prio = q.opt().Priorities[0]
 		}
 		it := walq.Item{Body: m.Data, Priority: prio}
-		c := &carry{id: id, msgID: fmt.Sprintf("walq-r-%d-%d", id, m.Sequence)}
+		c := &carry{id: id, msgID: fmt.Sprintf("walq-r-%d-%d", id, m.Sequence), redrive: true}
 		c.deliveries, _ = strconv.Atoi(m.Header.Get(HeaderDeliveriesBefore))
 		c.history, _ = decodeHistory(m.Header.Get(HeaderHistory))
 		if v, ok, _ := intHeader(m.Header, HeaderPut); ok {
 			c.put = time.Unix(0, v)
 		}
 		it.Key = m.Header.Get(HeaderKey)
+		if v, ok, _ := intHeader(m.Header, HeaderDeadline); ok {
+			it.Deadline = time.Unix(0, v)
+		}
 		if _, err := q.put(ctx, it, c); err != nil {
 			errs = append(errs, fmt.Errorf("redrive %d: %w", id, err))
 			continue

@@ -34,7 +34,10 @@ func (q *Queue) pullOne(ctx context.Context, lv *level, noWait bool, expires tim
 		return nil, time.Time{}, unavailable("get", err)
 	}
 	var req string
-	wait := 5 * time.Second
+	// A live server answers a no_wait request at once; one that went away
+	// as it was sent never does, and TryGet must not block a WorkQueues
+	// pool for long (it finds nothing, and is asked again).
+	wait := time.Second
 	if noWait {
 		req = `{"batch":1,"no_wait":true}`
 	} else {
@@ -193,7 +196,8 @@ func (q *Queue) accept(m *nats.Msg, t0 time.Time, lv *level) (walq.Message, bool
 		q.d.nc.Publish(m.Reply, []byte("-NAK"))
 		return walq.Message{}, false
 	}
-	l := &lease{q: q, msg: m, meta: meta, id: id, prio: lv.prio, attempt: att, deliv: deliv, start: t0, hist: hist, end: end}
+	l := &lease{q: q, msg: m, meta: meta, id: id, prio: lv.prio, attempt: att, deliv: deliv, start: t0, hist: hist, end: end,
+		srvEnd: t0.Add(o.Visibility)}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()

@@ -63,6 +63,8 @@ type Queue struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	away atomic.Bool // TryGet found the server away (logged once)
+
 	mu     sync.Mutex
 	leases map[uint64]*lease
 	next   uint64
@@ -89,7 +91,10 @@ type lease struct {
 	attempt int
 	deliv   int
 	start   time.Time // when the pull that brought it was requested
-	hist    []attempt // the history the message carries (a redriven or moved item)
+	// srvEnd is when the server may deliver the item again: the last
+	// pull or InProgress sent, plus the Visibility (the AckWait).
+	srvEnd time.Time
+	hist   []attempt // the history the message carries (a redriven or moved item)
 
 	mu    sync.Mutex // held by the call that settles or extends the lease
 	end   time.Time  // the client's end of the lease (the fence)
@@ -192,6 +197,9 @@ type carry struct {
 	put            time.Time
 	due            time.Time // absolute due time (Delay is ignored when set)
 	msgID          string    // the Nats-Msg-Id that makes the publish idempotent
+	// redrive: a dead letter put back keeps its deadline, passed or not
+	// (one that has passed is discarded at its delivery, as on walq).
+	redrive bool
 }
 
 // moveMsg is the message that stores an item with its ID given (c.id):
@@ -264,7 +272,7 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 	if c != nil && !c.due.IsZero() {
 		due = c.due
 	}
-	if !it.Deadline.IsZero() && !it.Deadline.After(due) {
+	if !it.Deadline.IsZero() && !it.Deadline.After(due) && (c == nil || !c.redrive) {
 		return 0, fmt.Errorf("%w: deadline %v is not after the item is due (%v)", walq.ErrInvalidDeadline, it.Deadline, due)
 	}
 	h := q.itemHeader(it, c)
@@ -312,6 +320,20 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 			return 0, unavailable("put (reserving the ID of a delayed item)", err)
 		}
 		id, dup = pa.Sequence, pa.Duplicate
+		if dup {
+			// The key is held. By a reservation: a put of it that may
+			// have stopped before its schedule, which the schedule's own
+			// ID makes safe to publish again. By anything else (a ready
+			// item, one gone): the put is a duplicate of that item, and
+			// a schedule would make a second item under its ID.
+			held, err := q.d.work.GetMsg(ctx, id)
+			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				return 0, unavailable("put (reading the item that holds the key)", err)
+			}
+			if err != nil || held.Subject != q.d.reserveSubject(q.name) {
+				return id, fmt.Errorf("%w: key %q is held by item %d (JetStream's duplicate window)", walq.ErrDuplicate, it.Key, id)
+			}
+		}
 	}
 	h.Set(HeaderID, strconv.FormatUint(id, 10))
 	h.Set(HeaderDue, nanos(due))
@@ -446,12 +468,29 @@ func (q *Queue) Get(ctx context.Context) (walq.Message, error) {
 }
 
 // TryGet leases the next ready item if there is one, without waiting.
+// While the server cannot be reached it finds nothing (and logs it to the
+// Dir's Logger), as Get waits.
 func (q *Queue) TryGet() (walq.Message, bool, error) {
 	if err := q.check(); err != nil {
 		return walq.Message{}, false, err
 	}
 	for {
-		m, ok, again, err := q.tryLevels(context.Background())
+		m, ok, again, err := q.tryLevels(q.ctx)
+		if err != nil && q.ctx.Err() != nil {
+			return walq.Message{}, false, walq.ErrClosed
+		}
+		if err != nil && isUnavailable(err) {
+			// As Get waits for the server, TryGet finds nothing while it
+			// is away: a WorkQueues pool goes on, and its Watch brings it
+			// back within PollInterval once the server answers.
+			if q.away.CompareAndSwap(false, true) {
+				q.d.log.Warn("walq/jetstream: TryGet: the server cannot be reached; nothing to lease until it answers", "queue", q.name, "err", err)
+			}
+			return walq.Message{}, false, nil
+		}
+		if err == nil && q.away.CompareAndSwap(true, false) {
+			q.d.log.Info("walq/jetstream: TryGet: the server answers again", "queue", q.name)
+		}
 		if err != nil || ok || !again {
 			return m, ok, err
 		}
@@ -578,6 +617,7 @@ func (q *Queue) Extend(r walq.Receipt, d time.Duration) error {
 	// before. Sooner only makes the client give it up before the server
 	// would deliver it again.
 	l.end = end
+	l.srvEnd = sent.Add(o.Visibility)
 	l.timer.Reset(time.Until(end))
 	return nil
 }
@@ -713,7 +753,7 @@ func (q *Queue) expire(l *lease) {
 			// it sent it: time enough, in general, to move it first. If
 			// not, the next delivery moves it (its attempt is past
 			// MaxAttempts), deduplicated by ID and sequence.
-			until := l.start.Add(o.Visibility)
+			until := l.srvEnd
 			cause := fmt.Sprintf("walq/jetstream: the lease expired on the last attempt (%d of %d)", l.attempt, o.MaxAttempts)
 			if err := q.moveToDead(ctx, l.msg, l.meta, l.id, l.prio, l.attempt, l.deliv, l.hist,
 				attempt{Start: l.start.UnixNano(), End: end.UnixNano(), How: "expire"}, cause, until); err != nil {
@@ -739,9 +779,12 @@ func (q *Queue) background(f func(ctx context.Context)) {
 	}()
 }
 
-// Close releases the queue: the leases it holds are sent back (Nak), so
-// that their items come back at once with their next attempt; receipts
-// it issued return walq.ErrClosed. Items stay in the stream.
+// Close releases the queue: receipts it issued return walq.ErrClosed, and
+// the items of the leases it held come back when their visibility runs
+// out, as after a crash. They are not sent back at once: a handler that
+// holds one may still be running (Close does not stop handlers), and
+// another consumer would run the item beside it. Items stay in the
+// stream.
 func (q *Queue) Close() error {
 	q.mu.Lock()
 	if q.closed {
@@ -758,13 +801,8 @@ func (q *Queue) Close() error {
 	q.mu.Unlock()
 	for _, l := range open {
 		l.mu.Lock()
-		if !l.ended {
-			l.ended = true
-			l.timer.Stop()
-			if time.Now().Before(l.end) {
-				q.d.nc.Publish(l.msg.Reply, []byte("-NAK"))
-			}
-		}
+		l.ended = true
+		l.timer.Stop()
 		l.mu.Unlock()
 	}
 	q.d.nc.FlushTimeout(time.Second)

@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -85,4 +86,15 @@ func (c *closingQueue) Close() error {
 	err := c.Queue.Close()
 	c.nc.Close()
 	return err
+}
+
+// freePort finds a loopback port to restart a server on.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
