@@ -43,13 +43,14 @@ func (q *Queue) moveToDead(ctx context.Context, m *nats.Msg, meta ackMeta, id ui
 	h.Set(HeaderID, strconv.FormatUint(id, 10))
 	h.Set(HeaderQueue, q.name)
 	h.Set(HeaderPriority, strconv.Itoa(prio))
-	h.Set(HeaderError, cutError(cause))
+	setText(h, HeaderError, cutError(cause))
 	h.Set(HeaderAttempts, strconv.Itoa(attempts))
 	h.Set(HeaderDeliveriesBefore, strconv.Itoa(deliveries))
 	h.Set(HeaderDeadAt, nanos(time.Now()))
 	h.Set(HeaderSeq, strconv.FormatUint(meta.sseq, 10))
 	h.Set(HeaderHistory, encodeHistory(hist))
-	for _, k := range []string{HeaderKey, HeaderPut, HeaderDeadline} {
+	copyText(h, m.Header, HeaderKey)
+	for _, k := range []string{HeaderPut, HeaderDeadline} {
 		if v := m.Header.Get(k); v != "" {
 			h.Set(k, v)
 		}
@@ -96,7 +97,7 @@ func (q *Queue) DeadLetters(limit int) ([]walq.DeadLetter, error) {
 
 func deadLetterOf(m *jetstream.RawStreamMsg) walq.DeadLetter {
 	h := m.Header
-	d := walq.DeadLetter{Body: m.Data, Key: h.Get(HeaderKey), LastError: h.Get(HeaderError)}
+	d := walq.DeadLetter{Body: m.Data, Key: text(h, HeaderKey), LastError: text(h, HeaderError)}
 	d.ID, _ = strconv.ParseUint(h.Get(HeaderID), 10, 64)
 	d.Attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
 	d.Deliveries, _ = strconv.Atoi(h.Get(HeaderDeliveriesBefore))
@@ -156,7 +157,7 @@ func (q *Queue) Redrive(ids ...uint64) error {
 		if v, ok, _ := intHeader(m.Header, HeaderPut); ok {
 			c.put = time.Unix(0, v)
 		}
-		it.Key = m.Header.Get(HeaderKey)
+		it.Key = text(m.Header, HeaderKey)
 		if v, ok, _ := intHeader(m.Header, HeaderDeadline); ok {
 			it.Deadline = time.Unix(0, v)
 		}

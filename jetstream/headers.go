@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -22,7 +23,8 @@ const (
 	// sequence: on the copy a schedule fires, a redriven dead letter, an
 	// item moved from a walq directory.
 	HeaderID = "Walq-Id"
-	// HeaderKey is the item's idempotency key (also its Nats-Msg-Id).
+	// HeaderKey is the item's idempotency key (also in its Nats-Msg-Id);
+	// a key that header handling would change travels as Walq-Key-B64.
 	HeaderKey = "Walq-Key"
 	// HeaderPut is when the item was put: Unix nanoseconds.
 	HeaderPut = "Walq-Put"
@@ -45,7 +47,7 @@ const (
 	HeaderHistory = "Walq-History"
 
 	// Dead letters carry these as well.
-	HeaderError    = "Walq-Error"    // the cause: the last error
+	HeaderError    = "Walq-Error"    // the cause: the last error (Walq-Error-B64 when not plain)
 	HeaderAttempts = "Walq-Attempts" // attempts in the run that ended in the dead letters
 	HeaderDeadAt   = "Walq-Dead-At"  // Unix nanoseconds
 	HeaderQueue    = "Walq-Queue"    // the queue it was dead-lettered from
@@ -53,7 +55,57 @@ const (
 	HeaderSeq      = "Walq-Source-Seq"
 
 	formatVersion = "1"
+
+	// encodedSuffix names the encoded form of a header that carries a user
+	// string (HeaderKey, HeaderError): a value that header handling would
+	// change (surrounding spaces or tabs, which are trimmed; CR, LF and
+	// other control bytes, which end or break the header) is written as
+	// base64 (URL alphabet, no padding) under the name with this suffix,
+	// instead of the plain header.
+	encodedSuffix = "-B64"
 )
+
+// plainSafe says whether v travels unchanged as a header value.
+func plainSafe(v string) bool {
+	if v == "" || v[0] == ' ' || v[len(v)-1] == ' ' {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// setText sets the user string v on h under name: plain when it travels
+// unchanged (as every build of the adapter wrote it), encoded otherwise.
+func setText(h nats.Header, name, v string) {
+	h.Del(name)
+	h.Del(name + encodedSuffix)
+	switch {
+	case v == "":
+	case plainSafe(v):
+		h.Set(name, v)
+	default:
+		h.Set(name+encodedSuffix, base64.RawURLEncoding.EncodeToString([]byte(v)))
+	}
+}
+
+// text reads the user string setText wrote under name.
+func text(h nats.Header, name string) string {
+	if e := h.Get(name + encodedSuffix); e != "" {
+		if b, err := base64.RawURLEncoding.DecodeString(e); err == nil {
+			return string(b)
+		}
+	}
+	return h.Get(name)
+}
+
+// copyText copies the user string under name from src to dst, as written.
+func copyText(dst, src nats.Header, name string) {
+	setText(dst, name, text(src, name))
+}
 
 // attempt is one entry of an item's history, as JSON.
 type attempt struct {
@@ -105,8 +157,8 @@ func (a attempt) walq() walq.Attempt {
 	return out
 }
 
-// cutError cuts an error text to maxErrorBytes on a UTF-8 boundary, and
-// keeps it on one line (a header value may not hold a newline).
+// cutError cuts an error text to maxErrorBytes on a UTF-8 boundary, as
+// walq does (setText carries it exactly, newlines and all).
 func cutError(s string) string {
 	if len(s) > maxErrorBytes {
 		i := maxErrorBytes
@@ -115,7 +167,7 @@ func cutError(s string) string {
 		}
 		s = s[:i]
 	}
-	return strings.NewReplacer("\r", `\r`, "\n", `\n`).Replace(s)
+	return s
 }
 
 func nanos(t time.Time) string { return strconv.FormatInt(t.UnixNano(), 10) }

@@ -262,7 +262,7 @@ func (q *Queue) moveDeadLetter(ctx context.Context, src string, it walq.StoredIt
 	if it.BodyError != "" {
 		cause = "walq/jetstream: move: the body could not be read from the walq directory: " + it.BodyError
 	}
-	h.Set(HeaderError, cutError(cause))
+	setText(h, HeaderError, cutError(cause))
 	h.Set(HeaderAttempts, strconv.Itoa(it.Attempts))
 	h.Set(HeaderDeliveriesBefore, strconv.Itoa(it.Deliveries))
 	dead := it.DeadAt
@@ -278,7 +278,7 @@ func (q *Queue) moveDeadLetter(ctx context.Context, src string, it walq.StoredIt
 		h.Set(HeaderHistory, s)
 	}
 	if it.Key != "" {
-		h.Set(HeaderKey, it.Key)
+		setText(h, HeaderKey, it.Key)
 	}
 	if !it.EnqueuedAt.IsZero() {
 		h.Set(HeaderPut, nanos(it.EnqueuedAt))

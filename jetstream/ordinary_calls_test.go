@@ -249,3 +249,60 @@ func (h signalHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h signalHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestKeysAndErrorsTravelExactly: keys that differ only in surrounding
+// whitespace, CR or LF are different keys, and a handler, the dead
+// letters and a redrive see each exactly as it was put; so is a dead
+// letter's cause (before, header sanitising trimmed and rewrote them, and
+// such keys collapsed into one).
+func TestKeysAndErrorsTravelExactly(t *testing.T) {
+	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{MaxAttempts: 1})
+	keys := []string{"k", " k", "k ", "\tk", "k\r\n", "a\nb", "a\r\nWalq-V: 2", "k\x00", "ü k ", "k/\x7f"}
+	ids := map[uint64]string{}
+	for i, k := range keys {
+		id, err := q.Put(context.Background(), []byte("body"), walq.WithKey(k))
+		if err != nil {
+			t.Fatalf("put of key %q: %v", k, err)
+		}
+		if prev, ok := ids[id]; ok {
+			t.Fatalf("keys %q and %q: one item %d", prev, k, id)
+		}
+		ids[id] = k
+		if i%2 == 0 { // and a delayed put of it is a duplicate of that item
+			if got, err := q.Put(context.Background(), []byte("again"), walq.WithKey(k), walq.WithDelay(time.Hour)); !errors.Is(err, walq.ErrDuplicate) || got != id {
+				t.Fatalf("second put of key %q = %d, %v; want %d, ErrDuplicate", k, got, err, id)
+			}
+		}
+	}
+	cause := " failed:\r\n\tline two "
+	for range keys {
+		m := get(t, q, time.Second)
+		if m.Key != ids[m.ID] {
+			t.Fatalf("item %d delivered with key %q, put with %q", m.ID, m.Key, ids[m.ID])
+		}
+		if err := q.DeadLetter(m.Receipt, errors.New(cause)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead, err := q.DeadLetters(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != len(keys) {
+		t.Fatalf("%d dead letters, want %d", len(dead), len(keys))
+	}
+	for _, d := range dead {
+		if d.Key != ids[d.ID] || d.LastError != cause {
+			t.Fatalf("dead letter %d: key %q, error %q; put with %q, failed with %q", d.ID, d.Key, d.LastError, ids[d.ID], cause)
+		}
+		if err := q.Redrive(d.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range keys {
+		m := get(t, q, time.Second)
+		if m.Key != ids[m.ID] {
+			t.Fatalf("redriven item %d has key %q, put with %q", m.ID, m.Key, ids[m.ID])
+		}
+	}
+}

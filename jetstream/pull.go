@@ -224,7 +224,7 @@ func (q *Queue) accept(m *nats.Msg, t0 time.Time, lv *level) (walq.Message, bool
 		Attempt:    att,
 		Deliveries: deliv,
 		Priority:   lv.prio,
-		Key:        h.Get(HeaderKey),
+		Key:        text(h, HeaderKey),
 		LeaseEnd:   end,
 	}
 	if hasPut {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -236,9 +237,7 @@ func (q *Queue) itemHeader(it walq.Item, c *carry) nats.Header {
 		putAt = c.put
 	}
 	h.Set(HeaderPut, nanos(putAt))
-	if it.Key != "" {
-		h.Set(HeaderKey, it.Key)
-	}
+	setText(h, HeaderKey, it.Key)
 	if !it.Deadline.IsZero() {
 		h.Set(HeaderDeadline, nanos(it.Deadline))
 	}
@@ -362,7 +361,15 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 // keyID is the Nats-Msg-Id of a put with key: the stream's duplicate
 // window is one for all its subjects, so the queue's name keeps the keys
 // of two queues apart.
-func (q *Queue) keyID(key string) string { return "walq-k-" + token(q.name) + "/" + key }
+// A key that header handling would change travels in base64 under a
+// prefix of its own, "walq-kb-", which no plain key's ID starts with:
+// "walq-k-" has a '-' where it has a 'b'.
+func (q *Queue) keyID(key string) string {
+	if plainSafe(key) {
+		return "walq-k-" + token(q.name) + "/" + key
+	}
+	return "walq-kb-" + token(q.name) + "/" + base64.RawURLEncoding.EncodeToString([]byte(key))
+}
 
 // Watch implements walq.Source, for WorkQueues: the channel receives a
 // value every PollInterval while the queue is open (JetStream sends no
