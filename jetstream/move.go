@@ -34,6 +34,11 @@ type MoveOptions struct {
 	Progress func(MoveReport)
 	// Pace is a pause after each batch (for tests that kill a move midway).
 	Pace time.Duration
+	// KeepIDs refuses the move unless the items can keep their IDs: the
+	// work stream starts past them (Options.FirstSeq) and no other
+	// directory moved into the Dir took them. Without it, a directory
+	// whose IDs cannot be kept moves under IDs of its own (IDOffset).
+	KeepIDs bool
 }
 
 // MoveReport counts what a move did.
@@ -45,6 +50,61 @@ type MoveReport struct {
 	Discarded int // past their deadline: not moved (walq would discard them)
 	Skipped   int // moved by an earlier run (its progress said so)
 	Done      bool
+	// IDOffset is added to each item's ID in the directory to give its ID
+	// in the Dir: 0 when the items kept their IDs, else k<<48 for the
+	// k-th namespace of IDs a directory moved into the Dir claimed, which
+	// no stream sequence and no other directory's items reach.
+	IDOffset uint64
+}
+
+// idSpaceShift places a moved directory's namespace of IDs: namespace k
+// holds the IDs k<<idSpaceShift + the item's ID in the directory. Stream
+// sequences stay below 1<<48 (the work stream would hold 2.8e14
+// messages), and so do a walq directory's IDs (its LSNs).
+const idSpaceShift = 48
+
+// claimIDs finds the namespace of IDs that the directory src (its ID,
+// hex) moves under, claiming one if an earlier run did not: namespace 0
+// keeps the directory's IDs (below nextID), and may be claimed only when
+// the work stream starts at or past nextID. A claim is one message on
+// walq.<dir>.mvns.<k> holding src, published only where none is, so two
+// directories never share one, and a rerun finds its own.
+func (d *Dir) claimIDs(ctx context.Context, src string, nextID, firstSeq uint64, keep bool) (uint64, error) {
+	if nextID >= 1<<idSpaceShift {
+		return 0, fmt.Errorf("%w: move: the directory's IDs reach %d, past the %d a Dir can take", walq.ErrInvalid, nextID-1, uint64(1)<<idSpaceShift)
+	}
+	for k := uint64(0); k < 1<<(64-idSpaceShift); {
+		subj := fmt.Sprintf("walq.%s.mvns.%d", d.name, k)
+		m, err := d.work.GetLastMsgForSubject(ctx, subj)
+		switch {
+		case err == nil && string(m.Data) == src:
+			return k, nil
+		case err == nil && k == 0 && keep:
+			return 0, fmt.Errorf("%w: move: the IDs below %d are another directory's (%s), moved into Dir %s before: move without MoveOptions.KeepIDs",
+				walq.ErrInvalid, firstSeq, m.Data, d.name)
+		case err == nil:
+			k++
+			continue
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return 0, unavailable("move: read the claims of IDs", err)
+		case k == 0 && nextID > 1 && firstSeq < nextID && keep:
+			return 0, fmt.Errorf("%w: move: the Dir's work stream starts at sequence %d, below the directory's IDs (up to %d): move into a Dir created with Options.FirstSeq >= %d, or without MoveOptions.KeepIDs",
+				walq.ErrInvalid, firstSeq, nextID-1, nextID)
+		case k == 0 && nextID > 1 && firstSeq < nextID:
+			k++
+			continue
+		}
+		cm := &nats.Msg{Subject: subj, Data: []byte(src), Header: nats.Header{}}
+		cm.Header.Set(HeaderVersion, formatVersion)
+		if _, err := d.js.PublishMsg(ctx, cm, jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
+			if wrongLastSequence(err) {
+				continue // another directory claimed it meanwhile: look again
+			}
+			return 0, unavailable("move: claim the IDs", err)
+		}
+		return k, nil
+	}
+	return 0, fmt.Errorf("walq/jetstream: move: every namespace of IDs of Dir %s is claimed", d.name)
 }
 
 // moveProgress is the durable progress of a move, one message in the work
@@ -70,9 +130,13 @@ type moveProgress struct {
 // JetStream, in the same atomic batch as the items it moved, so a move
 // stopped at any point (a SIGKILL) and run again goes on where it stopped:
 // nothing is moved twice and nothing is left out. A directory changed
-// since a move began is refused. The Dir's work stream must start past the
-// directory's IDs (Options.FirstSeq, for a Dir created for the move), so
-// that moved items keep their IDs.
+// since a move began is refused.
+//
+// Items keep their IDs where the Dir's work stream starts past them
+// (Options.FirstSeq, for a Dir created for the move) and no other
+// directory's items took them; otherwise they move under a namespace of
+// IDs of the directory's own, each its ID plus MoveReport.IDOffset, so
+// that any number of directories can move into one Dir.
 func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveReport, error) {
 	var rep MoveReport
 	unlock, err := lockDir(dir)
@@ -98,13 +162,16 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 	if err != nil {
 		return rep, unavailable("move: the work stream", err)
 	}
-	// Moved items keep their IDs, all below NextID; IDs given on
-	// JetStream are stream sequences, all at or past the stream's first.
-	if first := stInfo.Config.FirstSeq; info.NextID > 1 && first < info.NextID {
-		return rep, fmt.Errorf("%w: move: the Dir's work stream starts at sequence %d, below the directory's IDs (up to %d): move into a Dir created with Options.FirstSeq >= %d",
-			walq.ErrInvalid, first, info.NextID-1, info.NextID)
-	}
+	// Moved items keep their IDs, all below NextID, where IDs given on
+	// JetStream (stream sequences, all at or past the stream's first) and
+	// no other directory's reach them; else they move under a namespace
+	// of IDs of the directory's own.
 	src := hex.EncodeToString(info.ID[:])
+	ns, err := d.claimIDs(ctx, src, info.NextID, stInfo.Config.FirstSeq, opts.KeepIDs)
+	if err != nil {
+		return rep, err
+	}
+	rep.IDOffset = ns << idSpaceShift
 	queues := map[string]*Queue{}
 	prios := map[int]bool{}
 	for _, it := range items {
@@ -170,7 +237,7 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 			q := queues[it.Queue]
 			switch {
 			case it.Dead || it.BodyError != "":
-				if err := q.moveDeadLetter(ctx, src, it); err != nil {
+				if err := q.moveDeadLetter(ctx, src, it, rep.IDOffset); err != nil {
 					return err
 				}
 				counts.Dead++
@@ -179,7 +246,7 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 				counts.Discarded++
 				continue
 			}
-			c := &carry{id: it.ID, attemptsBefore: it.Attempts, deliveries: it.Deliveries, put: it.EnqueuedAt, due: it.Due}
+			c := &carry{id: it.ID + rep.IDOffset, attemptsBefore: it.Attempts, deliveries: it.Deliveries, put: it.EnqueuedAt, due: it.Due}
 			for _, a := range it.History {
 				c.history = append(c.history, attemptOf(a))
 			}
@@ -250,12 +317,14 @@ func attemptOf(a walq.Attempt) attempt {
 	return out
 }
 
-// moveDeadLetter publishes a moved dead letter: idempotent, since the
-// dead-letter stream keeps one message per ID's subject.
-func (q *Queue) moveDeadLetter(ctx context.Context, src string, it walq.StoredItem) error {
+// moveDeadLetter publishes a moved dead letter under its ID in the
+// directory plus offset: idempotent, since the dead-letter stream keeps
+// one message per ID's subject.
+func (q *Queue) moveDeadLetter(ctx context.Context, src string, it walq.StoredItem, offset uint64) error {
+	id := it.ID + offset
 	h := nats.Header{}
 	h.Set(HeaderVersion, formatVersion)
-	h.Set(HeaderID, strconv.FormatUint(it.ID, 10))
+	h.Set(HeaderID, strconv.FormatUint(id, 10))
 	h.Set(HeaderQueue, q.name)
 	h.Set(HeaderPriority, strconv.Itoa(it.Priority))
 	cause := it.LastError
@@ -287,7 +356,7 @@ func (q *Queue) moveDeadLetter(ctx context.Context, src string, it walq.StoredIt
 		h.Set(HeaderDeadline, nanos(it.Deadline))
 	}
 	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("walq-mv-dl-%s-%d", src, it.ID))
-	if _, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: q.d.dlqSubject(q.name, it.ID), Header: h, Data: it.Body}); err != nil {
+	if _, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: q.d.dlqSubject(q.name, id), Header: h, Data: it.Body}); err != nil {
 		return unavailable("move: a dead letter", err)
 	}
 	return nil

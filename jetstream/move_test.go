@@ -14,9 +14,9 @@ import (
 	walqjs "github.com/walq/walq/jetstream"
 )
 
-// TestMoveRefuses: a directory a queue holds, a Dir whose stream starts
-// below the directory's IDs, and a directory changed since a move began
-// are refused, and nothing is changed.
+// TestMoveRefuses: a directory a queue holds, a move keeping the IDs into
+// a Dir whose stream starts below them, and a directory changed since a
+// move began are refused, and nothing is changed.
 func TestMoveRefuses(t *testing.T) {
 	dir := t.TempDir()
 	q, err := walq.Open(dir, walq.Options{})
@@ -38,8 +38,8 @@ func TestMoveRefuses(t *testing.T) {
 		t.Fatalf("move of a held directory: %v", err)
 	}
 	q.Close()
-	if _, err := c.dir.MoveFrom(ctx, dir, walqjs.MoveOptions{}); !errors.Is(err, walq.ErrInvalid) || !strings.Contains(err.Error(), "FirstSeq") {
-		t.Fatalf("move into a Dir that starts at 1: %v", err)
+	if _, err := c.dir.MoveFrom(ctx, dir, walqjs.MoveOptions{KeepIDs: true}); !errors.Is(err, walq.ErrInvalid) || !strings.Contains(err.Error(), "FirstSeq") {
+		t.Fatalf("move into a Dir that starts at 1, keeping the IDs: %v", err)
 	}
 	d, err := walqjs.OpenDir(ctx, c.js, "fresh", walqjs.Options{FirstSeq: 1000})
 	if err != nil {
@@ -129,5 +129,94 @@ func TestMoveLeavesSettingsAndPauses(t *testing.T) {
 	due, _ := strconv.ParseInt(sm.Header.Get(walqjs.HeaderDue), 10, 64)
 	if in := time.Until(time.Unix(0, due)); in < 0 || in > time.Second {
 		t.Fatalf("the delayed item is due in %v, want within its second of delay", in)
+	}
+}
+
+// TestMoveTwoDirectoriesIntoOne: two walq directories, numbered from 1
+// alike, move into one Dir and every item of both lands: ready, delayed
+// and dead (before, the second directory's delayed items and dead letters
+// replaced the first's, which had the same IDs). The first keeps its IDs;
+// the second's move reports the offset its IDs took.
+func TestMoveTwoDirectoriesIntoOne(t *testing.T) {
+	ctx := context.Background()
+	fill := func(tag string) (dir string, ready, delayed, dead uint64) {
+		dir = t.TempDir()
+		q, err := walq.Open(dir, walq.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		dead, _ = q.Put(ctx, []byte(tag+" dead"))
+		m, ok, err := q.TryGet()
+		if err != nil || !ok || m.ID != dead {
+			t.Fatalf("TryGet: %v %v %v", m.ID, ok, err)
+		}
+		if err := q.DeadLetter(m.Receipt, errors.New("fails")); err != nil {
+			t.Fatal(err)
+		}
+		ready, _ = q.Put(ctx, []byte(tag+" ready"))
+		delayed, _ = q.Put(ctx, []byte(tag+" delayed"), walq.WithDelay(time.Hour))
+		return dir, ready, delayed, dead
+	}
+	dirA, readyA, delayedA, deadA := fill("a")
+	dirB, readyB, delayedB, deadB := fill("b")
+	if readyA != readyB || delayedA != delayedB || deadA != deadB {
+		t.Fatalf("the two directories number their items apart: %d %d %d, %d %d %d", readyA, delayedA, deadA, readyB, delayedB, deadB)
+	}
+	s := startServer(t, t.TempDir(), 0)
+	defer s.Shutdown()
+	c, err := openQueue(s.ClientURL(), "merged", "", walqjs.Options{FirstSeq: 1000}, walqjs.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	repA, err := c.dir.MoveFrom(ctx, dirA, walqjs.MoveOptions{})
+	if err != nil || !repA.Done || repA.IDOffset != 0 {
+		t.Fatalf("move a: %+v %v", repA, err)
+	}
+	repB, err := c.dir.MoveFrom(ctx, dirB, walqjs.MoveOptions{})
+	if err != nil || !repB.Done || repB.IDOffset == 0 {
+		t.Fatalf("move b: %+v %v (want its IDs offset)", repB, err)
+	}
+	if _, err := c.dir.MoveFrom(ctx, dirB, walqjs.MoveOptions{KeepIDs: true}); err == nil {
+		t.Fatal("a move of b keeping its IDs, where a's are")
+	}
+	// A rerun of each moves nothing again.
+	for _, dir := range []string{dirA, dirB} {
+		if rep, err := c.dir.MoveFrom(ctx, dir, walqjs.MoveOptions{}); err != nil || rep.Ready+rep.Delayed+rep.Dead != 0 {
+			t.Fatalf("rerun of %s: %+v %v", dir, rep, err)
+		}
+	}
+	dead, err := c.DeadLetters(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint64]string{}
+	for _, d := range dead {
+		got[d.ID] = string(d.Body)
+	}
+	if want := map[uint64]string{deadA: "a dead", deadB + repB.IDOffset: "b dead"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("dead letters %v, want %v", got, want)
+	}
+	st, err := c.js.Stream(ctx, "WALQ_merged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, body := range map[uint64]string{delayedA: "a delayed", delayedB + repB.IDOffset: "b delayed"} {
+		m, err := st.GetLastMsgForSubject(ctx, fmt.Sprintf("walq.merged.s._.%d", id))
+		if err != nil || string(m.Data) != body {
+			t.Fatalf("the schedule of delayed item %d: %v (want %q)", id, err, body)
+		}
+	}
+	got = map[uint64]string{}
+	for range 2 {
+		m := get(t, c, 2*time.Second)
+		got[m.ID] = string(m.Body)
+		if err := c.Ack(m.Receipt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := map[uint64]string{readyA: "a ready", readyB + repB.IDOffset: "b ready"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("ready items %v, want %v", got, want)
 	}
 }

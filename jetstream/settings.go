@@ -252,14 +252,20 @@ func (d *Dir) writeRecord(ctx context.Context, name string, r queueRecord, expec
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	ack, err := d.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(expect))
 	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		if wrongLastSequence(err) {
 			return 0, errRecordChanged
 		}
 		return 0, unavailable(fmt.Sprintf("record the settings of queue %q", name), err)
 	}
 	return ack.Sequence, nil
+}
+
+// wrongLastSequence says whether err is the server's refusal of a publish
+// whose expected last sequence was not the subject's.
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 func recordOf(o QueueOptions) queueRecord {

@@ -12,6 +12,12 @@
 //
 // Stop the service that uses the directory first: the move holds the
 // directory's lock, and refuses one a queue holds.
+//
+// Any number of directories can move into one Dir. Items keep their IDs
+// where they can (the first directory moved into a Dir the move creates);
+// the items of another directory move under IDs of their own, each its ID
+// in the directory plus the offset the move prints. -keep-ids refuses a
+// move that cannot keep them.
 package main
 
 import (
@@ -39,18 +45,19 @@ func main() {
 	batch := flag.Int("batch", 100, "items per atomic batch")
 	pace := flag.Duration("pace", 0, "pause after each batch")
 	remove := flag.Bool("remove", false, "once the move has finished, remove the walq directory (only if unchanged since)")
+	keepIDs := flag.Bool("keep-ids", false, "refuse the move unless the items keep their IDs (else a directory whose IDs another took moves under IDs of its own)")
 	flag.Parse()
 	if *dir == "" || *to == "" {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*dir, *server, *to, *replicas, *keyWindow, *prios, *batch, *pace, *remove); err != nil {
+	if err := run(*dir, *server, *to, *replicas, *keyWindow, *prios, *batch, *pace, *remove, *keepIDs); err != nil {
 		fmt.Fprintln(os.Stderr, "walq-to-jetstream:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir, server, to string, replicas int, keyWindow time.Duration, prios string, batch int, pace time.Duration, remove bool) error {
+func run(dir, server, to string, replicas int, keyWindow time.Duration, prios string, batch int, pace time.Duration, remove, keepIDs bool) error {
 	var levels []int
 	for _, f := range strings.Split(prios, ",") {
 		if f = strings.TrimSpace(f); f == "" {
@@ -72,8 +79,8 @@ func run(dir, server, to string, replicas int, keyWindow time.Duration, prios st
 		return err
 	}
 	ctx := context.Background()
-	// The work stream must start past the directory's IDs: read where
-	// they end.
+	// A Dir created for the move starts past the directory's IDs, which
+	// it keeps: read where they end.
 	info, err := walq.ReadDir(dir, func(walq.StoredItem) error { return nil })
 	if err != nil {
 		return err
@@ -94,6 +101,7 @@ func run(dir, server, to string, replicas int, keyWindow time.Duration, prios st
 		Priorities: levels,
 		Batch:      batch,
 		Pace:       pace,
+		KeepIDs:    keepIDs,
 		Progress: func(r walqjs.MoveReport) {
 			fmt.Printf("moved %d of %d\n", r.Skipped+r.Ready+r.Delayed+r.Dead+r.Discarded, r.Items)
 		},
@@ -103,5 +111,10 @@ func run(dir, server, to string, replicas int, keyWindow time.Duration, prios st
 	}
 	fmt.Printf("done in %v: %d items: %d ready, %d delayed, %d dead letters, %d past their deadline (not moved), %d moved by an earlier run\n",
 		time.Since(start).Round(time.Millisecond), rep.Items, rep.Ready, rep.Delayed, rep.Dead, rep.Discarded, rep.Skipped)
+	if rep.IDOffset == 0 {
+		fmt.Println("IDs: as in the directory")
+	} else {
+		fmt.Printf("IDs: each item's ID in the directory plus %d (another directory's items, or the Dir's own, hold the directory's IDs)\n", rep.IDOffset)
+	}
 	return nil
 }

@@ -55,7 +55,7 @@ func TestMoveKeepsAnExistingDirsSettings(t *testing.T) {
 	}
 	q.Close()
 	// walq-to-jetstream -dir dir -server url -to app (flags at their defaults).
-	if err := run(dir, s.ClientURL(), "app", 1, 0, "", 100, 0, false); err != nil {
+	if err := run(dir, s.ClientURL(), "app", 1, 0, "", 100, 0, false, false); err != nil {
 		t.Fatal(err)
 	}
 	st, err := js.Stream(ctx, "WALQ_app")
