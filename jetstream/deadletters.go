@@ -38,24 +38,10 @@ func (q *Queue) deadLetterLocked(l *lease, cause error, how string) error {
 func (q *Queue) moveToDead(ctx context.Context, m *nats.Msg, meta ackMeta, id uint64, prio, attempts, deliveries int, carried []attempt, last attempt, cause string, until time.Time) error {
 	hist := append(carried, q.readHistory(ctx, id)...)
 	hist = trimHistory(append(hist, last))
-	h := nats.Header{}
-	h.Set(HeaderVersion, formatVersion)
-	h.Set(HeaderID, strconv.FormatUint(id, 10))
-	h.Set(HeaderQueue, q.name)
-	h.Set(HeaderPriority, strconv.Itoa(prio))
-	setText(h, HeaderError, cutError(cause))
-	h.Set(HeaderAttempts, strconv.Itoa(attempts))
-	h.Set(HeaderDeliveriesBefore, strconv.Itoa(deliveries))
-	h.Set(HeaderDeadAt, nanos(time.Now()))
-	h.Set(HeaderSeq, strconv.FormatUint(meta.sseq, 10))
-	h.Set(HeaderHistory, encodeHistory(hist))
-	copyText(h, m.Header, HeaderKey)
-	for _, k := range []string{HeaderPut, HeaderDeadline} {
-		if v := m.Header.Get(k); v != "" {
-			h.Set(k, v)
-		}
+	h := deadHeader(q.name, m.Header, id, prio, attempts, deliveries, meta.sseq, hist, cutError(cause))
+	if err := q.d.fitDeadLetter(h, len(m.Data)); err != nil {
+		return err
 	}
-	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("walq-dl-%d-%d", id, meta.sseq))
 	pctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	if _, err := q.d.js.PublishMsg(pctx, &nats.Msg{Subject: q.d.dlqSubject(q.name, id), Header: h, Data: m.Data}); err != nil {
@@ -66,6 +52,32 @@ func (q *Queue) moveToDead(ctx context.Context, m *nats.Msg, meta ackMeta, id ui
 	}
 	q.dropHistory(ctx, id)
 	return nil
+}
+
+// deadHeader is the headers of the dead letter of an item of queue whose
+// message had the headers item.
+func deadHeader(queue string, item nats.Header, id uint64, prio, attempts, deliveries int, seq uint64, hist []attempt, cause string) nats.Header {
+	h := nats.Header{}
+	h.Set(HeaderVersion, formatVersion)
+	h.Set(HeaderID, strconv.FormatUint(id, 10))
+	h.Set(HeaderQueue, queue)
+	h.Set(HeaderPriority, strconv.Itoa(prio))
+	setText(h, HeaderError, cause)
+	h.Set(HeaderAttempts, strconv.Itoa(attempts))
+	h.Set(HeaderDeliveriesBefore, strconv.Itoa(deliveries))
+	h.Set(HeaderDeadAt, nanos(time.Now()))
+	h.Set(HeaderSeq, strconv.FormatUint(seq, 10))
+	if s := encodeHistory(hist); s != "" {
+		h.Set(HeaderHistory, s)
+	}
+	copyText(h, item, HeaderKey)
+	for _, k := range []string{HeaderPut, HeaderDeadline} {
+		if v := item.Get(k); v != "" {
+			h.Set(k, v)
+		}
+	}
+	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("walq-dl-%d-%d", id, seq))
+	return h
 }
 
 // DeadLetters returns up to limit dead letters of the queue (limit <= 0:

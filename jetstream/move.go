@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -149,7 +150,12 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 	}
 	// A first pass: what the directory holds, and whether it can move.
 	var items []walq.StoredItem
+	var tooLarge []error
+	now := time.Now()
 	info, err := walq.ReadDir(dir, func(it walq.StoredItem) error {
+		if err := d.moveTooLarge(it, now); err != nil {
+			tooLarge = append(tooLarge, err)
+		}
 		it.Body = nil // read again, batch by batch
 		items = append(items, it)
 		return nil
@@ -158,6 +164,10 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 		return rep, fmt.Errorf("walq/jetstream: move: read %s: %w", dir, err)
 	}
 	rep.Items = len(items)
+	if len(tooLarge) > 0 {
+		return rep, fmt.Errorf("walq/jetstream: move: %d items cannot be stored on this server, the first: %w; raise the server's max_payload (nats-server's max_payload, up to 64 MB) and run the move again: nothing was moved",
+			len(tooLarge), tooLarge[0])
+	}
 	stInfo, err := d.work.Info(ctx)
 	if err != nil {
 		return rep, unavailable("move: the work stream", err)
@@ -226,7 +236,6 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 	// The second pass reads the bodies, a batch at a time.
 	var batch []walq.StoredItem
 	index := 0
-	now := time.Now()
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -246,14 +255,7 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 				counts.Discarded++
 				continue
 			}
-			c := &carry{id: it.ID + rep.IDOffset, attemptsBefore: it.Attempts, deliveries: it.Deliveries, put: it.EnqueuedAt, due: it.Due}
-			for _, a := range it.History {
-				c.history = append(c.history, attemptOf(a))
-			}
-			if it.Leased {
-				c.due = time.Time{} // its lease ends: ready now
-			}
-			m, err := q.moveMsg(walq.Item{Body: it.Body, Priority: it.Priority, Key: it.Key, Deadline: it.Deadline}, c)
+			m, err := q.moveMsg(movedItem(it), moveCarry(it, it.ID+rep.IDOffset))
 			if err != nil {
 				return err
 			}
@@ -306,6 +308,39 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 	return rep, nil
 }
 
+// movedItem and moveCarry are the item it of a walq directory as the move
+// stores it, under the ID id.
+func movedItem(it walq.StoredItem) walq.Item {
+	return walq.Item{Body: it.Body, Priority: it.Priority, Key: it.Key, Deadline: it.Deadline}
+}
+
+func moveCarry(it walq.StoredItem, id uint64) *carry {
+	c := &carry{id: id, attemptsBefore: it.Attempts, deliveries: it.Deliveries, put: it.EnqueuedAt, due: it.Due}
+	for _, a := range it.History {
+		c.history = append(c.history, attemptOf(a))
+	}
+	if it.Leased {
+		c.due = time.Time{} // its lease ends: ready now
+	}
+	return c
+}
+
+// moveTooLarge says whether the item it of a walq directory, which a move
+// at now would store, passes the server's max_payload (counted with the
+// widest ID, and room for its dead letter); nil when it fits or is not
+// moved.
+func (d *Dir) moveTooLarge(it walq.StoredItem, now time.Time) error {
+	what := fmt.Sprintf("item %d of queue %q", it.ID, it.Queue)
+	switch {
+	case it.Dead || it.BodyError != "":
+		return d.tooLarge(what+" (a dead letter)", it.Queue, itemHeader(movedItem(it), moveCarry(it, math.MaxUint64)), len(it.Body))
+	case !it.Deadline.IsZero() && !it.Deadline.After(now):
+		return nil
+	}
+	h := moveHeader(movedItem(it), moveCarry(it, math.MaxUint64), d.readySubject(it.Queue, it.Priority), now)
+	return d.tooLarge(what, it.Queue, h, len(it.Body))
+}
+
 func attemptOf(a walq.Attempt) attempt {
 	out := attempt{How: a.How, Error: a.Error}
 	if !a.Start.IsZero() {
@@ -356,6 +391,9 @@ func (q *Queue) moveDeadLetter(ctx context.Context, src string, it walq.StoredIt
 		h.Set(HeaderDeadline, nanos(it.Deadline))
 	}
 	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("walq-mv-dl-%s-%d", src, it.ID))
+	if err := q.d.fitDeadLetter(h, len(it.Body)); err != nil {
+		return err
+	}
 	if _, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: q.d.dlqSubject(q.name, id), Header: h, Data: it.Body}); err != nil {
 		return unavailable("move: a dead letter", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -211,25 +212,44 @@ func (q *Queue) moveMsg(it walq.Item, c *carry) (*nats.Msg, error) {
 	if lv == nil {
 		return nil, fmt.Errorf("%w: priority %d is not one of the queue's levels %v", walq.ErrInvalid, it.Priority, q.opt().Priorities)
 	}
-	h := q.itemHeader(it, c)
-	now := time.Now()
-	if !c.due.After(now) {
-		if !it.Deadline.IsZero() {
-			h.Set(jetstream.MsgTTLHeader, ttl(it.Deadline.Sub(now)))
-		}
+	h := moveHeader(it, c, lv.subject, time.Now())
+	if h.Get(HeaderDue) == "" {
 		return &nats.Msg{Subject: lv.subject, Header: h, Data: it.Body}, nil
-	}
-	h.Set(HeaderDue, nanos(c.due))
-	h.Set("Nats-Schedule", "@at "+c.due.UTC().Format(time.RFC3339Nano))
-	h.Set("Nats-Schedule-Target", lv.subject)
-	if !it.Deadline.IsZero() {
-		h.Set("Nats-Schedule-TTL", ttl(it.Deadline.Sub(c.due)))
 	}
 	return &nats.Msg{Subject: q.d.scheduleSubject(q.name, c.id), Header: h, Data: it.Body}, nil
 }
 
+// moveHeader is the headers of the message that stores a moved item whose
+// ready subject is target: the item's, or a schedule's when it is due
+// after now.
+func moveHeader(it walq.Item, c *carry, target string, now time.Time) nats.Header {
+	h := itemHeader(it, c)
+	if !c.due.After(now) {
+		if !it.Deadline.IsZero() {
+			h.Set(jetstream.MsgTTLHeader, ttl(it.Deadline.Sub(now)))
+		}
+		return h
+	}
+	setSchedule(h, c.id, c.due, target, it.Deadline)
+	return h
+}
+
+// setSchedule makes h the headers of a schedule that fires a copy of the
+// item id onto target at due. The time is written to the nanosecond (the
+// server parses RFC 3339 with a fraction and fires when its clock reaches
+// it); nats.go's WithScheduleAt would cut it to the second, early.
+func setSchedule(h nats.Header, id uint64, due time.Time, target string, deadline time.Time) {
+	h.Set(HeaderID, strconv.FormatUint(id, 10))
+	h.Set(HeaderDue, nanos(due))
+	h.Set("Nats-Schedule", "@at "+due.UTC().Format(time.RFC3339Nano))
+	h.Set("Nats-Schedule-Target", target)
+	if !deadline.IsZero() {
+		h.Set("Nats-Schedule-TTL", ttl(deadline.Sub(due)))
+	}
+}
+
 // itemHeader is the walq headers of an item.
-func (q *Queue) itemHeader(it walq.Item, c *carry) nats.Header {
+func itemHeader(it walq.Item, c *carry) nats.Header {
 	h := nats.Header{}
 	h.Set(HeaderVersion, formatVersion)
 	putAt := time.Now()
@@ -274,7 +294,7 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 	if !it.Deadline.IsZero() && !it.Deadline.After(due) && (c == nil || !c.redrive) {
 		return 0, fmt.Errorf("%w: deadline %v is not after the item is due (%v)", walq.ErrInvalidDeadline, it.Deadline, due)
 	}
-	h := q.itemHeader(it, c)
+	h := itemHeader(it, c)
 	delayed := due.After(now)
 	if !delayed {
 		if it.Key != "" {
@@ -286,6 +306,9 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 		if !it.Deadline.IsZero() {
 			// Storage only: the deadline itself is checked on receipt.
 			h.Set(jetstream.MsgTTLHeader, ttl(it.Deadline.Sub(now)))
+		}
+		if err := q.d.tooLarge("put", q.name, h, len(it.Body)); err != nil {
+			return 0, err
 		}
 		pa, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: lv.subject, Header: h, Data: it.Body})
 		if err != nil {
@@ -303,6 +326,12 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 	// A delayed item is a schedule that fires a copy at its due time. Its
 	// ID must be in that copy, so it is reserved first: the sequence of a
 	// small message (holding the key, when there is one) that expires.
+	// Its size, counted with the widest ID before one is reserved.
+	setSchedule(h, math.MaxUint64, due, lv.subject, it.Deadline)
+	h.Set(jetstream.MsgIDHeader, "walq-s-"+strconv.FormatUint(math.MaxUint64, 10))
+	if err := q.d.tooLarge("put", q.name, h, len(it.Body)); err != nil {
+		return 0, err
+	}
 	id := uint64(0)
 	dup := false
 	if c != nil && c.id != 0 {
@@ -334,19 +363,10 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 			}
 		}
 	}
-	h.Set(HeaderID, strconv.FormatUint(id, 10))
-	h.Set(HeaderDue, nanos(due))
-	// The schedule's time is written to the nanosecond (the server parses
-	// RFC 3339 with a fraction and fires when its clock reaches it);
-	// nats.go's WithScheduleAt would cut it to the second, early.
+	setSchedule(h, id, due, lv.subject, it.Deadline)
 	h.Set(jetstream.MsgIDHeader, "walq-s-"+strconv.FormatUint(id, 10))
 	if c != nil && c.msgID != "" {
 		h.Set(jetstream.MsgIDHeader, c.msgID)
-	}
-	h.Set("Nats-Schedule", "@at "+due.UTC().Format(time.RFC3339Nano))
-	h.Set("Nats-Schedule-Target", lv.subject)
-	if !it.Deadline.IsZero() {
-		h.Set("Nats-Schedule-TTL", ttl(it.Deadline.Sub(due)))
 	}
 	pa, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: q.d.scheduleSubject(q.name, id), Header: h, Data: it.Body})
 	if err != nil {

@@ -24,6 +24,12 @@ var caps = walqtest.Capabilities{ManualClock: false, Reopen: true, Processes: tr
 
 func startServer(t testing.TB, dir string, port int) *server.Server {
 	t.Helper()
+	return startServerWith(t, dir, port, nil)
+}
+
+// startServerWith is startServer with the options changed by set.
+func startServerWith(t testing.TB, dir string, port int, set func(*server.Options)) *server.Server {
+	t.Helper()
 	if port == 0 {
 		port = -1
 	}
@@ -36,6 +42,9 @@ func startServer(t testing.TB, dir string, port int) *server.Server {
 		SyncAlways: true,
 		NoLog:      true,
 		NoSigs:     true,
+	}
+	if set != nil {
+		set(opts)
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
