@@ -177,11 +177,13 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 	// no other directory's reach them; else they move under a namespace
 	// of IDs of the directory's own.
 	src := hex.EncodeToString(info.ID[:])
-	ns, err := d.claimIDs(ctx, src, info.NextID, stInfo.Config.FirstSeq, opts.KeepIDs)
-	if err != nil {
-		return rep, err
+	if len(items) > 0 { // a directory with nothing to move claims no IDs
+		ns, err := d.claimIDs(ctx, src, info.NextID, stInfo.Config.FirstSeq, opts.KeepIDs)
+		if err != nil {
+			return rep, err
+		}
+		rep.IDOffset = ns << idSpaceShift
 	}
-	rep.IDOffset = ns << idSpaceShift
 	queues := map[string]*Queue{}
 	prios := map[int]bool{}
 	for _, it := range items {

@@ -170,6 +170,16 @@ func TestMoveTwoDirectoriesIntoOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// An empty directory moved first takes no IDs from the next.
+	empty := t.TempDir()
+	if eq, err := walq.Open(empty, walq.Options{}); err != nil {
+		t.Fatal(err)
+	} else {
+		eq.Close()
+	}
+	if rep, err := c.dir.MoveFrom(ctx, empty, walqjs.MoveOptions{}); err != nil || !rep.Done || rep.Items != 0 {
+		t.Fatalf("move of an empty directory: %+v %v", rep, err)
+	}
 	repA, err := c.dir.MoveFrom(ctx, dirA, walqjs.MoveOptions{})
 	if err != nil || !repA.Done || repA.IDOffset != 0 {
 		t.Fatalf("move a: %+v %v", repA, err)
