@@ -47,7 +47,7 @@ func (h *Handler) logAction(r *http.Request, queue, what string, err error, args
 // form came from one and the item is still in the queue, else to the
 // queue's dead letters or its page.
 func (h *Handler) back(w http.ResponseWriter, r *http.Request, queue string, id uint64) {
-	to := base(r) + "/q/" + queuePath(queue) + "/"
+	to := "/q/" + queuePath(queue) + "/"
 	switch r.PostFormValue("back") {
 	case "item":
 		if _, err := h.src.Item(queue, id); err == nil {

@@ -245,7 +245,7 @@ func (h *Handler) bulkRun(w http.ResponseWriter, r *http.Request) {
 	h.logAction(r, j.Queue, j.Action.name, nil, "job", j.ID, "filter", j.Form.Describe(), "matched", j.Matched,
 		"matched_at", j.MatchedAt.UTC())
 	go h.runJob(r, j)
-	http.Redirect(w, r, base(r)+"/jobs/"+j.ID, http.StatusSeeOther)
+	http.Redirect(w, r, "/jobs/"+j.ID, http.StatusSeeOther)
 }
 
 // bulkCancel stops a job that waits for confirmation or runs.
@@ -263,7 +263,7 @@ func (h *Handler) bulkCancel(w http.ResponseWriter, r *http.Request) {
 		close(j.cancel)
 	}
 	j.mu.Unlock()
-	http.Redirect(w, r, base(r)+"/jobs/"+j.ID, http.StatusSeeOther)
+	http.Redirect(w, r, "/jobs/"+j.ID, http.StatusSeeOther)
 }
 
 func (h *Handler) runJob(r *http.Request, j *job) {

@@ -45,23 +45,30 @@ func numAny(v any) string {
 	case int64:
 		return num(n)
 	case uint64:
-		return num(int64(n))
+		return num(n)
 	}
 	return fmt.Sprint(v)
 }
 
-// num writes n with thousands separated by commas.
+// num writes n with thousands separated by commas, any value of its type
+// (the most negative int64 and uint64s past it included).
 func num[T ~int | ~int64 | ~uint64](n T) string {
-	s := strconv.FormatInt(int64(n), 10)
+	var s string
 	if n < 0 {
-		return "-" + num(-n)
+		s = strconv.FormatInt(int64(n), 10)
+	} else {
+		s = strconv.FormatUint(uint64(n), 10)
 	}
 	var b strings.Builder
-	for i, c := range s {
+	if s[0] == '-' {
+		b.WriteByte('-')
+		s = s[1:]
+	}
+	for i := 0; i < len(s); i++ {
 		if i > 0 && (len(s)-i)%3 == 0 {
 			b.WriteByte(',')
 		}
-		b.WriteRune(c)
+		b.WriteByte(s[i])
 	}
 	return b.String()
 }

@@ -117,7 +117,34 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Referrer-Policy", "same-origin")
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Cache-Control", "no-store")
-	h.h.ServeHTTP(w, r)
+	h.h.ServeHTTP(&mountWriter{ResponseWriter: w, base: base(r)}, r)
+}
+
+// mountWriter puts the mount prefix in front of every redirect's path: the
+// handlers, and the mux's own redirects (a queue's page asked for without
+// its trailing slash, a path to clean), write paths from the dashboard's
+// root, which the browser must reach under the prefix.
+type mountWriter struct {
+	http.ResponseWriter
+	base string
+}
+
+func (m *mountWriter) WriteHeader(code int) {
+	if code >= 300 && code < 400 {
+		if loc := m.Header().Get("Location"); strings.HasPrefix(loc, "/") && !strings.HasPrefix(loc, "//") {
+			m.Header().Set("Location", m.base+loc)
+		}
+	}
+	m.ResponseWriter.WriteHeader(code)
+}
+
+func (m *mountWriter) Unwrap() http.ResponseWriter { return m.ResponseWriter }
+
+// Flush lets the event stream reach the browser as it is written.
+func (m *mountWriter) Flush() {
+	if f, ok := m.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
 }
 
 // pageCSP allows the dashboard's own script, styles and event stream and

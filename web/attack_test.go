@@ -1,0 +1,96 @@
+package web
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Attacks on the dashboard, and careless requests: each test holds one
+// bound or one escape.
+
+// hugeCounters is a Source whose counters are past 2^63, as a custom
+// Source or a damaged directory may give.
+type hugeCounters struct{ Source }
+
+func (s hugeCounters) fix(sum QueueSummary) QueueSummary {
+	sum.Stats.Put = 1 << 63
+	sum.Stats.Acked = 1<<64 - 1
+	sum.Stats.Delivered = 1 << 63
+	return sum
+}
+
+func (s hugeCounters) Queues() ([]QueueSummary, error) {
+	qs, err := s.Source.Queues()
+	for i := range qs {
+		qs[i] = s.fix(qs[i])
+	}
+	return qs, err
+}
+
+func (s hugeCounters) Queue(name string) (QueueSummary, error) {
+	q, err := s.Source.Queue(name)
+	return s.fix(q), err
+}
+
+// TestCountersPast2To63Render: counters of 2^63 and more render, with
+// their digits grouped (before, num recursed on the most negative int64
+// until the stack overflowed, a crash no recover catches).
+func TestCountersPast2To63Render(t *testing.T) {
+	for n, want := range map[uint64]string{1 << 63: "9,223,372,036,854,775,808", 1<<64 - 1: "18,446,744,073,709,551,615", 0: "0", 999: "999", 1000: "1,000"} {
+		if got := numAny(n); got != want {
+			t.Errorf("num(%d) = %q, want %q", n, got, want)
+		}
+	}
+	if got := num(int64(-1 << 63)); got != "-9,223,372,036,854,775,808" {
+		t.Errorf("num(MinInt64) = %q", got)
+	}
+	f := newFixture(t, nil)
+	h, err := New(hugeCounters{mustSource(t, f)}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, path := range []string{"/", "/q/mail/"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != http.StatusOK || path != "/" && !strings.Contains(rec.Body.String(), "9,223,372,036,854,775,808") {
+			t.Fatalf("%s: %d, the counter of 2^63 not shown", path, rec.Code)
+		}
+	}
+}
+
+func mustSource(t *testing.T, f *fixture) Source {
+	t.Helper()
+	src, err := Queues(f.q, f.named)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// TestRedirectsKeepTheMountPrefix: a queue's page asked for without its
+// trailing slash redirects under the prefix the dashboard is mounted at
+// (before, to /q/mail/, outside it), and so do the actions' redirects.
+func TestRedirectsKeepTheMountPrefix(t *testing.T) {
+	f := newFixture(t, fullAccess)
+	code, hdr, _ := f.get("/q/mail")
+	if code/100 != 3 || hdr.Get("Location") != "/ops/queues/q/mail/" {
+		t.Fatalf("GET /ops/queues/q/mail: %d to %q, want a redirect to /ops/queues/q/mail/", code, hdr.Get("Location"))
+	}
+	f.put(f.named, "x")
+	ids := f.kill(f.named, 1, "boom")
+	req, _ := http.NewRequest(http.MethodPost, f.url("/q/mail/redrive"), strings.NewReader("id="+strconv.FormatUint(ids[0], 10)))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	resp, err := f.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/ops/queues/q/mail/") {
+		t.Fatalf("redrive: %d to %q, want under /ops/queues/q/mail/", resp.StatusCode, loc)
+	}
+}
