@@ -38,6 +38,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -224,6 +225,19 @@ func (c *cmdEnv) usageErrorf(format string, args ...any) int {
 // wantArgs checks the number of positional arguments after DIR.
 func (c *cmdEnv) wantArgs(n int) bool { return len(c.args) == n }
 
+// unixNanos is t in Unix nanoseconds, saturated at the ends of an int64:
+// UnixNano's result is undefined past them (a year after 2262 came out
+// before 1970, and a filter "put after 3026" matched everything).
+func unixNanos(t time.Time) int64 {
+	switch {
+	case t.After(time.Unix(0, math.MaxInt64)):
+		return math.MaxInt64
+	case t.Before(time.Unix(0, math.MinInt64)):
+		return math.MinInt64
+	}
+	return t.UnixNano()
+}
+
 // timeFlag is a flag holding a time: RFC 3339, or Unix nanoseconds.
 type timeFlag struct{ ns int64 }
 
@@ -236,7 +250,7 @@ func (t *timeFlag) String() string {
 
 func (t *timeFlag) Set(s string) error {
 	if ts, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		t.ns = ts.UnixNano()
+		t.ns = unixNanos(ts)
 		return nil
 	}
 	n, err := strconv.ParseInt(s, 10, 64)

@@ -223,10 +223,10 @@ func (s *dirSource) ListItems(queue string, opts walq.ListOptions) (walq.ItemPag
 	}
 	f := browse.Filter{State: in.State, ID: in.ID, Key: in.Key, Text: in.Text, InBody: in.InBody}
 	if !in.From.IsZero() {
-		f.From = max(in.From.UnixNano(), 1)
+		f.From = max(unixNanos(in.From), 1)
 	}
 	if !in.To.IsZero() {
-		f.To = max(in.To.UnixNano(), 1)
+		f.To = max(unixNanos(in.To), 1)
 	}
 	limit := opts.Limit
 	if limit <= 0 {
