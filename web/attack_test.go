@@ -1,11 +1,17 @@
 package web
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/walq/walq"
 )
 
 // Attacks on the dashboard, and careless requests: each test holds one
@@ -92,5 +98,44 @@ func TestRedirectsKeepTheMountPrefix(t *testing.T) {
 	resp.Body.Close()
 	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/ops/queues/q/mail/") {
 		t.Fatalf("redrive: %d to %q, want under /ops/queues/q/mail/", resp.StatusCode, loc)
+	}
+}
+
+var valueAttr = regexp.MustCompile(`value="[^"]*"`)
+
+// TestBidiControlsShownAsEscapes: a key, a last error and a history
+// error holding bidirectional controls (or a BOM, or other control
+// characters) reach no page as such: each shows as an escape, as in
+// bodies (before, "invoice-\u202egnp.exe" showed as "invoice-exe.png").
+func TestBidiControlsShownAsEscapes(t *testing.T) {
+	f := newFixture(t, nil)
+	key := "invoice-\u202egnp.exe"
+	id, err := f.named.Put(context.Background(), []byte("body"), walq.WithKey(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok, err := f.named.TryGet()
+	if err != nil || !ok || m.ID != id {
+		t.Fatalf("TryGet: %v %v", ok, err)
+	}
+	if err := f.named.Nack(m.Receipt, errors.New("failed \u2067quietly\u2069 \ufeff\x1b[2J")); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/q/mail/?state=dead", "/q/mail/item/" + strconv.FormatUint(id, 10), "/q/mail/?state=dead&key=" + url.QueryEscape(key)} {
+		code, _, body := f.get(path)
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d", path, code)
+		}
+		// A search form gives back what was typed in its fields, as typed
+		// (its hidden fields must carry it exactly); no text node shows it.
+		body = valueAttr.ReplaceAllString(body, `value=""`)
+		for _, r := range []string{"\u202e", "\u2067", "\u2069", "\ufeff", "\x1b"} {
+			if strings.Contains(body, r) {
+				t.Errorf("%s: the page holds %U as such", path, []rune(r)[0])
+			}
+		}
+		if !strings.Contains(body, `\u202e`) {
+			t.Errorf("%s: the key's U+202E is not shown as an escape", path)
+		}
 	}
 }

@@ -21,6 +21,7 @@ var funcs = template.FuncMap{
 	"dur":      dur,
 	"size":     func(n int) string { return size(n) },
 	"cut":      cut,
+	"text":     func(s string) []segment { return segments([]byte(s)) },
 	"inflight": inflight,
 	"failed":   func(s walq.Stats) uint64 { return s.Nacked + s.Expired + s.DeadLettered },
 	"path":     queuePath,

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"net/http"
 	"sync"
 	"time"
@@ -152,8 +151,9 @@ func (h *Handler) fragments(queue string) []patch {
 	path := queuePath(queue)
 	s, err := h.src.Queue(queue)
 	if err != nil {
-		msg := template.HTMLEscapeString(err.Error())
-		return []patch{{ID: "live-" + path, HTML: `<p id="live-` + path + `" class="error" role="status">` + msg + `</p>`}}
+		var buf bytes.Buffer
+		h.tmpl.ExecuteTemplate(&buf, "liveerror", map[string]string{"Path": path, "Error": err.Error()})
+		return []patch{{ID: "live-" + path, HTML: buf.String()}}
 	}
 	rw := h.row(s, time.Now())
 	var out []patch
