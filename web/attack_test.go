@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -138,4 +139,42 @@ func TestBidiControlsShownAsEscapes(t *testing.T) {
 			t.Errorf("%s: the key's U+202E is not shown as an escape", path)
 		}
 	}
+}
+
+// TestEventStreamsBounded: a stream naming queues the source does not
+// have is refused before anything is watched (before, each unknown name
+// started a broadcaster, up to 1,000 a request, with a goroutine per name
+// and stream), a name given many times is watched once, and streams past
+// Options.MaxEventStreams are refused with 503.
+func TestEventStreamsBounded(t *testing.T) {
+	f := newFixture(t, nil)
+	var q strings.Builder
+	for i := range 999 {
+		fmt.Fprintf(&q, "&queue=nope-%d", i)
+	}
+	code, _, _ := f.get("/events?queue=mail" + q.String())
+	if code != http.StatusNotFound {
+		t.Fatalf("a stream of 999 unknown queues: %d, want 404", code)
+	}
+	if n := f.h.hub.broadcasters(); n != 0 {
+		t.Fatalf("%d broadcasters after a refused stream", n)
+	}
+	f.h.opts.MaxEventStreams = 2
+	f.h.streams.max = 2
+	a := openStream(t, f, "?queue=mail"+strings.Repeat("&queue=mail", 500))
+	b := openStream(t, f, "?queue=_default&queue=mail")
+	a.next(t, "row-mail", "")
+	b.next(t, "row-mail", "")
+	f.h.hub.mu.Lock()
+	subs := len(f.h.hub.byName["mail"].subs)
+	f.h.hub.mu.Unlock()
+	if n := f.h.hub.broadcasters(); n != 2 || subs != 2 {
+		t.Fatalf("%d broadcasters, %d subscribers of mail; want 2 and 2", n, subs)
+	}
+	code, hdr, _ := f.get("/events?queue=mail")
+	if code != http.StatusServiceUnavailable || hdr.Get("Retry-After") == "" {
+		t.Fatalf("a third stream past MaxEventStreams 2: %d", code)
+	}
+	a.resp.Body.Close()
+	b.resp.Body.Close()
 }

@@ -38,6 +38,10 @@ type Options struct {
 	// LiveInterval is how often a watched queue is read for the pages'
 	// live updates [1s].
 	LiveInterval time.Duration
+	// MaxEventStreams bounds the live-update streams open at once (a
+	// page that shows live counts holds one) [100]; past it a stream is
+	// refused with 503 and the page still reads without live updates.
+	MaxEventStreams int
 }
 
 // Handler serves the dashboard: an http.Handler to mount under any path
@@ -51,8 +55,10 @@ type Handler struct {
 	mux   *http.ServeMux
 	h     http.Handler // mux behind the cross-origin protection
 	hub   *hub
-	jobs  *jobs
-	rates *rates
+	// streams counts the open event streams, up to MaxEventStreams.
+	streams *limiter
+	jobs    *jobs
+	rates   *rates
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -78,6 +84,9 @@ func New(src Source, opts Options) (*Handler, error) {
 	if opts.LiveInterval <= 0 {
 		opts.LiveInterval = time.Second
 	}
+	if opts.MaxEventStreams <= 0 {
+		opts.MaxEventStreams = 100
+	}
 	if opts.Title == "" {
 		opts.Title = "walq"
 	}
@@ -91,6 +100,7 @@ func New(src Source, opts Options) (*Handler, error) {
 	}
 	h.rates = newRates()
 	h.hub = newHub(h)
+	h.streams = &limiter{max: opts.MaxEventStreams}
 	h.jobs = newJobs()
 	h.routes()
 	cop := http.NewCrossOriginProtection()
@@ -321,4 +331,29 @@ func (p page) Can(name string) bool {
 		}
 	}
 	return false
+}
+
+// limiter counts what is open of something bounded.
+type limiter struct {
+	mu  sync.Mutex
+	n   int
+	max int
+}
+
+// TryAcquire takes one, false when max are taken.
+func (l *limiter) TryAcquire() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n >= l.max {
+		return false
+	}
+	l.n++
+	return true
+}
+
+// Release gives one back.
+func (l *limiter) Release() {
+	l.mu.Lock()
+	l.n--
+	l.mu.Unlock()
 }

@@ -36,49 +36,93 @@ func newHub(h *Handler) *hub { return &hub{h: h, byName: make(map[string]*broadc
 // broadcaster watches one queue for its subscribers.
 type broadcaster struct {
 	queue string
-	subs  map[chan []patch]struct{} // under hub.mu
+	subs  map[*eventStream]struct{} // under hub.mu
 	poke  chan struct{}
 	stop  chan struct{}
 	last  []patch // the latest fragments, for a new subscriber; under hub.mu
 	reads int     // summaries read; under hub.mu
 }
 
-// subscribe adds a subscriber to the queue's broadcaster, starting it if
-// it has none. ok is false once the hub is closed.
-func (hb *hub) subscribe(queue string) (chan []patch, bool) {
+// eventStream is one open event stream: the newest fragments of each queue it
+// watches, waiting to be written. Broadcasters leave them here and wake
+// it; a slow stream gets each queue's newest only. It costs no goroutine
+// per queue watched.
+type eventStream struct {
+	mu      sync.Mutex
+	pending map[string][]patch
+	wake    chan struct{} // holds one wake-up
+}
+
+func newEventStream() *eventStream {
+	return &eventStream{pending: make(map[string][]patch), wake: make(chan struct{}, 1)}
+}
+
+// offer leaves the queue's newest fragments for the stream.
+func (st *eventStream) offer(queue string, p []patch) {
+	st.mu.Lock()
+	st.pending[queue] = p
+	st.mu.Unlock()
+	select {
+	case st.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns what waits to be written, and forgets it.
+func (st *eventStream) take() [][]patch {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	out := make([][]patch, 0, len(st.pending))
+	for q, p := range st.pending {
+		out = append(out, p)
+		delete(st.pending, q)
+	}
+	return out
+}
+
+// subscribe adds st to the queue's broadcaster, starting it if it has
+// none. It is false once the hub is closed.
+func (hb *hub) subscribe(queue string, st *eventStream) bool {
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
 	if hb.closed {
-		return nil, false
+		return false
 	}
 	b := hb.byName[queue]
 	if b == nil {
-		b = &broadcaster{queue: queue, subs: make(map[chan []patch]struct{}), poke: make(chan struct{}, 1), stop: make(chan struct{})}
+		b = &broadcaster{queue: queue, subs: make(map[*eventStream]struct{}), poke: make(chan struct{}, 1), stop: make(chan struct{})}
 		hb.byName[queue] = b
 		hb.wg.Add(1)
 		go hb.run(b)
 	}
-	ch := make(chan []patch, 1)
 	if b.last != nil {
-		ch <- b.last
+		st.offer(queue, b.last)
 	}
-	b.subs[ch] = struct{}{}
-	return ch, true
+	b.subs[st] = struct{}{}
+	return true
 }
 
-// unsubscribe removes a subscriber; the last one stops the broadcaster.
-func (hb *hub) unsubscribe(queue string, ch chan []patch) {
+// unsubscribe removes st from the queue's broadcaster; the last one stops
+// it.
+func (hb *hub) unsubscribe(queue string, st *eventStream) {
 	hb.mu.Lock()
 	defer hb.mu.Unlock()
 	b := hb.byName[queue]
 	if b == nil {
 		return
 	}
-	delete(b.subs, ch)
+	delete(b.subs, st)
 	if len(b.subs) == 0 {
 		close(b.stop)
 		delete(hb.byName, queue)
 	}
+}
+
+// broadcasters counts the queues being watched.
+func (hb *hub) broadcasters() int {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return len(hb.byName)
 }
 
 // poke makes the queue's broadcaster look now (after an action).
@@ -115,12 +159,8 @@ func (hb *hub) run(b *broadcaster) {
 		hb.mu.Lock()
 		b.reads++
 		if !samePatches(b.last, patches) {
-			for ch := range b.subs {
-				select {
-				case <-ch: // a slow stream gets the newest only
-				default:
-				}
-				ch <- patches
+			for st := range b.subs {
+				st.offer(b.queue, patches)
 			}
 			b.last = patches
 		}
@@ -168,13 +208,30 @@ func (h *Handler) fragments(queue string) []patch {
 }
 
 // events serves the event stream of the queues named by the query (queue,
-// once per queue; none: every queue).
+// once per queue; none: every queue). A name the source does not have is
+// refused, before anything is watched; at most Options.MaxEventStreams
+// streams are open at once.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
-	names := r.URL.Query()["queue"]
-	for i, n := range names {
+	var names []string
+	seen := make(map[string]bool)
+	for _, n := range r.URL.Query()["queue"] {
 		if n == defaultQueueName {
-			names[i] = ""
+			n = ""
+		}
+		if !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	if len(names) > maxWatched {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: %d queues watched, at most %d", errBadInput, len(names), maxWatched))
+		return
+	}
+	for _, n := range names {
+		if _, err := h.src.Queue(n); err != nil {
+			h.fail(w, r, status(err), err)
+			return
 		}
 	}
 	if len(names) == 0 {
@@ -187,64 +244,47 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			names = append(names, s.Name)
 		}
 	}
-	if len(names) > 1000 {
-		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: %d queues watched, at most 1000", errBadInput, len(names)))
+	if len(names) > maxWatched {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: %d queues watched, at most %d", errBadInput, len(names), maxWatched))
 		return
 	}
-	merged := make(chan []patch, len(names))
-	type sub struct {
-		name string
-		ch   chan []patch
+	if !h.streams.TryAcquire() {
+		w.Header().Set("Retry-After", "5")
+		h.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("%d live streams are open, the most this dashboard serves at once", h.opts.MaxEventStreams))
+		return
 	}
-	var subs []sub
-	for _, n := range names {
-		ch, ok := h.hub.subscribe(n)
-		if !ok {
-			break
-		}
-		subs = append(subs, sub{n, ch})
-	}
+	defer h.streams.Release()
+	st := newEventStream()
+	var watched []string
 	defer func() {
-		for _, s := range subs {
-			h.hub.unsubscribe(s.name, s.ch)
+		for _, n := range watched {
+			h.hub.unsubscribe(n, st)
 		}
 	}()
+	for _, n := range names {
+		if !h.hub.subscribe(n, st) {
+			return
+		}
+		watched = append(watched, n)
+	}
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Accel-Buffering", "no") // a proxy passes each event on as it comes
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
 		return
-	}
-	// Merge the queues' subscriptions into one channel, one goroutine per
-	// queue watched, so the loop below waits on one channel whatever their
-	// number.
-	stop := make(chan struct{})
-	defer close(stop)
-	for _, s := range subs {
-		go func(ch chan []patch) {
-			for {
-				select {
-				case p := <-ch:
-					select {
-					case merged <- p:
-					case <-stop:
-						return
-					}
-				case <-stop:
-					return
-				}
-			}
-		}(s.ch)
 	}
 	keepAlive := time.NewTicker(15 * time.Second)
 	defer keepAlive.Stop()
 	for {
 		select {
-		case p := <-merged:
-			data, _ := json.Marshal(p)
-			if _, err := fmt.Fprintf(w, "event: patch\ndata: %s\n\n", data); err != nil {
-				return
+		case <-st.wake:
+			for _, p := range st.take() {
+				data, _ := json.Marshal(p)
+				if _, err := fmt.Fprintf(w, "event: patch\ndata: %s\n\n", data); err != nil {
+					return
+				}
 			}
 		case <-keepAlive.C:
 			if _, err := fmt.Fprint(w, ": still here\n\n"); err != nil {
@@ -260,3 +300,6 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 }
+
+// maxWatched bounds the queues one event stream watches.
+const maxWatched = 1000
