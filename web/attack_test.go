@@ -89,13 +89,7 @@ func TestRedirectsKeepTheMountPrefix(t *testing.T) {
 	}
 	f.put(f.named, "x")
 	ids := f.kill(f.named, 1, "boom")
-	req, _ := http.NewRequest(http.MethodPost, f.url("/q/mail/redrive"), strings.NewReader("id="+strconv.FormatUint(ids[0], 10)))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	resp, err := f.client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := f.postResp("/q/mail/redrive", url.Values{"id": {strconv.FormatUint(ids[0], 10)}})
 	resp.Body.Close()
 	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/ops/queues/q/mail/") {
 		t.Fatalf("redrive: %d to %q, want under /ops/queues/q/mail/", resp.StatusCode, loc)
@@ -177,4 +171,55 @@ func TestEventStreamsBounded(t *testing.T) {
 	}
 	a.resp.Body.Close()
 	b.resp.Body.Close()
+}
+
+// TestBulkJobsBounded: however many bulk actions are prepared, the
+// dashboard keeps at most maxJobs, at most maxHolding of them holding
+// their matched IDs, even while the oldest runs (before, a running oldest
+// job stopped the cap: 300 prepares kept 300 jobs and their IDs); a
+// finished job drops its IDs; and with maxHolding running, a prepare is
+// refused with 503.
+func TestBulkJobsBounded(t *testing.T) {
+	js := newJobs()
+	running := &job{ID: "running", State: "running", ids: []uint64{1}}
+	if err := js.add(running); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		st := "confirm"
+		if i%2 == 0 {
+			st = "done"
+		}
+		if err := js.add(&job{ID: fmt.Sprint(i), State: st, ids: []uint64{1, 2, 3}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if kept, holding := js.count(); kept > maxJobs || holding > maxHolding || js.get("running") == nil {
+		t.Fatalf("after 300 prepares beside a running job: %d kept, %d holding IDs (at most %d and %d), running kept: %v",
+			kept, holding, maxJobs, maxHolding, js.get("running") != nil)
+	}
+	for i := range maxHolding - 1 {
+		if err := js.add(&job{ID: fmt.Sprint("r", i), State: "running"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := js.add(&job{ID: "one more", State: "confirm"}); !errors.Is(err, errTooManyJobs) {
+		t.Fatalf("a prepare beside %d running jobs: %v", maxHolding, err)
+	}
+
+	f := newFixture(t, fullAccess)
+	f.put(f.named, "a")
+	f.kill(f.named, 1, "boom")
+	id := f.prepare("/q/mail/bulk", url.Values{"action": {"purge"}, "state": {"dead"}})
+	if code, _ := f.post("/jobs/"+id+"/run", nil); code != http.StatusSeeOther {
+		t.Fatalf("run: %d", code)
+	}
+	j := f.h.jobs.get(id)
+	<-j.finished
+	j.mu.Lock()
+	n := len(j.ids)
+	j.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("a finished job holds %d IDs", n)
+	}
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -71,34 +72,87 @@ func (j *job) progress() progress {
 		Matched: j.Matched, Done: j.Done, Skipped: j.Skipped}
 }
 
-// jobs holds the bulk actions of a handler: the last maxJobs.
+// jobs holds the bulk actions of a handler: the last maxJobs, of which at
+// most maxHolding hold their matched IDs (up to MaxBulk each: 8 MB) while
+// they wait for confirmation or run. A finished job keeps its figures and
+// drops its IDs.
 type jobs struct {
 	mu    sync.Mutex
 	byID  map[string]*job
-	order []string
+	order []string // oldest first
 	wg    sync.WaitGroup
 }
 
-const maxJobs = 64
+const (
+	maxJobs    = 64
+	maxHolding = 8
+)
+
+var errTooManyJobs = errors.New("too many bulk actions are running")
 
 func newJobs() *jobs { return &jobs{byID: make(map[string]*job)} }
 
-func (js *jobs) add(j *job) {
+// add keeps j: past maxHolding jobs that hold IDs it forgets the oldest
+// waiting for confirmation, past maxJobs the oldest finished. When
+// maxHolding jobs run, it refuses j.
+func (js *jobs) add(j *job) error {
 	js.mu.Lock()
 	defer js.mu.Unlock()
+	holding := 0
+	for _, id := range js.order {
+		if js.byID[id].holding() {
+			holding++
+		}
+	}
+	forget := func(which func(*job) bool) bool {
+		for i, id := range js.order {
+			if which(js.byID[id]) {
+				delete(js.byID, id)
+				js.order = append(js.order[:i], js.order[i+1:]...)
+				return true
+			}
+		}
+		return false
+	}
+	for holding >= maxHolding && forget(func(o *job) bool { return o.state() == "confirm" }) {
+		holding--
+	}
 	for len(js.order) >= maxJobs {
-		old := js.byID[js.order[0]]
-		old.mu.Lock()
-		running := old.State == "running"
-		old.mu.Unlock()
-		if running {
+		if !forget(func(o *job) bool { return !o.holding() }) {
 			break
 		}
-		delete(js.byID, js.order[0])
-		js.order = js.order[1:]
+	}
+	if holding >= maxHolding || len(js.order) >= maxJobs {
+		return fmt.Errorf("%w: %d at once, the most this dashboard runs; wait for one to finish", errTooManyJobs, maxHolding)
 	}
 	js.byID[j.ID] = j
 	js.order = append(js.order, j.ID)
+	return nil
+}
+
+func (j *job) state() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.State
+}
+
+// holding says whether j holds its matched IDs: it waits for confirmation
+// or runs.
+func (j *job) holding() bool {
+	st := j.state()
+	return st == "confirm" || st == "running"
+}
+
+// count is how many jobs are kept, and how many of them hold their IDs.
+func (js *jobs) count() (kept, holding int) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	for _, id := range js.order {
+		if js.byID[id].holding() {
+			holding++
+		}
+	}
+	return len(js.order), holding
 }
 
 func (js *jobs) get(id string) *job {
@@ -164,22 +218,32 @@ func (h *Handler) bulkPrepare(w http.ResponseWriter, r *http.Request) {
 	}
 	j := &job{ID: newJobID(), Queue: queue, Action: a, Filter: f, Form: ff, State: "confirm", cancel: make(chan struct{}), finished: make(chan struct{})}
 	j.MatchedAt = time.Now()
-	if j.ids, err = h.match(queue, f); err != nil {
+	if j.ids, err = h.match(r.Context(), queue, f); err != nil {
 		h.fail(w, r, status(err), err)
 		return
 	}
 	j.Matched = len(j.ids)
-	h.jobs.add(j)
-	h.render(w, r, "confirm", j.progress())
+	if err := h.jobs.add(j); err != nil {
+		w.Header().Set("Retry-After", "5")
+		h.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	// Post, then redirect to the job's page, which asks: reloading it
+	// makes no second job.
+	http.Redirect(w, r, "/jobs/"+j.ID, http.StatusSeeOther)
 }
 
 var errTooMany = errors.New("the filter matches too many items")
 
-// match returns the IDs of the queue's items that f matches now.
-func (h *Handler) match(queue string, f walq.ItemFilter) ([]uint64, error) {
+// match returns the IDs of the queue's items that f matches now. It stops
+// when ctx ends (the client left).
+func (h *Handler) match(ctx context.Context, queue string, f walq.ItemFilter) ([]uint64, error) {
 	var ids []uint64
 	var after uint64
 	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		p, err := h.src.ListItems(queue, walq.ListOptions{Filter: f, After: after, Limit: walq.MaxListLimit, Budget: math.MaxInt})
 		if err != nil {
 			return nil, err
@@ -258,6 +322,7 @@ func (h *Handler) bulkCancel(w http.ResponseWriter, r *http.Request) {
 	switch j.State {
 	case "confirm":
 		j.State = "cancelled"
+		j.ids = nil
 	case "running":
 		j.State = "cancelled"
 		close(j.cancel)
@@ -277,6 +342,7 @@ func (h *Handler) runJob(r *http.Request, j *job) {
 	case j.State == "running":
 		j.State = "done"
 	}
+	j.ids = nil // a finished job keeps its figures only
 	j.mu.Unlock()
 	pr := j.progress()
 	h.logAction(r, j.Queue, j.Action.name+" finished", err, "job", j.ID, "state", pr.State, "done", pr.Done, "skipped", pr.Skipped)
@@ -358,10 +424,17 @@ func (h *Handler) apply(j *job, ids []uint64) (int, error) {
 	return n, nil
 }
 
+// jobPage shows a job: the question while it waits for confirmation, its
+// progress after.
 func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
 	j := h.jobOf(w, r)
 	if j == nil {
 		return
 	}
-	h.render(w, r, "job", j.progress())
+	pr := j.progress()
+	if pr.State == "confirm" {
+		h.render(w, r, "confirm", pr)
+		return
+	}
+	h.render(w, r, "job", pr)
 }

@@ -104,6 +104,15 @@ func (f *fixture) get(path string) (int, http.Header, string) {
 // post submits a form to path from the dashboard's own origin.
 func (f *fixture) post(path string, form url.Values) (int, string) {
 	f.t.Helper()
+	resp := f.postResp(path, form)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// postResp is post's response, its body to close.
+func (f *fixture) postResp(path string, form url.Values) *http.Response {
+	f.t.Helper()
 	req, err := http.NewRequest(http.MethodPost, f.url(path), strings.NewReader(form.Encode()))
 	if err != nil {
 		f.t.Fatal(err)
@@ -114,9 +123,7 @@ func (f *fixture) post(path string, form url.Values) (int, string) {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp
 }
 
 // put stores bodies in q and returns their IDs.
@@ -165,4 +172,19 @@ func httptestGet(t *testing.T, h http.Handler, path string) string {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 	return rec.Body.String()
+}
+
+// prepare posts a bulk action's form to path and returns the job it
+// redirects to (post, redirect, get: a reload of the page that asks makes
+// no second job).
+func (f *fixture) prepare(path string, form url.Values) string {
+	f.t.Helper()
+	resp := f.postResp(path, form)
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	id, ok := strings.CutPrefix(loc, "/ops/queues/jobs/")
+	if resp.StatusCode != http.StatusSeeOther || !ok {
+		f.t.Fatalf("prepare %s: %d to %q, want 303 to the job's page", path, resp.StatusCode, loc)
+	}
+	return id
 }

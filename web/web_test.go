@@ -286,11 +286,11 @@ func TestBulkPurgeTouchesOnlyWhatMatchedAtT(t *testing.T) {
 	}
 	others := f.kill(f.named, 2, "dns: timeout")
 	filter := url.Values{"action": {"purge"}, "state": {"dead"}, "q": {"smtp"}}
-	code, page := f.post("/q/mail/bulk", filter)
-	if code != http.StatusOK || !strings.Contains(page, `<strong data-count="matched">5</strong>`) {
-		t.Fatalf("prepare: %d\n%s", code, page)
+	job := f.prepare("/q/mail/bulk", filter)
+	code, _, page := f.get("/jobs/" + job)
+	if code != http.StatusOK || !strings.Contains(page, `<strong data-count="matched">5</strong>`) || !strings.Contains(page, "/jobs/"+job+"/run") {
+		t.Fatalf("the job's page before it runs: %d\n%s", code, page)
 	}
-	job := regexp.MustCompile(`/jobs/([0-9a-f]+)/run`).FindStringSubmatch(page)[1]
 
 	// After T: a new match, and one of the matched redriven.
 	late := f.put(f.named, "late")
