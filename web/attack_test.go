@@ -223,3 +223,45 @@ func TestBulkJobsBounded(t *testing.T) {
 		t.Fatalf("a finished job holds %d IDs", n)
 	}
 }
+
+// TestRedactedFieldLearnedNowhere: with a redacting FormatBody, a reader
+// learns nothing of the redacted field: a search in bodies for any part
+// of it lists nothing in any state, a bulk action counts nothing, and no
+// list shows a body's stored length (before, ?q=guess&body=1 matched the
+// stored bytes: a card number in 77 searches).
+func TestRedactedFieldLearnedNowhere(t *testing.T) {
+	f := newFixture(t, fullAccess)
+	card := regexp.MustCompile(`[0-9]{12,19}`)
+	f.h.opts.FormatBody = func(_ string, _ walq.ItemView, b []byte) []byte { return card.ReplaceAll(b, []byte("[card]")) }
+	secret := "4111111111111111"
+	body := "charge " + secret + " for order 7; padding to an odd length...."
+	f.put(f.named, body, "no card here")
+	f.put(f.named, body)
+	f.kill(f.named, 1, "declined") // the first: dead; the second waits ready
+	guesses := []string{secret, "4111", "41111111", "1111111111111111"}
+	for i := 1; i <= len(secret); i++ {
+		guesses = append(guesses, secret[:i]+" for")
+	}
+	for _, g := range guesses {
+		for _, state := range []string{"ready", "dead", ""} {
+			v := url.Values{"state": {state}, "q": {g}, "body": {"1"}}
+			code, _, page := f.get("/q/mail/?" + v.Encode())
+			if code != http.StatusOK || !strings.Contains(page, "No item here.") {
+				t.Fatalf("a search for %q in %q bodies lists an item (%d)", g, state, code)
+			}
+		}
+		id := f.prepare("/q/mail/bulk", url.Values{"action": {"purge"}, "state": {"dead"}, "q": {g}, "body": {"1"}})
+		if _, _, page := f.get("/jobs/" + id); !strings.Contains(page, "Nothing matches") {
+			t.Fatalf("a bulk purge of dead letters whose body holds %q counts some", g)
+		}
+	}
+	// What it shows can be searched.
+	if _, _, page := f.get("/q/mail/?state=dead&q=%5Bcard%5D&body=1"); strings.Contains(page, "No item here.") {
+		t.Fatal("a search for what the redactor shows finds nothing")
+	}
+	for _, path := range []string{"/q/mail/?state=ready", "/q/mail/?state=dead", "/q/mail/head"} {
+		if _, _, page := f.get(path); strings.Contains(page, fmt.Sprintf("%d B", len(body))) {
+			t.Fatalf("%s shows the stored length %d B", path, len(body))
+		}
+	}
+}

@@ -244,7 +244,7 @@ func (h *Handler) match(ctx context.Context, queue string, f walq.ItemFilter) ([
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		p, err := h.src.ListItems(queue, walq.ListOptions{Filter: f, After: after, Limit: walq.MaxListLimit, Budget: math.MaxInt})
+		p, err := h.listItems(queue, walq.ListOptions{Filter: f, After: after, Limit: walq.MaxListLimit, Budget: math.MaxInt})
 		if err != nil {
 			return nil, err
 		}
@@ -385,7 +385,7 @@ func (h *Handler) applyJob(j *job) error {
 func (h *Handler) stillMatches(j *job, id uint64) (bool, error) {
 	f := j.Filter
 	f.ID = id
-	p, err := h.src.ListItems(j.Queue, walq.ListOptions{Filter: f, Limit: 1})
+	p, err := h.listItems(j.Queue, walq.ListOptions{Filter: f, Limit: 1})
 	if err != nil {
 		return false, err
 	}

@@ -23,12 +23,11 @@ type Options struct {
 	Access func(r *http.Request) Access
 	// FormatBody, when set, gives the bytes shown and downloaded for an
 	// item's body: a formatter (indent JSON, decode a protocol buffer) or
-	// a redactor. It sees every body the dashboard serves, raw downloads
-	// included. It does not yet stand between a reader and the stored
-	// bytes everywhere: a search in bodies (body=1) matches the stored
-	// bytes, and the lists show a body's stored length, so a reader can
-	// test guesses of a redacted field by searching for them. What it
-	// returns is shown escaped, like any body.
+	// a redactor. It stands between a reader and the stored bytes
+	// everywhere: every body the dashboard serves (raw downloads
+	// included) goes through it, a search in bodies (body=1), and so a
+	// bulk action's count, match what it returns, and the lists show no
+	// stored length. What it returns is shown escaped, like any body.
 	FormatBody func(queue string, item walq.ItemView, body []byte) []byte
 	// BodyCut is how many bytes of a body an item page shows [4 KiB];
 	// the rest is cut, with the full length given.
@@ -292,8 +291,12 @@ type page struct {
 	Nav    string // which part of the dashboard: "overview", a queue's name
 	Access Access
 	Actor  bool // the source can act at all
-	Now    time.Time
-	Data   any
+	// Redacted says bodies are shown through Options.FormatBody: the
+	// lists then give no stored length, which would measure what it
+	// hides.
+	Redacted bool
+	Now      time.Time
+	Data     any
 	// Refresh asks the browser to load the page again every second (a
 	// bulk action's progress, which reads without script).
 	Refresh bool
@@ -309,7 +312,8 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string, da
 // renderCode renders the template name with data, answering code.
 func (h *Handler) renderCode(w http.ResponseWriter, r *http.Request, code int, name string, data any) {
 	acc := h.opts.Access(r)
-	p := page{Title: h.opts.Title, Base: base(r), Access: acc, Actor: h.actor != nil, Now: time.Now(), Data: data}
+	p := page{Title: h.opts.Title, Base: base(r), Access: acc, Actor: h.actor != nil, Now: time.Now(), Data: data,
+		Redacted: h.opts.FormatBody != nil}
 	if rf, ok := data.(refresher); ok {
 		p.Refresh = rf.refresh()
 	}

@@ -240,7 +240,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	data.Page, err = h.src.ListItems(name, walq.ListOptions{Filter: f, After: data.After})
+	data.Page, err = h.listItems(name, walq.ListOptions{Filter: f, After: data.After})
 	if err != nil {
 		h.fail(w, r, status(err), err)
 		return
