@@ -62,7 +62,7 @@ func TestCountersPast2To63Render(t *testing.T) {
 	defer h.Close()
 	for _, path := range []string{"/", "/q/mail/"} {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		h.ServeHTTP(rec, newRequest(http.MethodGet, path))
 		if rec.Code != http.StatusOK || path != "/" && !strings.Contains(rec.Body.String(), "9,223,372,036,854,775,808") {
 			t.Fatalf("%s: %d, the counter of 2^63 not shown", path, rec.Code)
 		}
@@ -262,6 +262,41 @@ func TestRedactedFieldLearnedNowhere(t *testing.T) {
 	for _, path := range []string{"/q/mail/?state=ready", "/q/mail/?state=dead", "/q/mail/head"} {
 		if _, _, page := f.get(path); strings.Contains(page, fmt.Sprintf("%d B", len(body))) {
 			t.Fatalf("%s shows the stored length %d B", path, len(body))
+		}
+	}
+}
+
+// TestHostNamesAllowed: a request for a host name the dashboard was not
+// given is refused (DNS rebinding: before, any Host was answered); IP
+// addresses and localhost always are; Options.Hosts adds names, "*" any.
+func TestHostNamesAllowed(t *testing.T) {
+	for _, tc := range []struct {
+		hosts []string
+		host  string
+		ok    bool
+	}{
+		{nil, "127.0.0.1:8080", true},
+		{nil, "[::1]:8080", true},
+		{nil, "10.1.2.3", true},
+		{nil, "localhost:8080", true},
+		{nil, "admin.localhost", true},
+		{nil, "attacker.example:8080", false},
+		{nil, "127.0.0.1.nip.io", false},
+		{[]string{"queue.example.com"}, "Queue.Example.COM:443", true},
+		{[]string{"queue.example.com"}, "other.example.com", false},
+		{[]string{"*"}, "anything.example", true},
+	} {
+		h, err := New(hugeCounters{}, Options{Hosts: tc.hosts})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/static/style.css", nil)
+		req.Host = tc.host
+		h.ServeHTTP(rec, req)
+		h.Close()
+		if got := rec.Code != http.StatusMisdirectedRequest; got != tc.ok {
+			t.Errorf("Hosts %v, Host %q: %d", tc.hosts, tc.host, rec.Code)
 		}
 	}
 }

@@ -133,14 +133,14 @@ func BenchmarkPages1M(b *testing.B) {
 		for b.Loop() {
 			t0 := time.Now()
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+			h.ServeHTTP(rec, newRequest(http.MethodGet, path))
 			if rec.Code != http.StatusOK {
 				b.Fatalf("%s: %d\n%s", path, rec.Code, rec.Body)
 			}
 			worst = max(worst, time.Since(t0))
 		}
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		h.ServeHTTP(rec, newRequest(http.MethodGet, path))
 		b.ReportMetric(float64(strings.Count(rec.Body.String(), `<tr id="item-`)+strings.Count(rec.Body.String(), `<tr><td class="num">`)), "rows")
 		b.ReportMetric(float64(worst.Microseconds())/1000, "worst-ms")
 	}

@@ -48,6 +48,8 @@ func Example() {
 			}
 			return web.ReadOnly
 		},
+		// The name it is reached by (IP addresses and localhost always are).
+		Hosts: []string{"ops.example.com"},
 	})
 	if err != nil {
 		log.Fatal(err)

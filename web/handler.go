@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -37,6 +38,14 @@ type Options struct {
 	// LiveInterval is how often a watched queue is read for the pages'
 	// live updates [1s].
 	LiveInterval time.Duration
+	// Hosts are the host names a request may name in its Host header
+	// (the port aside), besides IP addresses and localhost, which are
+	// always allowed [none]. Any other name is refused with 421: a page
+	// of another site cannot reach the dashboard by pointing a name it
+	// controls at the service's address (DNS rebinding). Behind a proxy
+	// or under a name of its own, list the name; "*" allows any host (for
+	// a proxy that checks it).
+	Hosts []string
 	// MaxEventStreams bounds the live-update streams open at once (a
 	// page that shows live counts holds one) [100]; past it a stream is
 	// refused with 503 and the page still reads without live updates.
@@ -120,6 +129,10 @@ func (h *Handler) Close() error {
 
 // ServeHTTP serves one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !hostAllowed(r.Host, h.opts.Hosts) {
+		http.Error(w, fmt.Sprintf("this dashboard does not answer requests for host %q (web.Options.Hosts lists the names it answers besides IP addresses and localhost)", r.Host), http.StatusMisdirectedRequest)
+		return
+	}
 	hdr := w.Header()
 	hdr.Set("Content-Security-Policy", pageCSP)
 	hdr.Set("X-Content-Type-Options", "nosniff")
@@ -360,4 +373,23 @@ func (l *limiter) Release() {
 	l.mu.Lock()
 	l.n--
 	l.mu.Unlock()
+}
+
+// hostAllowed says whether a request for host (a Host header, with or
+// without a port) may be answered: an IP address, localhost (or a name
+// under .localhost), or a name of allowed ("*": any).
+func hostAllowed(host string, allowed []string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") || net.ParseIP(strings.Trim(host, "[]")) != nil {
+		return true
+	}
+	for _, a := range allowed {
+		if a == "*" || strings.EqualFold(strings.TrimSuffix(a, "."), host) {
+			return true
+		}
+	}
+	return false
 }

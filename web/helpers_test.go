@@ -166,11 +166,19 @@ func deadIDs(q *walq.Queue) map[uint64]bool {
 	return out
 }
 
+// newRequest is httptest.NewRequest (of no body) for a host the
+// dashboard answers.
+func newRequest(method, path string) *http.Request {
+	r := httptest.NewRequest(method, path, nil)
+	r.Host = "localhost"
+	return r
+}
+
 // httptestGet serves path through h and returns the body.
 func httptestGet(t *testing.T, h http.Handler, path string) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	h.ServeHTTP(rec, newRequest(http.MethodGet, path))
 	return rec.Body.String()
 }
 
