@@ -8,7 +8,8 @@ import (
 	"time"
 )
 
-// formIDs reads the item IDs an action names (field id, once per item).
+// formIDs reads the item a per-item action names (field id). It names
+// one: an action on many items is a bulk action, which asks first.
 func formIDs(r *http.Request) ([]uint64, error) {
 	if err := r.ParseForm(); err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadInput, err)
@@ -17,8 +18,8 @@ func formIDs(r *http.Request) ([]uint64, error) {
 	if len(vals) == 0 {
 		return nil, fmt.Errorf("%w: no item named", errBadInput)
 	}
-	if len(vals) > 1000 {
-		return nil, fmt.Errorf("%w: %d items named, at most 1000 (use a bulk action)", errBadInput, len(vals))
+	if len(vals) > 1 {
+		return nil, fmt.Errorf("%w: %d items named: a per-item action names one (a bulk action, which asks first, acts on many)", errBadInput, len(vals))
 	}
 	ids := make([]uint64, len(vals))
 	for i, v := range vals {
@@ -62,29 +63,34 @@ func (h *Handler) back(w http.ResponseWriter, r *http.Request, queue string, id 
 }
 
 func (h *Handler) redrive(w http.ResponseWriter, r *http.Request, queue string) {
-	h.onItems(w, r, queue, actRedrive, h.actor.Redrive)
+	h.onItems(w, r, queue, Redrive)
 }
 
 func (h *Handler) purge(w http.ResponseWriter, r *http.Request, queue string) {
-	h.onItems(w, r, queue, actPurge, h.actor.Purge)
+	h.onItems(w, r, queue, Purge)
 }
 
 // delete deletes items in any state; the browser goes back to the list of
 // the state the item was in (there is no item page any more).
 func (h *Handler) delete(w http.ResponseWriter, r *http.Request, queue string) {
-	h.onItems(w, r, queue, actDelete, h.actor.Delete)
+	h.onItems(w, r, queue, Delete)
 }
 
 // onItems applies an action to the items the form names, logs it, and
 // sends the browser on.
-func (h *Handler) onItems(w http.ResponseWriter, r *http.Request, queue string, act action, do func(queue string, ids ...uint64) error) {
+func (h *Handler) onItems(w http.ResponseWriter, r *http.Request, queue string, kind ActionKind) {
 	ids, err := formIDs(r)
 	if err != nil {
 		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
+	if err := h.allowed(r, Action{Kind: kind, Queue: queue, Items: ids}); err != nil {
+		h.fail(w, r, http.StatusForbidden, err)
+		return
+	}
+	do := map[ActionKind]func(string, ...uint64) error{Redrive: h.actor.Redrive, Purge: h.actor.Purge, Delete: h.actor.Delete}[kind]
 	err = do(queue, ids...)
-	h.logAction(r, queue, act.name, err, "ids", ids)
+	h.logAction(r, queue, string(kind), err, "ids", ids)
 	if err != nil {
 		h.fail(w, r, status(err), err)
 		return
@@ -117,7 +123,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, queue string) {
 		until = time.Now().Add(d)
 	}
 	err := h.actor.Pause(queue, until)
-	h.logAction(r, queue, actPause.name, err, slog.Time("until", until))
+	h.logAction(r, queue, string(Pause), err, slog.Time("until", until))
 	if err != nil {
 		h.fail(w, r, status(err), err)
 		return
@@ -128,7 +134,7 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request, queue string) {
 
 func (h *Handler) resume(w http.ResponseWriter, r *http.Request, queue string) {
 	err := h.actor.Resume(queue)
-	h.logAction(r, queue, actResume.name, err)
+	h.logAction(r, queue, string(Resume), err)
 	if err != nil {
 		h.fail(w, r, status(err), err)
 		return

@@ -211,7 +211,7 @@ func TestBulkJobsBounded(t *testing.T) {
 	f.put(f.named, "a")
 	f.kill(f.named, 1, "boom")
 	id := f.prepare("/q/mail/bulk", url.Values{"action": {"purge"}, "state": {"dead"}})
-	if code, _ := f.post("/jobs/"+id+"/run", nil); code != http.StatusSeeOther {
+	if code, _ := f.post("/q/mail/jobs/"+id+"/run", nil); code != http.StatusSeeOther {
 		t.Fatalf("run: %d", code)
 	}
 	j := f.h.jobs.get(id)
@@ -251,7 +251,7 @@ func TestRedactedFieldLearnedNowhere(t *testing.T) {
 			}
 		}
 		id := f.prepare("/q/mail/bulk", url.Values{"action": {"purge"}, "state": {"dead"}, "q": {g}, "body": {"1"}})
-		if _, _, page := f.get("/jobs/" + id); !strings.Contains(page, "Nothing matches") {
+		if _, _, page := f.get("/q/mail/jobs/" + id); !strings.Contains(page, "Nothing matches") {
 			t.Fatalf("a bulk purge of dead letters whose body holds %q counts some", g)
 		}
 	}

@@ -209,7 +209,7 @@ func TestBrowserBulkPurgeAsksThenRemovesWhatMatched(t *testing.T) {
 	late := f.put(f.named, "late")[0]
 	f.kill(f.named, 1, "smtp: 550 mailbox full")
 	action := eval[string](t, ctx, `document.getElementById("confirm").form.getAttribute("action")`)
-	job := strings.TrimSuffix(strings.TrimPrefix(action, "/ops/queues/jobs/"), "/run")
+	job := strings.TrimSuffix(strings.TrimPrefix(action, "/ops/queues/q/mail/jobs/"), "/run")
 	load(t, ctx, chromedp.Click(chromedp.ID("confirm")))
 	waitJob(t, f, job)
 	dead := deadIDs(f.named)
@@ -225,7 +225,7 @@ func TestBrowserBulkPurgeAsksThenRemovesWhatMatched(t *testing.T) {
 	}
 	// The job is done: its page, loaded afresh, says so (while it ran, the
 	// page reloaded itself every second).
-	do(t, ctx, chromedp.Navigate(f.url("/jobs/"+job)))
+	do(t, ctx, chromedp.Navigate(f.url("/q/mail/jobs/"+job)))
 	if got := eval[string](t, ctx, `document.getElementById("job-progress").dataset.state + ": " + document.getElementById("job-progress").textContent`); !strings.HasPrefix(got, "done: ") || !strings.Contains(got, "4 done, 0 skipped") {
 		t.Fatalf("the job page says %q", got)
 	}

@@ -38,7 +38,7 @@ const bulkBatch = 500
 type job struct {
 	ID        string
 	Queue     string
-	Action    action
+	Kind      ActionKind
 	Filter    walq.ItemFilter
 	Form      filterForm
 	MatchedAt time.Time
@@ -67,7 +67,7 @@ func (p progress) refresh() bool { return p.State == "running" }
 func (j *job) progress() progress {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return progress{ID: j.ID, Queue: queueLabel(j.Queue), QueuePath: queuePath(j.Queue), Action: j.Action.name,
+	return progress{ID: j.ID, Queue: queueLabel(j.Queue), QueuePath: queuePath(j.Queue), Action: string(j.Kind),
 		Filter: j.Form.Describe(), State: j.State, Err: j.Err, MatchedAt: j.MatchedAt,
 		Matched: j.Matched, Done: j.Done, Skipped: j.Skipped}
 }
@@ -183,27 +183,22 @@ func newJobID() string {
 }
 
 // bulkPrepare matches the filter now and asks for confirmation.
-func (h *Handler) bulkPrepare(w http.ResponseWriter, r *http.Request) {
-	queue, err := queueParam(r)
-	if err != nil {
-		h.fail(w, r, http.StatusNotFound, err)
-		return
-	}
+func (h *Handler) bulkPrepare(w http.ResponseWriter, r *http.Request, queue string) {
 	if err := r.ParseForm(); err != nil {
 		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	var a action
+	var kind ActionKind
 	switch r.PostFormValue("action") {
 	case "redrive":
-		a = actBulkRedrive
+		kind = BulkRedrive
 	case "purge":
-		a = actBulkPurge
+		kind = BulkPurge
 	default:
 		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: bulk action %q: want redrive or purge", errBadInput, r.PostFormValue("action")))
 		return
 	}
-	if err := h.allowed(r, a); err != nil {
+	if err := h.allowed(r, Action{Kind: kind, Queue: queue}); err != nil {
 		h.fail(w, r, http.StatusForbidden, err)
 		return
 	}
@@ -213,10 +208,10 @@ func (h *Handler) bulkPrepare(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if f.State != "dead" {
-		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: bulk %s applies to dead letters: filter state dead", errBadInput, a.name))
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: bulk %s applies to dead letters: filter state dead", errBadInput, kind))
 		return
 	}
-	j := &job{ID: newJobID(), Queue: queue, Action: a, Filter: f, Form: ff, State: "confirm", cancel: make(chan struct{}), finished: make(chan struct{})}
+	j := &job{ID: newJobID(), Queue: queue, Kind: kind, Filter: f, Form: ff, State: "confirm", cancel: make(chan struct{}), finished: make(chan struct{})}
 	j.MatchedAt = time.Now()
 	if j.ids, err = h.match(r.Context(), queue, f); err != nil {
 		h.fail(w, r, status(err), err)
@@ -230,8 +225,11 @@ func (h *Handler) bulkPrepare(w http.ResponseWriter, r *http.Request) {
 	}
 	// Post, then redirect to the job's page, which asks: reloading it
 	// makes no second job.
-	http.Redirect(w, r, "/jobs/"+j.ID, http.StatusSeeOther)
+	http.Redirect(w, r, j.path(), http.StatusSeeOther)
 }
+
+// path is the job's page, under its queue.
+func (j *job) path() string { return "/q/" + queuePath(j.Queue) + "/jobs/" + j.ID }
 
 var errTooMany = errors.New("the filter matches too many items")
 
@@ -261,22 +259,24 @@ func (h *Handler) match(ctx context.Context, queue string, f walq.ItemFilter) ([
 	}
 }
 
-func (h *Handler) jobOf(w http.ResponseWriter, r *http.Request) *job {
+// jobOf finds the job the path names, of the queue it names.
+func (h *Handler) jobOf(w http.ResponseWriter, r *http.Request, queue string) *job {
 	j := h.jobs.get(r.PathValue("job"))
-	if j == nil {
-		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no bulk action %q (the dashboard keeps the last %d)", r.PathValue("job"), maxJobs))
+	if j == nil || j.Queue != queue {
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no bulk action %q of queue %s (the dashboard keeps the last %d)", r.PathValue("job"), queueLabel(queue), maxJobs))
+		return nil
 	}
 	return j
 }
 
 // allowedJobOf is jobOf for a request that acts on the job: it also fails
 // the request, and returns nil, when the job's action is not allowed.
-func (h *Handler) allowedJobOf(w http.ResponseWriter, r *http.Request) *job {
-	j := h.jobOf(w, r)
+func (h *Handler) allowedJobOf(w http.ResponseWriter, r *http.Request, queue string) *job {
+	j := h.jobOf(w, r, queue)
 	if j == nil {
 		return nil
 	}
-	if err := h.allowed(r, j.Action); err != nil {
+	if err := h.allowed(r, Action{Kind: j.Kind, Queue: j.Queue}); err != nil {
 		h.fail(w, r, http.StatusForbidden, err)
 		return nil
 	}
@@ -284,8 +284,8 @@ func (h *Handler) allowedJobOf(w http.ResponseWriter, r *http.Request) *job {
 }
 
 // bulkRun starts a confirmed job.
-func (h *Handler) bulkRun(w http.ResponseWriter, r *http.Request) {
-	j := h.allowedJobOf(w, r)
+func (h *Handler) bulkRun(w http.ResponseWriter, r *http.Request, queue string) {
+	j := h.allowedJobOf(w, r, queue)
 	if j == nil {
 		return
 	}
@@ -306,15 +306,15 @@ func (h *Handler) bulkRun(w http.ResponseWriter, r *http.Request) {
 	j.State = "running"
 	h.jobs.wg.Add(1)
 	j.mu.Unlock()
-	h.logAction(r, j.Queue, j.Action.name, nil, "job", j.ID, "filter", j.Form.Describe(), "matched", j.Matched,
+	h.logAction(r, j.Queue, string(j.Kind), nil, "job", j.ID, "filter", j.Form.Describe(), "matched", j.Matched,
 		"matched_at", j.MatchedAt.UTC())
 	go h.runJob(r, j)
-	http.Redirect(w, r, "/jobs/"+j.ID, http.StatusSeeOther)
+	http.Redirect(w, r, j.path(), http.StatusSeeOther)
 }
 
 // bulkCancel stops a job that waits for confirmation or runs.
-func (h *Handler) bulkCancel(w http.ResponseWriter, r *http.Request) {
-	j := h.allowedJobOf(w, r)
+func (h *Handler) bulkCancel(w http.ResponseWriter, r *http.Request, queue string) {
+	j := h.allowedJobOf(w, r, queue)
 	if j == nil {
 		return
 	}
@@ -328,7 +328,7 @@ func (h *Handler) bulkCancel(w http.ResponseWriter, r *http.Request) {
 		close(j.cancel)
 	}
 	j.mu.Unlock()
-	http.Redirect(w, r, "/jobs/"+j.ID, http.StatusSeeOther)
+	http.Redirect(w, r, j.path(), http.StatusSeeOther)
 }
 
 func (h *Handler) runJob(r *http.Request, j *job) {
@@ -345,7 +345,7 @@ func (h *Handler) runJob(r *http.Request, j *job) {
 	j.ids = nil // a finished job keeps its figures only
 	j.mu.Unlock()
 	pr := j.progress()
-	h.logAction(r, j.Queue, j.Action.name+" finished", err, "job", j.ID, "state", pr.State, "done", pr.Done, "skipped", pr.Skipped)
+	h.logAction(r, j.Queue, string(j.Kind)+" finished", err, "job", j.ID, "state", pr.State, "done", pr.Done, "skipped", pr.Skipped)
 	h.hub.poke(j.Queue)
 }
 
@@ -400,7 +400,7 @@ func (h *Handler) apply(j *job, ids []uint64) (int, error) {
 		return 0, nil
 	}
 	do := func(ids ...uint64) error {
-		if j.Action == actBulkRedrive {
+		if j.Kind == BulkRedrive {
 			return h.actor.Redrive(j.Queue, ids...)
 		}
 		return h.actor.Purge(j.Queue, ids...)
@@ -426,8 +426,8 @@ func (h *Handler) apply(j *job, ids []uint64) (int, error) {
 
 // jobPage shows a job: the question while it waits for confirmation, its
 // progress after.
-func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request) {
-	j := h.jobOf(w, r)
+func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request, queue string) {
+	j := h.jobOf(w, r, queue)
 	if j == nil {
 		return
 	}

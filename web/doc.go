@@ -19,8 +19,9 @@
 // Actions (redrive, purge, pause until and resume, redrive or purge of
 // every dead letter a filter matched, counted and confirmed first, and the
 // deletion of a stored item in any state, walq.Queue.DeleteItems) are
-// offered only where Options.Access allows them, and checked on the
-// server. Cross-origin requests are refused (http.CrossOriginProtection),
+// offered only where Options.Access or Options.Allow allows them, and
+// checked on the server; Allow decides each Action, per queue and per
+// item, so a request sees and changes only the queues it is given. Cross-origin requests are refused (http.CrossOriginProtection),
 // every page carries a Content-Security-Policy that allows no inline
 // script and no other host, every value is escaped, and a raw body is
 // served as an attachment that no browser renders. Actions are logged

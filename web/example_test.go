@@ -75,3 +75,63 @@ func Example() {
 	// 200 text/html; charset=utf-8
 	// true
 }
+
+// Options.Allow decides each action, per queue and per item: here a
+// team reads and redrives its own queues (named "<team>.<queue>"), and
+// sees no other in the overview, its live counts or its pages.
+func ExampleAction() {
+	dir, err := os.MkdirTemp("", "walq-web-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	q, err := walq.Open(dir, walq.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+	billing, err := q.OpenQueue("billing.invoices", walq.QueueOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mail, err := q.OpenQueue("mail.welcome", walq.QueueOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	src, err := web.Queues(billing, mail)
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	dash, err := web.New(src, web.Options{
+		Allow: func(r *http.Request, a web.Action) bool {
+			// The team the service's auth put the request in.
+			team := r.Header.Get("X-Team")
+			if team == "" {
+				return false
+			}
+			switch a.Kind {
+			case web.Browse:
+				return true
+			case web.Read, web.Redrive:
+				return strings.HasPrefix(a.Queue, team+".")
+			}
+			return false
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer dash.Close()
+
+	for _, path := range []string{"/q/billing.invoices/", "/q/mail.welcome/"} {
+		req := httptest.NewRequest(http.MethodGet, "http://localhost"+path, nil)
+		req.Header.Set("X-Team", "billing")
+		rec := httptest.NewRecorder()
+		dash.ServeHTTP(rec, req)
+		fmt.Println(path, rec.Code)
+	}
+	// Output:
+	// /q/billing.invoices/ 200
+	// /q/mail.welcome/ 403
+}

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -19,8 +20,15 @@ import (
 // Options configure a Handler. The zero value serves a read-only
 // dashboard.
 type Options struct {
-	// Access says what a request may do [ReadOnlyAccess]. A source that
-	// is not an Actor allows no action whatever it says.
+	// Allow decides each Action a request asks for: to see the
+	// dashboard's frame, to read a queue, to act on a queue or on some of
+	// its items. It is asked on the server before every page, stream,
+	// job and action, and the pages offer only what it allows. Set Allow
+	// or Access, not both.
+	Allow func(r *http.Request, a Action) bool
+	// Access is the simpler hook: what a request may do, the same on
+	// every queue [ReadOnlyAccess unless Allow is set]. A source that is
+	// not an Actor allows no action whatever either says.
 	Access func(r *http.Request) Access
 	// FormatBody, when set, gives the bytes shown and downloaded for an
 	// item's body: a formatter (indent JSON, decode a protocol buffer) or
@@ -83,7 +91,10 @@ func New(src Source, opts Options) (*Handler, error) {
 	if src == nil {
 		return nil, errors.New("web: New with a nil Source")
 	}
-	if opts.Access == nil {
+	switch {
+	case opts.Allow != nil && opts.Access != nil:
+		return nil, errors.New("web: New with both Options.Allow and Options.Access: set one")
+	case opts.Allow == nil && opts.Access == nil:
 		opts.Access = ReadOnlyAccess
 	}
 	if opts.BodyCut <= 0 {
@@ -182,31 +193,39 @@ func (h *Handler) routes() {
 	static, _ := fs.Sub(staticFS, "static")
 	files := http.FileServerFS(static)
 	m := h.mux
-	m.Handle("GET /static/", h.read(func(w http.ResponseWriter, r *http.Request) {
+	m.Handle("GET /static/", h.browse(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "max-age=3600")
 		http.StripPrefix("/static", files).ServeHTTP(w, r)
 	}))
-	m.Handle("GET /{$}", h.read(h.overview))
+	m.Handle("GET /{$}", h.browse(h.overview))
+	m.Handle("GET /events", h.browse(h.events))
 	m.Handle("GET /q/{queue}/{$}", h.read(h.queuePage))
 	m.Handle("GET /q/{queue}/head", h.read(h.headPage))
 	m.Handle("GET /q/{queue}/item/{id}", h.read(h.itemPage))
 	m.Handle("GET /q/{queue}/item/{id}/raw", h.read(h.rawBody))
-	m.Handle("GET /events", h.read(h.events))
-	m.Handle("GET /jobs/{job}", h.read(h.jobPage))
-	m.Handle("POST /q/{queue}/redrive", h.act(actRedrive, h.redrive))
-	m.Handle("POST /q/{queue}/purge", h.act(actPurge, h.purge))
-	m.Handle("POST /q/{queue}/delete", h.act(actDelete, h.delete))
-	m.Handle("POST /q/{queue}/pause", h.act(actPause, h.pause))
-	m.Handle("POST /q/{queue}/resume", h.act(actResume, h.resume))
+	m.Handle("GET /q/{queue}/jobs/{job}", h.read(h.jobPage))
+	m.Handle("POST /q/{queue}/redrive", h.read(h.redrive)) // onItems asks with the item
+	m.Handle("POST /q/{queue}/purge", h.read(h.purge))     // onItems asks with the item
+	m.Handle("POST /q/{queue}/delete", h.read(h.delete))   // onItems asks with the item
+	m.Handle("POST /q/{queue}/pause", h.act(Pause, h.pause))
+	m.Handle("POST /q/{queue}/resume", h.act(Resume, h.resume))
 	m.Handle("POST /q/{queue}/bulk", h.read(h.bulkPrepare))
-	m.Handle("POST /jobs/{job}/run", h.read(h.bulkRun))
-	m.Handle("POST /jobs/{job}/cancel", h.read(h.bulkCancel))
+	m.Handle("POST /q/{queue}/jobs/{job}/run", h.read(h.bulkRun))
+	m.Handle("POST /q/{queue}/jobs/{job}/cancel", h.read(h.bulkCancel))
 }
 
-// read guards a page: the request must be allowed to read.
-func (h *Handler) read(fn http.HandlerFunc) http.Handler {
+// allows says whether r may take a.
+func (h *Handler) allows(r *http.Request, a Action) bool {
+	if h.opts.Allow != nil {
+		return h.opts.Allow(r, a)
+	}
+	return h.opts.Access(r).Allows(a.Kind)
+}
+
+// browse guards the dashboard's frame.
+func (h *Handler) browse(fn http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.opts.Access(r).Has(AccessRead) {
+		if !h.allows(r, Action{Kind: Browse}) {
 			h.fail(w, r, http.StatusForbidden, errors.New("this dashboard is not open to you"))
 			return
 		}
@@ -214,17 +233,39 @@ func (h *Handler) read(fn http.HandlerFunc) http.Handler {
 	})
 }
 
-// act guards an action: the source must be an Actor and the request allowed
-// to take the action.
-func (h *Handler) act(a action, fn func(w http.ResponseWriter, r *http.Request, queue string)) http.Handler {
+// read guards a queue's page: the request must be allowed to read the
+// queue its path names (and the item, when it names one).
+func (h *Handler) read(fn func(w http.ResponseWriter, r *http.Request, queue string)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := h.allowed(r, a); err != nil {
-			h.fail(w, r, http.StatusForbidden, err)
-			return
-		}
 		queue, err := queueParam(r)
 		if err != nil {
 			h.fail(w, r, http.StatusNotFound, err)
+			return
+		}
+		a := Action{Kind: Read, Queue: queue}
+		if id, err := strconv.ParseUint(r.PathValue("id"), 10, 64); err == nil {
+			a.Items = []uint64{id}
+		}
+		if !h.allows(r, a) {
+			h.fail(w, r, http.StatusForbidden, fmt.Errorf("queue %s is not open to you", queueLabel(queue)))
+			return
+		}
+		fn(w, r, queue)
+	})
+}
+
+// act guards an action on the queue the path names: the source must be
+// an Actor, and the request allowed to take it. (A per-item action is
+// guarded by read, then asked with its item by onItems.)
+func (h *Handler) act(kind ActionKind, fn func(w http.ResponseWriter, r *http.Request, queue string)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queue, err := queueParam(r)
+		if err != nil {
+			h.fail(w, r, http.StatusNotFound, err)
+			return
+		}
+		if err := h.allowed(r, Action{Kind: kind, Queue: queue}); err != nil {
+			h.fail(w, r, http.StatusForbidden, err)
 			return
 		}
 		fn(w, r, queue)
@@ -232,12 +273,12 @@ func (h *Handler) act(a action, fn func(w http.ResponseWriter, r *http.Request, 
 }
 
 // allowed says why r may not take a, or returns nil.
-func (h *Handler) allowed(r *http.Request, a action) error {
+func (h *Handler) allowed(r *http.Request, a Action) error {
 	switch {
 	case h.actor == nil:
-		return fmt.Errorf("%s refused: this dashboard is read-only", a.name)
-	case !h.opts.Access(r).Has(a.need):
-		return fmt.Errorf("%s refused: you may not %s here", a.name, a.name)
+		return fmt.Errorf("%s refused: this dashboard is read-only", a.Kind)
+	case !h.allows(r, a):
+		return fmt.Errorf("%s refused: you may not %s here", a.Kind, a.Kind)
 	}
 	return nil
 }
@@ -299,11 +340,13 @@ var errBadInput = errors.New("bad input")
 
 // page is what every template gets.
 type page struct {
-	Title  string
-	Base   string
-	Nav    string // which part of the dashboard: "overview", a queue's name
-	Access Access
-	Actor  bool // the source can act at all
+	Title string
+	Base  string
+	Nav   string // which part of the dashboard: "overview", a queue's name
+	Actor bool   // the source can act at all
+	// can says whether the request may take an action of a kind on the
+	// page's queue (nil on a page of no queue).
+	can func(ActionKind) bool
 	// Redacted says bodies are shown through Options.FormatBody: the
 	// lists then give no stored length, which would measure what it
 	// hides.
@@ -324,9 +367,11 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, name string, da
 
 // renderCode renders the template name with data, answering code.
 func (h *Handler) renderCode(w http.ResponseWriter, r *http.Request, code int, name string, data any) {
-	acc := h.opts.Access(r)
-	p := page{Title: h.opts.Title, Base: base(r), Access: acc, Actor: h.actor != nil, Now: time.Now(), Data: data,
+	p := page{Title: h.opts.Title, Base: base(r), Actor: h.actor != nil, Now: time.Now(), Data: data,
 		Redacted: h.opts.FormatBody != nil}
+	if queue, err := queueParam(r); err == nil && r.PathValue("queue") != "" {
+		p.can = func(k ActionKind) bool { return h.allows(r, Action{Kind: k, Queue: queue}) }
+	}
 	if rf, ok := data.(refresher); ok {
 		p.Refresh = rf.refresh()
 	}
@@ -340,15 +385,14 @@ func (h *Handler) renderCode(w http.ResponseWriter, r *http.Request, code int, n
 	w.Write(buf.Bytes())
 }
 
-// Can reports whether the page may offer the action named.
+// Can reports whether the page may offer the action named, on its queue.
 func (p page) Can(name string) bool {
-	for _, a := range []action{actRedrive, actPurge, actPause, actResume, actBulkRedrive, actBulkPurge, actDelete} {
-		if a.name == name {
-			return p.Actor && p.Access.Has(a.need)
-		}
-	}
-	return false
+	return p.Actor && p.can != nil && p.can(ActionKind(name))
 }
+
+// OfQueue reports whether the page is one queue's (what it may offer is
+// then the queue's).
+func (p page) OfQueue() bool { return p.can != nil }
 
 // limiter counts what is open of something bounded.
 type limiter struct {

@@ -48,6 +48,13 @@ type fixture struct {
 
 func newFixture(t *testing.T, access func(*http.Request) Access) *fixture {
 	t.Helper()
+	return newFixtureWith(t, Options{Access: access})
+}
+
+// newFixtureWith is newFixture with the dashboard's options (whose
+// LiveInterval it sets to 50 ms).
+func newFixtureWith(t *testing.T, opts Options) *fixture {
+	t.Helper()
 	logs := &logBuffer{}
 	q, err := walq.Open(t.TempDir(), walq.Options{
 		Sync: walq.SyncNever, MaxAttempts: 1, Backoff: func(int) time.Duration { return 0 },
@@ -64,7 +71,8 @@ func newFixture(t *testing.T, access func(*http.Request) Access) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(src, Options{Access: access, LiveInterval: 50 * time.Millisecond})
+	opts.LiveInterval = 50 * time.Millisecond
+	h, err := New(src, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,15 +191,15 @@ func httptestGet(t *testing.T, h http.Handler, path string) string {
 }
 
 // prepare posts a bulk action's form to path and returns the job it
-// redirects to (post, redirect, get: a reload of the page that asks makes
+// redirects to, under the queue's path (post, redirect, get: a reload of the page that asks makes
 // no second job).
 func (f *fixture) prepare(path string, form url.Values) string {
 	f.t.Helper()
 	resp := f.postResp(path, form)
 	resp.Body.Close()
 	loc := resp.Header.Get("Location")
-	id, ok := strings.CutPrefix(loc, "/ops/queues/jobs/")
-	if resp.StatusCode != http.StatusSeeOther || !ok {
+	_, id, ok := strings.Cut(loc, "/jobs/")
+	if resp.StatusCode != http.StatusSeeOther || !ok || loc != "/ops/queues"+strings.TrimSuffix(path, "/bulk")+"/jobs/"+id {
 		f.t.Fatalf("prepare %s: %d to %q, want 303 to the job's page", path, resp.StatusCode, loc)
 	}
 	return id

@@ -233,6 +233,10 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, status(err), err)
 			return
 		}
+		if !h.allows(r, Action{Kind: Read, Queue: n}) {
+			h.fail(w, r, http.StatusForbidden, fmt.Errorf("queue %s is not open to you", queueLabel(n)))
+			return
+		}
 	}
 	if len(names) == 0 {
 		sums, err := h.src.Queues()
@@ -241,7 +245,9 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		for _, s := range sums {
-			names = append(names, s.Name)
+			if h.allows(r, Action{Kind: Read, Queue: s.Name}) {
+				names = append(names, s.Name)
+			}
 		}
 	}
 	if len(names) > maxWatched {

@@ -21,15 +21,17 @@ type row struct {
 	Chart chart
 }
 
-// rows summarizes every queue, with its chart.
-func (h *Handler) rows(now time.Time) ([]row, error) {
+// rows are the overview's rows: the queues r may read.
+func (h *Handler) rows(r *http.Request, now time.Time) ([]row, error) {
 	sums, err := h.src.Queues()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]row, len(sums))
-	for i, s := range sums {
-		out[i] = h.row(s, now)
+	out := make([]row, 0, len(sums))
+	for _, s := range sums {
+		if h.allows(r, Action{Kind: Read, Queue: s.Name}) {
+			out = append(out, h.row(s, now))
+		}
 	}
 	return out, nil
 }
@@ -82,7 +84,7 @@ func (h *Handler) summary(name string, now time.Time) (row, error) {
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
-	rows, err := h.rows(time.Now())
+	rows, err := h.rows(r, time.Now())
 	if err != nil {
 		h.fail(w, r, status(err), err)
 		return
@@ -212,12 +214,7 @@ type listing struct {
 	Bulkable bool // the filter selects dead letters: bulk actions apply
 }
 
-func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
-	name, err := queueParam(r)
-	if err != nil {
-		h.fail(w, r, http.StatusNotFound, err)
-		return
-	}
+func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request, name string) {
 	rw, err := h.summary(name, time.Now())
 	if err != nil {
 		h.fail(w, r, status(err), err)
@@ -259,12 +256,8 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request) {
 // every value, so the link is safe to use as it stands.
 func query(v url.Values) template.URL { return template.URL("?" + v.Encode()) }
 
-func (h *Handler) headPage(w http.ResponseWriter, r *http.Request) {
-	name, err := queueParam(r)
-	if err != nil {
-		h.fail(w, r, http.StatusNotFound, err)
-		return
-	}
+func (h *Handler) headPage(w http.ResponseWriter, r *http.Request, name string) {
+	var err error
 	n := 100
 	if s := r.URL.Query().Get("n"); s != "" {
 		if n, err = strconv.Atoi(s); err != nil || n < 1 || n > walq.MaxHead {
@@ -295,18 +288,6 @@ type itemData struct {
 	BodyError string
 }
 
-func (h *Handler) itemParams(r *http.Request) (string, uint64, error) {
-	name, err := queueParam(r)
-	if err != nil {
-		return "", 0, err
-	}
-	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
-	if err != nil || id == 0 {
-		return "", 0, fmt.Errorf("%w: item ID %q: want a positive whole number", errBadInput, r.PathValue("id"))
-	}
-	return name, id, nil
-}
-
 // body returns the item's body as the dashboard serves it: through
 // Options.FormatBody when set.
 func (h *Handler) body(queue string, it walq.ItemView) ([]byte, error) {
@@ -320,22 +301,24 @@ func (h *Handler) body(queue string, it walq.ItemView) ([]byte, error) {
 	return b, nil
 }
 
-// itemOf returns the queue and item the request's path names, or fails
-// the request and returns ok false.
-func (h *Handler) itemOf(w http.ResponseWriter, r *http.Request) (name string, it walq.ItemView, ok bool) {
-	name, id, err := h.itemParams(r)
-	if err == nil {
+// itemOf returns the item the request's path names in queue name, or
+// fails the request and returns ok false.
+func (h *Handler) itemOf(w http.ResponseWriter, r *http.Request, name string) (it walq.ItemView, ok bool) {
+	id, err := strconv.ParseUint(r.PathValue("id"), 10, 64)
+	if err != nil || id == 0 {
+		err = fmt.Errorf("%w: item ID %q: want a positive whole number", errBadInput, r.PathValue("id"))
+	} else {
 		it, err = h.src.Item(name, id)
 	}
 	if err != nil {
 		h.fail(w, r, status(err), err)
-		return "", walq.ItemView{}, false
+		return walq.ItemView{}, false
 	}
-	return name, it, true
+	return it, true
 }
 
-func (h *Handler) itemPage(w http.ResponseWriter, r *http.Request) {
-	name, it, ok := h.itemOf(w, r)
+func (h *Handler) itemPage(w http.ResponseWriter, r *http.Request, name string) {
+	it, ok := h.itemOf(w, r, name)
 	if !ok {
 		return
 	}
@@ -357,8 +340,8 @@ func (h *Handler) itemPage(w http.ResponseWriter, r *http.Request) {
 
 // rawBody serves a body as a download that no browser renders: an opaque
 // type, an attachment, no sniffing, and a sandbox should it be opened.
-func (h *Handler) rawBody(w http.ResponseWriter, r *http.Request) {
-	name, it, ok := h.itemOf(w, r)
+func (h *Handler) rawBody(w http.ResponseWriter, r *http.Request, name string) {
+	it, ok := h.itemOf(w, r, name)
 	if !ok {
 		return
 	}

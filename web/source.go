@@ -29,7 +29,8 @@ type Source interface {
 }
 
 // Actor is a Source whose queues can be changed: the dashboard offers its
-// actions only on one (and only to requests Options.Access allows).
+// actions only on one (and only to requests Options.Access or
+// Options.Allow allows).
 type Actor interface {
 	Source
 	Redrive(queue string, ids ...uint64) error

@@ -53,7 +53,7 @@ func TestPagesRender(t *testing.T) {
 		"/q/mail/?id=-1":        http.StatusBadRequest,
 		"/q/mail/?from=someday": http.StatusBadRequest,
 		"/q/mail/head?n=5000":   http.StatusBadRequest,
-		"/jobs/nope":            http.StatusNotFound,
+		"/q/mail/jobs/nope":     http.StatusNotFound,
 	} {
 		if code, _, body := f.get(path); code != want {
 			t.Errorf("%s: %d, want %d\n%s", path, code, want, body)
@@ -287,8 +287,8 @@ func TestBulkPurgeTouchesOnlyWhatMatchedAtT(t *testing.T) {
 	others := f.kill(f.named, 2, "dns: timeout")
 	filter := url.Values{"action": {"purge"}, "state": {"dead"}, "q": {"smtp"}}
 	job := f.prepare("/q/mail/bulk", filter)
-	code, _, page := f.get("/jobs/" + job)
-	if code != http.StatusOK || !strings.Contains(page, `<strong data-count="matched">5</strong>`) || !strings.Contains(page, "/jobs/"+job+"/run") {
+	code, _, page := f.get("/q/mail/jobs/" + job)
+	if code != http.StatusOK || !strings.Contains(page, `<strong data-count="matched">5</strong>`) || !strings.Contains(page, "/q/mail/jobs/"+job+"/run") {
 		t.Fatalf("the job's page before it runs: %d\n%s", code, page)
 	}
 
@@ -298,7 +298,7 @@ func TestBulkPurgeTouchesOnlyWhatMatchedAtT(t *testing.T) {
 	if err := f.named.Redrive(1); err != nil {
 		t.Fatal(err)
 	}
-	if code, _ := f.post("/jobs/"+job+"/run", nil); code != http.StatusSeeOther {
+	if code, _ := f.post("/q/mail/jobs/"+job+"/run", nil); code != http.StatusSeeOther {
 		t.Fatalf("run: %d", code)
 	}
 	waitJob(t, f, job)
@@ -312,11 +312,11 @@ func TestBulkPurgeTouchesOnlyWhatMatchedAtT(t *testing.T) {
 			t.Fatalf("dead after the purge: %v, want %v", dead, want)
 		}
 	}
-	_, _, jp := f.get("/jobs/" + job)
+	_, _, jp := f.get("/q/mail/jobs/" + job)
 	if !strings.Contains(jp, "4 done, 1 skipped") || strings.Contains(jp, `http-equiv="refresh"`) {
 		t.Fatalf("job page:\n%s", jp)
 	}
-	if code, _ := f.post("/jobs/"+job+"/run", nil); code != http.StatusConflict {
+	if code, _ := f.post("/q/mail/jobs/"+job+"/run", nil); code != http.StatusConflict {
 		t.Fatalf("second run: %d, want 409", code)
 	}
 }
