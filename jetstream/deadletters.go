@@ -141,8 +141,31 @@ func (q *Queue) deadMsg(ctx context.Context, id uint64) (*jetstream.RawStreamMsg
 	return m, nil
 }
 
+// deadMsgs finds the dead letter of every ID, or none: an error wrapping
+// ErrNotFound names every ID that is not a dead letter of the queue.
+func (q *Queue) deadMsgs(ctx context.Context, ids []uint64) ([]*jetstream.RawStreamMsg, error) {
+	msgs := make([]*jetstream.RawStreamMsg, len(ids))
+	var missing []uint64
+	for i, id := range ids {
+		m, err := q.deadMsg(ctx, id)
+		switch {
+		case errors.Is(err, walq.ErrNotFound):
+			missing = append(missing, id)
+		case err != nil:
+			return nil, err
+		}
+		msgs[i] = m
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: no dead letter %v in queue %q: nothing changed", walq.ErrNotFound, missing, q.name)
+	}
+	return msgs, nil
+}
+
 // Redrive puts dead letters back as ready items, under their IDs, with
-// their attempts reset and their history kept. It publishes the item
+// their attempts reset and their history kept. Every ID must be a dead
+// letter, or nothing is changed and the error is ErrNotFound naming those
+// that are not. It publishes the item
 // (deduplicated by the dead letter's sequence) before it deletes the dead
 // letter, so a crash between the two leaves it in both, never in neither.
 func (q *Queue) Redrive(ids ...uint64) error {
@@ -151,13 +174,13 @@ func (q *Queue) Redrive(ids ...uint64) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	msgs, err := q.deadMsgs(ctx, ids)
+	if err != nil {
+		return err
+	}
 	var errs []error
-	for _, id := range ids {
-		m, err := q.deadMsg(ctx, id)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
+	for i, id := range ids {
+		m := msgs[i]
 		prio, _ := strconv.Atoi(m.Header.Get(HeaderPriority))
 		if q.level(prio) == nil {
 			prio = q.opt().Priorities[0]
@@ -184,20 +207,31 @@ func (q *Queue) Redrive(ids ...uint64) error {
 	return errors.Join(errs...)
 }
 
-// PurgeDeadLetters deletes dead letters.
+// PurgeDeadLetters deletes the named dead letters for good; with no IDs,
+// all of the queue's. Every ID must be a dead letter, or nothing is
+// deleted and the error is ErrNotFound naming those that are not.
 func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
 	if err := q.check(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var errs []error
-	for _, id := range ids {
-		m, err := q.deadMsg(ctx, id)
-		if err != nil {
-			errs = append(errs, err)
-			continue
+	if len(ids) == 0 {
+		if err := q.d.connected("purge dead letters"); err != nil {
+			return err
 		}
+		if err := q.d.dlq.Purge(ctx, jetstream.WithPurgeSubject(q.d.dlqFilter(q.name))); err != nil {
+			return unavailable("purge dead letters", err)
+		}
+		return nil
+	}
+	msgs, err := q.deadMsgs(ctx, ids)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i, id := range ids {
+		m := msgs[i]
 		if err := q.d.dlq.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 			errs = append(errs, unavailable(fmt.Sprintf("purge %d", id), err))
 		}
