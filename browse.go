@@ -67,15 +67,20 @@ type ListOptions struct {
 	// a body search DefaultBodyBudget]: a page whose filter matches few
 	// items stops there and says where to go on.
 	Budget int
+	// BodyBytes is the most bytes of bodies a search in bodies reads
+	// [DefaultBodyBytes]: the walk stops after the body that reaches it
+	// (at least one body is read), and says where to go on.
+	BodyBytes int64
 }
 
 // DefaultListBudget and DefaultBodyBudget bound the stored items one
 // ListItems call looks at (every queue's items count: they share the ID
-// order), without and with a search in bodies; MaxListLimit bounds a
-// page.
+// order), without and with a search in bodies, and DefaultBodyBytes the
+// bytes of the bodies it reads; MaxListLimit bounds a page.
 const (
 	DefaultListBudget = 100_000
 	DefaultBodyBudget = 5_000
+	DefaultBodyBytes  = 32 << 20
 	MaxListLimit      = 1_000
 	defaultListLimit  = 50
 	// listStep is how many stored items a walk looks at under the lock
@@ -93,6 +98,16 @@ type ItemPage struct {
 	// bodies it read, and Stored the items of the whole directory when it
 	// began: "searched 10,000 of 2,300,000".
 	Scanned, Searched, Stored int
+	// SearchedBytes is the bytes of the bodies it read.
+	SearchedBytes int64
+}
+
+// BodyBytesBudget is o.BodyBytes, or DefaultBodyBytes when it is not set.
+func (o ListOptions) BodyBytesBudget() int64 {
+	if o.BodyBytes <= 0 {
+		return DefaultBodyBytes
+	}
+	return o.BodyBytes
 }
 
 // ListItems returns the queue's items that match opts.Filter in ID order,
@@ -120,6 +135,7 @@ func (q *Queue) ListItems(opts ListOptions) (ItemPage, error) {
 			budget = DefaultBodyBudget
 		}
 	}
+	bodyBytes := opts.BodyBytesBudget()
 	var page ItemPage
 	after := opts.After
 	for {
@@ -155,7 +171,17 @@ func (q *Queue) ListItems(opts ListOptions) (ItemPage, error) {
 		for i := range found {
 			it := &found[i]
 			if f.Text != "" && f.InBody && !browse.ErrorMatches(it, f.Text) {
+				if page.Searched > 0 && page.SearchedBytes >= bodyBytes {
+					// Out of bytes: the next page starts at this item.
+					if i > 0 {
+						page.Next = found[i-1].ID
+					} else {
+						page.Next = after
+					}
+					return page, nil
+				}
 				page.Searched++
+				page.SearchedBytes += int64(it.Body.Len)
 				body, err := q.loadBody(srcs[i])
 				if err != nil || !containsBytes(body, f.Text) {
 					continue

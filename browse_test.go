@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -349,5 +350,54 @@ func TestActivityFromTheLog(t *testing.T) {
 	}
 	if got, _ := q.Activity(start.Add(time.Minute)); len(got) != 1 {
 		t.Fatalf("activity since the second minute: %+v", got)
+	}
+}
+
+// A search in bodies reads at most ListOptions.BodyBytes of them per call
+// [DefaultBodyBytes], counted by the stored length, and says where to go
+// on: large bodies cost a call what their bytes cost, not their number.
+func TestListItemsBodyBytesBudget(t *testing.T) {
+	q, _, _ := testQueue(t, Options{})
+	big := strings.Repeat("b", 256<<10)
+	for range 12 {
+		mustPut(t, q, big)
+	}
+	needle := mustPut(t, q, "needle")
+	seen := map[uint64]int{}
+	var after uint64
+	var found []uint64
+	calls := 0
+	for {
+		p, err := q.ListItems(ListOptions{Filter: ItemFilter{Text: "needle", InBody: true}, After: after, BodyBytes: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls++
+		if p.SearchedBytes > 1<<20 || (p.Searched > 4) {
+			t.Fatalf("call %d read %d bodies, %d bytes: over the budget of 1 MiB", calls, p.Searched, p.SearchedBytes)
+		}
+		found = append(found, pageIDs(p)...)
+		for id := after + 1; id <= p.Next; id++ {
+			seen[id]++
+		}
+		if p.Next == 0 {
+			break
+		}
+		if p.Next <= after {
+			t.Fatalf("call %d went back: next %d after %d", calls, p.Next, after)
+		}
+		after = p.Next
+	}
+	if !slices.Equal(found, []uint64{needle}) || calls != 4 {
+		t.Fatalf("found %v in %d calls; want [%d] in 4 (4 bodies of 256 KiB a call)", found, calls, needle)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("item %d looked at %d times", id, n)
+		}
+	}
+	// The default is DefaultBodyBytes.
+	if (ListOptions{}).BodyBytesBudget() != DefaultBodyBytes {
+		t.Fatal("the default budget is not DefaultBodyBytes")
 	}
 }

@@ -31,6 +31,13 @@ import (
 // matches more is refused, to be narrowed.
 const MaxBulk = 1_000_000
 
+// MaxBulkBodyBytes is the most bytes of bodies one bulk action's search in
+// bodies reads while it matches (a source that says what it read:
+// ItemPage.SearchedBytes): past it the action is refused, as past MaxBulk.
+const MaxBulkBodyBytes = 1 << 30
+
+var bulkBodyBytes int64 = MaxBulkBodyBytes // a test lowers it
+
 // bulkBatch is how many items one step of a job acts on.
 const bulkBatch = 500
 
@@ -238,6 +245,7 @@ var errTooMany = errors.New("the filter matches too many items")
 func (h *Handler) match(ctx context.Context, queue string, f walq.ItemFilter) ([]uint64, error) {
 	var ids []uint64
 	var after uint64
+	var searched int64
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -245,6 +253,9 @@ func (h *Handler) match(ctx context.Context, queue string, f walq.ItemFilter) ([
 		p, err := h.listItems(queue, walq.ListOptions{Filter: f, After: after, Limit: walq.MaxListLimit, Budget: math.MaxInt})
 		if err != nil {
 			return nil, err
+		}
+		if searched += p.SearchedBytes; searched > bulkBodyBytes {
+			return nil, fmt.Errorf("%w: %w: its search in bodies reads more than %d MiB; narrow it", errBadInput, errTooMany, bulkBodyBytes>>20)
 		}
 		for _, it := range p.Items {
 			ids = append(ids, it.ID)

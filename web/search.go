@@ -27,12 +27,13 @@ func (h *Handler) listItems(queue string, opts walq.ListOptions) (walq.ItemPage,
 	if budget <= 0 {
 		budget = walq.DefaultBodyBudget
 	}
+	bodyBytes := opts.BodyBytesBudget()
 	// The walk selects by everything else; the text is matched here, in
 	// the errors as the source would, and in the formatted body.
 	inner := opts
 	inner.Filter.Text, inner.Filter.InBody = "", false
 	inner.Limit = walq.MaxListLimit
-	inner.Budget = 0
+	inner.Budget, inner.BodyBytes = 0, 0
 	var out walq.ItemPage
 	after := opts.After
 	for {
@@ -44,13 +45,15 @@ func (h *Handler) listItems(queue string, opts walq.ListOptions) (walq.ItemPage,
 		out.Scanned += p.Scanned
 		out.Stored = p.Stored
 		for _, it := range p.Items {
-			if out.Searched >= budget {
+			if out.Searched >= budget || (out.Searched > 0 && out.SearchedBytes >= bodyBytes) {
 				out.Next = after
 				return out, nil
 			}
 			out.Searched++
 			after = it.ID
-			if h.textIn(queue, it, text) {
+			match, n := h.textIn(queue, it, text)
+			out.SearchedBytes += int64(n)
+			if match {
 				out.Items = append(out.Items, it)
 				if len(out.Items) == limit {
 					out.Next = it.ID
@@ -66,19 +69,20 @@ func (h *Handler) listItems(queue string, opts walq.ListOptions) (walq.ItemPage,
 }
 
 // textIn says whether text is in the item's errors or in its body as the
-// dashboard shows it. A body that cannot be read does not match.
-func (h *Handler) textIn(queue string, it walq.ItemView, text string) bool {
+// dashboard shows it, and how many stored bytes it read for it. A body
+// that cannot be read does not match.
+func (h *Handler) textIn(queue string, it walq.ItemView, text string) (bool, int) {
 	if strings.Contains(it.LastError, text) {
-		return true
+		return true, 0
 	}
 	for _, a := range it.History {
 		if strings.Contains(a.Error, text) {
-			return true
+			return true, 0
 		}
 	}
-	b, err := h.body(queue, it)
+	raw, err := h.src.ItemBody(queue, it.ID)
 	if err != nil {
-		return false // gone since the walk listed it, or unreadable
+		return false, 0 // gone since the walk listed it, or unreadable
 	}
-	return bytes.Contains(b, []byte(text))
+	return bytes.Contains(h.opts.FormatBody(queue, it, raw), []byte(text)), len(raw)
 }

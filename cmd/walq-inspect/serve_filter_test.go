@@ -57,3 +57,70 @@ func TestServePutTimeFilterPastInt64(t *testing.T) {
 		t.Fatalf("--from 3026: %d %v, want past now", tf.ns, err)
 	}
 }
+
+// TestServeBodySearchBudgetAndLock: a search in bodies reads at most
+// ListOptions.BodyBytes of them per call and says where to go on, and it
+// reads them without the source's lock, so the refresh and the other
+// pages go on meanwhile (before, the walk held it across every read).
+func TestServeBodySearchBudgetAndLock(t *testing.T) {
+	dir := t.TempDir()
+	q, err := walq.Open(dir, walq.Options{Sync: walq.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 256<<10)
+	for range 12 {
+		if _, err := q.Put(context.Background(), big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	needle, err := q.Put(context.Background(), []byte("a needle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	qf, err := listQueue(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := newDirSource(qf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads, locked := 0, 0
+	searchRead = func() {
+		reads++
+		if !src.mu.TryLock() {
+			locked++
+			return
+		}
+		src.mu.Unlock()
+	}
+	t.Cleanup(func() { searchRead = nil })
+	var after uint64
+	var found []uint64
+	calls := 0
+	for {
+		page, err := src.ListItems("", walq.ListOptions{Filter: walq.ItemFilter{Text: "needle", InBody: true}, After: after, BodyBytes: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls++
+		if page.Searched > 4 || page.SearchedBytes > 1<<20 {
+			t.Fatalf("call %d read %d bodies, %d bytes: over the budget of 1 MiB", calls, page.Searched, page.SearchedBytes)
+		}
+		for _, it := range page.Items {
+			found = append(found, it.ID)
+		}
+		if page.Next == 0 {
+			break
+		}
+		after = page.Next
+	}
+	if len(found) != 1 || found[0] != needle || calls != 4 {
+		t.Fatalf("found %v in %d calls; want [%d] in 4", found, calls, needle)
+	}
+	if reads != 13 || locked != 0 {
+		t.Fatalf("%d bodies read, %d of them under the source's lock; want 13, none", reads, locked)
+	}
+}

@@ -208,15 +208,12 @@ func view(it *state.Item, name string, now int64) walq.ItemView {
 	return v
 }
 
-// ListItems is walq.Queue.ListItems over the rebuilt state. The state is
-// this process's own, so the walk holds its lock throughout.
+// ListItems is walq.Queue.ListItems over the rebuilt state. A walk that
+// reads no body holds the lock throughout (it only looks at the state); a
+// search in bodies takes steps under the lock and reads the bodies outside
+// it, within opts' bytes of bodies, so a long search holds up neither the
+// refresh nor the other pages.
 func (s *dirSource) ListItems(queue string, opts walq.ListOptions) (walq.ItemPage, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	q, err := s.queueLocked(queue)
-	if err != nil {
-		return walq.ItemPage{}, err
-	}
 	in := opts.Filter
 	if !browse.ValidState(in.State) {
 		return walq.ItemPage{}, fmt.Errorf("%w: item state %q", walq.ErrInvalid, in.State)
@@ -233,34 +230,135 @@ func (s *dirSource) ListItems(queue string, opts walq.ListOptions) (walq.ItemPag
 		limit = 50
 	}
 	limit = min(limit, walq.MaxListLimit)
+	search := f.InBody && f.Text != ""
 	budget := opts.Budget
 	if budget <= 0 {
 		budget = walq.DefaultListBudget
-		if f.InBody && f.Text != "" {
+		if search {
 			budget = walq.DefaultBodyBudget
 		}
 	}
-	now := queueNow(s.st)
-	page := walq.ItemPage{Stored: s.st.TotalLen()}
-	if browse.None(q, f, now) {
+	if !search {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		q, err := s.queueLocked(queue)
+		if err != nil {
+			return walq.ItemPage{}, err
+		}
+		now := queueNow(s.st)
+		page := walq.ItemPage{Stored: s.st.TotalLen()}
+		if browse.None(q, f, now) {
+			return page, nil
+		}
+		w := browse.Each(s.st, q.ID(), f, opts.After, budget, now, func(it *state.Item) bool {
+			if f.Text != "" && !browse.ErrorMatches(it, f.Text) {
+				return true
+			}
+			page.Items = append(page.Items, view(it, queue, now))
+			return len(page.Items) < limit
+		})
+		page.Next, page.Scanned = w.Next, w.Scanned
 		return page, nil
 	}
-	w := browse.Each(s.st, q.ID(), f, opts.After, budget, now, func(it *state.Item) bool {
-		if f.Text != "" && !browse.ErrorMatches(it, f.Text) {
-			if !f.InBody {
-				return true
-			}
-			page.Searched++
-			body, err := storedBody(s.qf.Dir, s.st, it)
-			if err != nil || !bytes.Contains(body, []byte(f.Text)) {
-				return true
-			}
+	bodyBytes := opts.BodyBytesBudget()
+	var page walq.ItemPage
+	after := opts.After
+	for {
+		var found []candidate
+		s.mu.Lock()
+		q, err := s.queueLocked(queue)
+		if err != nil {
+			s.mu.Unlock()
+			return walq.ItemPage{}, err
 		}
-		page.Items = append(page.Items, view(it, queue, now))
-		return len(page.Items) < limit
-	})
-	page.Next, page.Scanned = w.Next, w.Scanned
-	return page, nil
+		now := queueNow(s.st)
+		if page.Stored == 0 {
+			page.Stored = s.st.TotalLen()
+		}
+		if browse.None(q, f, now) {
+			s.mu.Unlock()
+			return page, nil
+		}
+		step := min(searchStep, budget-page.Scanned)
+		w := browse.Each(s.st, q.ID(), f, after, step, now, func(it *state.Item) bool {
+			c := candidate{view: view(it, queue, now)}
+			if !browse.ErrorMatches(it, f.Text) {
+				c.item = it.Clone()
+				c.read = true
+				if it.Body.LSN == 0 {
+					if b, ok := s.st.Inline(it.ID); ok {
+						c.inline = append([]byte{}, b...)
+					}
+				}
+			}
+			found = append(found, c)
+			return len(page.Items)+len(found) < limit
+		})
+		dir := s.qf.Dir
+		s.mu.Unlock()
+		page.Scanned += w.Scanned
+		for i := range found {
+			c := &found[i]
+			if c.read {
+				if page.Searched > 0 && page.SearchedBytes >= bodyBytes {
+					// Out of bytes: the next page starts at this item.
+					page.Next = after
+					if i > 0 {
+						page.Next = found[i-1].view.ID
+					}
+					return page, nil
+				}
+				page.Searched++
+				page.SearchedBytes += int64(c.item.Body.Len)
+				body, err := c.body(dir)
+				if err != nil || !bytes.Contains(body, []byte(f.Text)) {
+					continue
+				}
+			}
+			page.Items = append(page.Items, c.view)
+		}
+		page.Next = w.Next
+		if f.Exact() {
+			page.Next = 0
+		}
+		if page.Next == 0 || len(page.Items) >= limit || page.Scanned >= budget {
+			return page, nil
+		}
+		after = w.Next
+	}
+}
+
+// searchStep is how many stored items a search in bodies looks at under
+// the lock at a time.
+const searchStep = 16_384
+
+// searchRead, when set (by a test), runs before a search reads a body.
+var searchRead func()
+
+// candidate is an item a search in bodies looked at: its view, and when
+// its errors do not match, what it needs to read its body outside the
+// lock (a copy of the item, and an inline body taken from the state).
+type candidate struct {
+	view   walq.ItemView
+	read   bool
+	item   state.Item
+	inline []byte
+}
+
+// body reads the candidate's body: an inline one was copied under the
+// lock; one in the log is read from its segment (a compaction since may
+// have removed it: an error, so no match).
+func (c *candidate) body(dir string) ([]byte, error) {
+	if searchRead != nil {
+		searchRead()
+	}
+	if c.item.Body.LSN == 0 {
+		if c.item.Body.Len > 0 && c.inline == nil {
+			return nil, fmt.Errorf("item %d: its body is neither in the log nor in the state", c.item.ID)
+		}
+		return c.inline, nil
+	}
+	return storedBody(dir, nil, &c.item)
 }
 
 func (s *dirSource) Head(queue string, n int) ([]walq.ItemView, error) {
