@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -333,5 +334,69 @@ func TestBodySearchBoundedInBytes(t *testing.T) {
 	}
 	if st := f.named.StatsNow(); st.Dead != 12 {
 		t.Fatalf("the refused bulk action changed the queue: %+v", st)
+	}
+}
+
+// failingSource is a live source whose reads fail with an error naming a
+// server path, as an unreadable segment's would.
+type failingSource struct {
+	Source
+	err error
+}
+
+func (s failingSource) ItemBody(string, uint64) ([]byte, error) { return nil, s.err }
+
+func (s failingSource) ListItems(string, walq.ListOptions) (walq.ItemPage, error) {
+	return walq.ItemPage{}, s.err
+}
+
+// TestErrorPagesShowNoServerPaths: a failure of the source reaches a page
+// as what kind of failure it was and a reference to the log line that
+// holds the error, never its text (before, the item page and the error
+// page showed the error as it came, server paths included); a refusal of
+// the request still says why.
+func TestErrorPagesShowNoServerPaths(t *testing.T) {
+	q, err := walq.Open(t.TempDir(), walq.Options{Sync: walq.SyncNever})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	id, err := q.Put(context.Background(), []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := Queues(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "/srv/private/walq/000000000007.seg"
+	logs := &logBuffer{}
+	h, err := New(failingSource{src, fmt.Errorf("read %s: input/output error", secret)},
+		Options{Access: fullAccess, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	for _, path := range []string{fmt.Sprintf("/q/_default/item/%d", id), "/q/_default/?state=ready", fmt.Sprintf("/q/_default/item/%d/raw", id)} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, newRequest(http.MethodGet, path))
+		page := rec.Body.String()
+		if strings.Contains(page, "/srv/private") || strings.Contains(page, "input/output") {
+			t.Errorf("GET %s (%d) shows the source's error:\n%s", path, rec.Code, page)
+		}
+		_, ref, ok := strings.Cut(page, "reference ")
+		if !ok || len(ref) < 8 {
+			t.Errorf("GET %s (%d) gives no reference to the log:\n%s", path, rec.Code, page)
+			continue
+		}
+		if !strings.Contains(logs.String(), "ref="+ref[:8]) || !strings.Contains(logs.String(), secret) {
+			t.Errorf("GET %s: the log has no line with reference %s and the error:\n%s", path, ref[:8], logs)
+		}
+	}
+	// A refusal of the request says why.
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, newRequest(http.MethodGet, "/q/_default/?state=nonsense"))
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "nonsense") {
+		t.Fatalf("a bad filter: %d\n%s", rec.Code, rec.Body)
 	}
 }

@@ -227,7 +227,7 @@ func (h *Handler) bulkPrepare(w http.ResponseWriter, r *http.Request, queue stri
 	j.Matched = len(j.ids)
 	if err := h.jobs.add(j); err != nil {
 		w.Header().Set("Retry-After", "5")
-		h.fail(w, r, http.StatusServiceUnavailable, err)
+		h.fail(w, r, http.StatusServiceUnavailable, shownErr{err})
 		return
 	}
 	// Post, then redirect to the job's page, which asks: reloading it
@@ -310,7 +310,7 @@ func (h *Handler) bulkRun(w http.ResponseWriter, r *http.Request, queue string) 
 	select {
 	case <-h.done:
 		j.mu.Unlock()
-		h.fail(w, r, http.StatusServiceUnavailable, errors.New("the dashboard is closing"))
+		h.fail(w, r, http.StatusServiceUnavailable, shownErr{errors.New("the dashboard is closing")})
 		return
 	default:
 	}
@@ -349,7 +349,7 @@ func (h *Handler) runJob(r *http.Request, j *job) {
 	j.mu.Lock()
 	switch {
 	case err != nil:
-		j.State, j.Err = "failed", err.Error()
+		j.State, j.Err = "failed", h.shown(r, err)
 	case j.State == "running":
 		j.State = "done"
 	}

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"html/template"
 	"io/fs"
 	"net"
@@ -58,6 +59,12 @@ type Options struct {
 	// page that shows live counts holds one) [100]; past it a stream is
 	// refused with 503 and the page still reads without live updates.
 	MaxEventStreams int
+	// Logger is where the handler logs the errors a page does not show
+	// [slog.Default()]: a failure of the source (an unreadable segment, a
+	// failed queue) shows the reader only what kind of failure it was and
+	// a reference to its log line, never the error's text, which can name
+	// the server's files.
+	Logger *slog.Logger
 }
 
 // Handler serves the dashboard: an http.Handler to mount under any path
@@ -320,8 +327,55 @@ func base(r *http.Request) string {
 
 // fail answers with an error page.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
-	h.renderCode(w, r, code, "error", map[string]any{"Code": code, "Status": http.StatusText(code), "Error": err.Error()})
+	msg := err.Error() // a refusal of the request says why
+	if code >= http.StatusInternalServerError {
+		msg = h.shown(r, err)
+	}
+	h.renderCode(w, r, code, "error", map[string]any{"Code": code, "Status": http.StatusText(code), "Error": msg})
 }
+
+// shown is what a page says of err: the text of an error about the
+// request (bad input, an unknown queue or item, a refusal the dashboard
+// makes itself: shownErr), a fixed sentence for a queue that is closed,
+// deleted or failed, and for any other failure of the source only a
+// reference to the log line that holds its text (which can name the
+// server's paths).
+func (h *Handler) shown(r *http.Request, err error) string {
+	var own shownErr
+	switch {
+	case errors.As(err, &own):
+		return own.Error()
+	case errors.Is(err, errBadInput), errors.Is(err, walq.ErrInvalid), errors.Is(err, ErrUnknownQueue),
+		errors.Is(err, walq.ErrNoItem), errors.Is(err, walq.ErrNotFound):
+		return err.Error()
+	}
+	what := "the source failed"
+	switch {
+	case errors.Is(err, walq.ErrQueueDeleted):
+		return "the queue was deleted"
+	case errors.Is(err, walq.ErrClosed):
+		return "the queue is closed"
+	case errors.Is(err, walq.ErrFailed):
+		what = "the queue has failed and serves nothing until it is opened again"
+	}
+	ref := newJobID()[:8]
+	log := h.opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	path := ""
+	if r != nil {
+		path = r.URL.Path
+	}
+	log.Error("walq: dashboard request failed", "ref", ref, "path", path, "error", err.Error())
+	return fmt.Sprintf("%s (reference %s: the server's log has the error)", what, ref)
+}
+
+// shownErr is an error the dashboard makes itself, whose text a page may
+// show as it is.
+type shownErr struct{ error }
+
+func (e shownErr) Unwrap() error { return e.error }
 
 // status maps an error of a source to an HTTP status.
 func status(err error) int {
@@ -377,7 +431,7 @@ func (h *Handler) renderCode(w http.ResponseWriter, r *http.Request, code int, n
 	}
 	var buf bytes.Buffer
 	if err := h.tmpl.ExecuteTemplate(&buf, name, p); err != nil {
-		http.Error(w, "page failed: "+err.Error(), http.StatusInternalServerError)
+		http.Error(w, "page failed: "+h.shown(r, err), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

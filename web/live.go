@@ -192,7 +192,7 @@ func (h *Handler) fragments(queue string) []patch {
 	s, err := h.src.Queue(queue)
 	if err != nil {
 		var buf bytes.Buffer
-		h.tmpl.ExecuteTemplate(&buf, "liveerror", map[string]string{"Path": path, "Error": err.Error()})
+		h.tmpl.ExecuteTemplate(&buf, "liveerror", map[string]string{"Path": path, "Error": h.shown(nil, err)})
 		return []patch{{ID: "live-" + path, HTML: buf.String()}}
 	}
 	rw := h.row(s, time.Now())
@@ -256,7 +256,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 	}
 	if !h.streams.TryAcquire() {
 		w.Header().Set("Retry-After", "5")
-		h.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("%d live streams are open, the most this dashboard serves at once", h.opts.MaxEventStreams))
+		h.fail(w, r, http.StatusServiceUnavailable, shownErr{fmt.Errorf("%d live streams are open, the most this dashboard serves at once", h.opts.MaxEventStreams)})
 		return
 	}
 	defer h.streams.Release()

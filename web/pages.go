@@ -227,7 +227,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request, name string)
 	f, ff, err := parseFilter(q)
 	data := listing{Row: rw, Form: ff}
 	if err != nil {
-		data.Error = err.Error()
+		data.Error = h.shown(r, err)
 		h.renderCode(w, r, http.StatusBadRequest, "queue", data)
 		return
 	}
@@ -330,7 +330,7 @@ func (h *Handler) itemPage(w http.ResponseWriter, r *http.Request, name string) 
 	data := itemData{Row: rw, Item: it}
 	b, err := h.body(name, it)
 	if err != nil && !errors.Is(err, walq.ErrNoItem) {
-		data.BodyError = err.Error()
+		data.BodyError = h.shown(r, err)
 	}
 	data.Len = len(b)
 	data.Shown = min(len(b), h.opts.BodyCut)
