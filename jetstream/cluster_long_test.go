@@ -331,8 +331,9 @@ func TestClusterR1LosesWithItsNode(t *testing.T) {
 
 // TestClusterSettingsKeptByOtherOpeners: a Dir made R3 with a 1h key
 // window, its queue with a 45s visibility, opened again by another client
-// with default options and by walq-to-jetstream (another process) moving
-// a directory into it: replicas, key window and AckWait are unchanged.
+// and by another process with default options, and by walq-to-jetstream
+// (another process) moving a directory into it: replicas, key window and
+// AckWait are unchanged.
 func TestClusterSettingsKeptByOtherOpeners(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the cluster test starts three servers")
@@ -401,6 +402,15 @@ func TestClusterSettingsKeptByOtherOpeners(t *testing.T) {
 	oq.Close()
 	check("an open with default options")
 
+	// Another process, default options: this test binary again, running
+	// TestClusterDefaultOpenerChild.
+	child := exec.Command(os.Args[0], "-test.run", "^TestClusterDefaultOpenerChild$", "-test.v")
+	child.Env = append(os.Environ(), "WALQ_JS_CHILD_URL="+url)
+	if out, err := child.CombinedOutput(); err != nil || !strings.Contains(string(out), "opened kept/jobs with default options") {
+		t.Fatalf("the opener process: %v: %s", err, out)
+	}
+	check("another process's open with default options")
+
 	// walq-to-jetstream, moving a directory with a queue of that name.
 	src := t.TempDir()
 	wq, err := walq.Open(src, walq.Options{})
@@ -423,4 +433,36 @@ func TestClusterSettingsKeptByOtherOpeners(t *testing.T) {
 		t.Fatalf("walq-to-jetstream: %v: %s", err, out)
 	}
 	check("walq-to-jetstream")
+}
+
+// TestClusterDefaultOpenerChild is the other process of
+// TestClusterSettingsKeptByOtherOpeners: it opens Dir "kept" and its
+// queue "jobs" with default options, and closes them.
+func TestClusterDefaultOpenerChild(t *testing.T) {
+	url := os.Getenv("WALQ_JS_CHILD_URL")
+	if url == "" {
+		t.Skip("run by TestClusterSettingsKeptByOtherOpeners in a process of its own")
+	}
+	nc, err := nats.Connect(url, nats.Timeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := njs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dir, err := walqjs.OpenDir(ctx, js, "kept", walqjs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := dir.OpenQueue(ctx, "jobs", walqjs.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("opened kept/jobs with default options")
 }
