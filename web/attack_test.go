@@ -317,7 +317,7 @@ func TestBodySearchBoundedInBytes(t *testing.T) {
 		f.put(f.named, big)
 	}
 	f.kill(f.named, 12, "x")
-	p, err := f.h.listItems("mail", walq.ListOptions{Filter: walq.ItemFilter{Text: "needle", InBody: true}, BodyBytes: 1 << 20})
+	p, err := f.h.listItems(newRequest(http.MethodGet, "/"), "mail", walq.ListOptions{Filter: walq.ItemFilter{Text: "needle", InBody: true}, BodyBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,12 @@ type segment struct {
 }
 
 // segments cuts b into text and escapes. Newlines and tabs stay text; other
-// control characters, invalid UTF-8 and a BOM or bidirectional control
-// (which could make text read as what it is not) become escapes. The page
+// control characters, invalid UTF-8, and every character that shows as
+// nothing or moves text (format characters such as bidirectional
+// controls, zero-width spaces and joiners, the soft hyphen and tag
+// characters; line and paragraph separators; variation selectors and
+// other default-ignorable code points; private-use and unassigned ones),
+// which could make text read as what it is not, become escapes. The page
 // escapes every segment again as HTML, so nothing in a body is ever markup.
 func segments(b []byte) []segment {
 	var out []segment
@@ -35,9 +39,13 @@ func segments(b []byte) []segment {
 			out = append(out, segment{Text: fmt.Sprintf(`\x%02x`, b[0]), Escape: true})
 		case r == '\n' || r == '\t':
 			text.WriteRune(r)
-		case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\uFEFF':
+		case unseen(r):
 			flush()
-			out = append(out, segment{Text: fmt.Sprintf(`\u%04x`, r), Escape: true})
+			if r > 0xFFFF {
+				out = append(out, segment{Text: fmt.Sprintf(`\U%08x`, r), Escape: true})
+			} else {
+				out = append(out, segment{Text: fmt.Sprintf(`\u%04x`, r), Escape: true})
+			}
 		default:
 			text.Write(b[:n])
 		}
@@ -45,4 +53,13 @@ func segments(b []byte) []segment {
 	}
 	flush()
 	return out
+}
+
+// unseen says whether r is shown as an escape: a character a reader
+// cannot see for what it is.
+func unseen(r rune) bool {
+	return unicode.IsControl(r) ||
+		unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp, unicode.Co, unicode.Variation_Selector,
+			unicode.Other_Default_Ignorable_Code_Point, unicode.Bidi_Control) ||
+		!unicode.In(r, unicode.L, unicode.M, unicode.N, unicode.P, unicode.S, unicode.Zs)
 }

@@ -1,13 +1,13 @@
 package web
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,7 +53,7 @@ type job struct {
 	Matched   int
 
 	mu      sync.Mutex
-	State   string // "confirm", "running", "done", "cancelled", "failed"
+	State   string // "matching", "confirm", "running", "done", "cancelled", "failed"
 	Done    int    // acted on
 	Skipped int    // matched at T, no longer matching
 	Err     string
@@ -143,11 +143,19 @@ func (j *job) state() string {
 	return j.State
 }
 
-// holding says whether j holds its matched IDs: it waits for confirmation
-// or runs.
+// holding says whether j holds its matched IDs, or will: it matches,
+// waits for confirmation or runs.
 func (j *job) holding() bool {
 	st := j.state()
-	return st == "confirm" || st == "running"
+	return st == "matching" || st == "confirm" || st == "running"
+}
+
+// remove forgets the job (one whose match failed).
+func (js *jobs) remove(id string) {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	delete(js.byID, id)
+	js.order = slices.DeleteFunc(js.order, func(o string) bool { return o == id })
 }
 
 // count is how many jobs are kept, and how many of them hold their IDs.
@@ -218,18 +226,25 @@ func (h *Handler) bulkPrepare(w http.ResponseWriter, r *http.Request, queue stri
 		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("%w: bulk %s applies to dead letters: filter state dead", errBadInput, kind))
 		return
 	}
-	j := &job{ID: newJobID(), Queue: queue, Kind: kind, Filter: f, Form: ff, State: "confirm", cancel: make(chan struct{}), finished: make(chan struct{})}
-	j.MatchedAt = time.Now()
-	if j.ids, err = h.match(r.Context(), queue, f); err != nil {
-		h.fail(w, r, status(err), err)
-		return
-	}
-	j.Matched = len(j.ids)
+	// The job takes its place among those that hold IDs before it
+	// matches anything: past maxHolding it is refused before any work,
+	// and a match in progress counts against the bound as its IDs will.
+	j := &job{ID: newJobID(), Queue: queue, Kind: kind, Filter: f, Form: ff, State: "matching", cancel: make(chan struct{}), finished: make(chan struct{})}
 	if err := h.jobs.add(j); err != nil {
 		w.Header().Set("Retry-After", "5")
 		h.fail(w, r, http.StatusServiceUnavailable, shownErr{err})
 		return
 	}
+	matchedAt := time.Now()
+	ids, err := h.match(r, queue, f)
+	if err != nil {
+		h.jobs.remove(j.ID)
+		h.fail(w, r, status(err), err)
+		return
+	}
+	j.mu.Lock()
+	j.ids, j.Matched, j.MatchedAt, j.State = ids, len(ids), matchedAt, "confirm"
+	j.mu.Unlock()
 	// Post, then redirect to the job's page, which asks: reloading it
 	// makes no second job.
 	http.Redirect(w, r, j.path(), http.StatusSeeOther)
@@ -242,7 +257,8 @@ var errTooMany = errors.New("the filter matches too many items")
 
 // match returns the IDs of the queue's items that f matches now. It stops
 // when ctx ends (the client left).
-func (h *Handler) match(ctx context.Context, queue string, f walq.ItemFilter) ([]uint64, error) {
+func (h *Handler) match(r *http.Request, queue string, f walq.ItemFilter) ([]uint64, error) {
+	ctx := r.Context()
 	var ids []uint64
 	var after uint64
 	var searched int64
@@ -250,7 +266,7 @@ func (h *Handler) match(ctx context.Context, queue string, f walq.ItemFilter) ([
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		p, err := h.listItems(queue, walq.ListOptions{Filter: f, After: after, Limit: walq.MaxListLimit, Budget: math.MaxInt})
+		p, err := h.listItems(r, queue, walq.ListOptions{Filter: f, After: after, Limit: walq.MaxListLimit, Budget: math.MaxInt})
 		if err != nil {
 			return nil, err
 		}
@@ -345,7 +361,7 @@ func (h *Handler) bulkCancel(w http.ResponseWriter, r *http.Request, queue strin
 func (h *Handler) runJob(r *http.Request, j *job) {
 	defer h.jobs.wg.Done()
 	defer close(j.finished)
-	err := h.applyJob(j)
+	err := h.applyJob(r, j)
 	j.mu.Lock()
 	switch {
 	case err != nil:
@@ -362,7 +378,7 @@ func (h *Handler) runJob(r *http.Request, j *job) {
 
 // applyJob acts on the job's items, batch by batch, on those that still
 // match its filter.
-func (h *Handler) applyJob(j *job) error {
+func (h *Handler) applyJob(r *http.Request, j *job) error {
 	for start := 0; start < len(j.ids); start += bulkBatch {
 		select {
 		case <-j.cancel:
@@ -372,7 +388,7 @@ func (h *Handler) applyJob(j *job) error {
 		batch := j.ids[start:min(start+bulkBatch, len(j.ids))]
 		still := make([]uint64, 0, len(batch))
 		for _, id := range batch {
-			ok, err := h.stillMatches(j, id)
+			ok, err := h.stillMatches(r, j, id)
 			if err != nil {
 				return err
 			}
@@ -393,10 +409,10 @@ func (h *Handler) applyJob(j *job) error {
 }
 
 // stillMatches reports whether item id matches the job's filter now.
-func (h *Handler) stillMatches(j *job, id uint64) (bool, error) {
+func (h *Handler) stillMatches(r *http.Request, j *job, id uint64) (bool, error) {
 	f := j.Filter
 	f.ID = id
-	p, err := h.listItems(j.Queue, walq.ListOptions{Filter: f, Limit: 1})
+	p, err := h.listItems(r, j.Queue, walq.ListOptions{Filter: f, Limit: 1})
 	if err != nil {
 		return false, err
 	}

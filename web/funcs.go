@@ -3,6 +3,7 @@ package web
 import (
 	"fmt"
 	"html/template"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -23,8 +24,10 @@ var funcs = template.FuncMap{
 	"cut":      cut,
 	"text":     func(s string) []segment { return segments([]byte(s)) },
 	"inflight": inflight,
-	"failed":   func(s walq.Stats) uint64 { return s.Nacked + s.Expired + s.DeadLettered },
+	"failed":   failedOf,
 	"path":     queuePath,
+	"qid":      url.PathEscape,
+	"qarg":     url.QueryEscape,
 	"label":    queueLabel,
 	"inc":      func(i int) int { return i + 1 },
 	"add":      func(a, b int) int { return a + b },

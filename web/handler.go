@@ -5,11 +5,12 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"log/slog"
 	"html/template"
 	"io/fs"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -322,7 +323,32 @@ func base(r *http.Request) string {
 	if p := r.URL.EscapedPath(); strings.HasSuffix(full, p) {
 		return full[:len(full)-len(p)]
 	}
-	return ""
+	// The request spelled its path otherwise than Go escapes it (a "|"
+	// or "^" sent as is): compare unescaped, and cut the prefix from the
+	// path as it arrived at the slash that ends it.
+	dec, err := url.PathUnescape(full)
+	if err != nil || !strings.HasSuffix(dec, r.URL.Path) {
+		return ""
+	}
+	prefix := dec[:len(dec)-len(r.URL.Path)]
+	slashes := strings.Count(prefix, "/")
+	at := -1
+	for i := 0; i < len(full) && slashes >= 0; i++ {
+		if full[i] == '/' {
+			if slashes == 0 {
+				at = i
+				break
+			}
+			slashes--
+		}
+	}
+	if at < 0 {
+		return ""
+	}
+	if got, err := url.PathUnescape(full[:at]); err != nil || got != prefix {
+		return ""
+	}
+	return full[:at]
 }
 
 // fail answers with an error page.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 )
@@ -193,7 +194,7 @@ func (h *Handler) fragments(queue string) []patch {
 	if err != nil {
 		var buf bytes.Buffer
 		h.tmpl.ExecuteTemplate(&buf, "liveerror", map[string]string{"Path": path, "Error": h.shown(nil, err)})
-		return []patch{{ID: "live-" + path, HTML: buf.String()}}
+		return []patch{{ID: "live-" + url.PathEscape(path), HTML: buf.String()}}
 	}
 	rw := h.row(s, time.Now())
 	var out []patch
@@ -202,7 +203,7 @@ func (h *Handler) fragments(queue string) []patch {
 		if err := h.tmpl.ExecuteTemplate(&buf, name, rw); err != nil {
 			continue
 		}
-		out = append(out, patch{ID: name + "-" + path, HTML: buf.String()})
+		out = append(out, patch{ID: name + "-" + url.PathEscape(path), HTML: buf.String()})
 	}
 	return out
 }
@@ -229,12 +230,14 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, n := range names {
-		if _, err := h.src.Queue(n); err != nil {
-			h.fail(w, r, status(err), err)
-			return
-		}
+		// Asked first, as a queue's page asks: a name the request may not
+		// read is refused the same whether the source has it or not.
 		if !h.allows(r, Action{Kind: Read, Queue: n}) {
 			h.fail(w, r, http.StatusForbidden, fmt.Errorf("queue %s is not open to you", queueLabel(n)))
+			return
+		}
+		if _, err := h.src.Queue(n); err != nil {
+			h.fail(w, r, status(err), err)
 			return
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,11 +68,18 @@ func withLogged(sampled, logged []Minute, upTo time.Time) []Minute {
 	return out
 }
 
+// queueLabel is a queue's name for people, wherever a page shows it (text,
+// titles, labels): the characters segments escapes show as their escapes,
+// in plain text, so a name from a custom Source cannot read as another.
 func queueLabel(name string) string {
 	if name == "" {
 		return "(default queue)"
 	}
-	return name
+	var b strings.Builder
+	for _, sg := range segments([]byte(name)) {
+		b.WriteString(sg.Text)
+	}
+	return b.String()
 }
 
 // summary finds one queue's row.
@@ -237,7 +245,7 @@ func (h *Handler) queuePage(w http.ResponseWriter, r *http.Request, name string)
 			return
 		}
 	}
-	data.Page, err = h.listItems(name, walq.ListOptions{Filter: f, After: data.After})
+	data.Page, err = h.listItems(r, name, walq.ListOptions{Filter: f, After: data.After})
 	if err != nil {
 		h.fail(w, r, status(err), err)
 		return
@@ -274,6 +282,12 @@ func (h *Handler) headPage(w http.ResponseWriter, r *http.Request, name string) 
 	if err != nil {
 		h.fail(w, r, status(err), err)
 		return
+	}
+	if h.opts.Allow != nil {
+		// An item whose Read Allow refuses is not shown, as in the lists.
+		items = slices.DeleteFunc(items, func(it walq.ItemView) bool {
+			return !h.allows(r, Action{Kind: Read, Queue: name, Items: []uint64{it.ID}})
+		})
 	}
 	h.render(w, r, "head", map[string]any{"Row": rw, "Items": items, "N": n, "Max": walq.MaxHead})
 }

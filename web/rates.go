@@ -2,9 +2,12 @@ package web
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/walq/walq"
 )
 
 // rates keeps samples of each queue's counters, taken whenever the
@@ -34,7 +37,7 @@ func newRates() *rates { return &rates{byQueue: make(map[string][]sample)} }
 // observe records the queue's counters at now.
 func (r *rates) observe(s QueueSummary, now time.Time) {
 	st := s.Stats
-	smp := sample{at: now, put: st.Put, acked: st.Acked, failed: st.Nacked + st.Expired + st.DeadLettered}
+	smp := sample{at: now, put: st.Put, acked: st.Acked, failed: failedOf(st)}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ss := r.byQueue[s.Name]
@@ -65,10 +68,11 @@ func (r *rates) minutes(queue string, now time.Time) []Minute {
 		if span <= 0 {
 			continue
 		}
+		dp, da, df := increase(a.put, b.put), increase(a.acked, b.acked), increase(a.failed, b.failed)
 		spread(out, a.at, b.at, func(m *Minute, share float64) {
-			m.Put += uint64(share*float64(b.put-a.put) + 0.5)
-			m.Acked += uint64(share*float64(b.acked-a.acked) + 0.5)
-			m.Failed += uint64(share*float64(b.failed-a.failed) + 0.5)
+			m.Put = satAdd(m.Put, shareOf(share, dp))
+			m.Acked = satAdd(m.Acked, shareOf(share, da))
+			m.Failed = satAdd(m.Failed, shareOf(share, df))
 		})
 	}
 	return out
@@ -117,8 +121,8 @@ func newChart(ms []Minute) chart {
 	for _, m := range ms {
 		c.MaxDone = max(c.MaxDone, m.Acked)
 		c.MaxFail = max(c.MaxFail, m.Failed)
-		c.SumDone += m.Acked
-		c.SumFail += m.Failed
+		c.SumDone = satAdd(c.SumDone, m.Acked)
+		c.SumFail = satAdd(c.SumFail, m.Failed)
 	}
 	top := max(c.MaxDone, c.MaxFail, 1)
 	line := func(v func(Minute) uint64) string {
@@ -134,4 +138,39 @@ func newChart(ms []Minute) chart {
 	c.Failed = line(func(m Minute) uint64 { return m.Failed })
 	c.Label = fmt.Sprintf("last hour: %d done, %d failed (peak %d and %d a minute)", c.SumDone, c.SumFail, c.MaxDone, c.MaxFail)
 	return c
+}
+
+// increase is how much a counter went up from a to b. A counter that went
+// down was reset (a source's service restarted, a queue deleted and made
+// again under its name): it counts from zero, so it went up by b.
+func increase(a, b uint64) uint64 {
+	if b < a {
+		return b
+	}
+	return b - a
+}
+
+// shareOf is the rounded share of n, at most n.
+func shareOf(share float64, n uint64) uint64 {
+	v := share*float64(n) + 0.5
+	if v >= float64(n) {
+		return n
+	}
+	return uint64(v)
+}
+
+// satAdd is a + b, or the largest uint64 when that overflows: a counter of
+// any size shows as its own value or as the largest there is, never as a
+// small one.
+func satAdd(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}
+
+// failedOf counts the attempts that failed: nacks, expired leases and dead
+// letters.
+func failedOf(st walq.Stats) uint64 {
+	return satAdd(satAdd(st.Nacked, st.Expired), st.DeadLettered)
 }

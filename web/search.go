@@ -2,22 +2,26 @@ package web
 
 import (
 	"bytes"
+	"net/http"
 	"strings"
 
 	"github.com/walq/walq"
 )
 
-// listItems is Source.ListItems as a reader of the dashboard may see it:
-// with Options.FormatBody set, a search in bodies matches what FormatBody
+// listItems is Source.ListItems as the request may see it. With
+// Options.FormatBody set, a search in bodies matches what FormatBody
 // returns (what the item page shows), never the stored bytes, so a
-// redacted field cannot be tested by searching for a guess. Every list,
-// count and bulk action goes through it.
-func (h *Handler) listItems(queue string, opts walq.ListOptions) (walq.ItemPage, error) {
+// redacted field cannot be tested by searching for a guess. With
+// Options.Allow set, an item whose Read Allow refuses (asked with the
+// item) is neither listed, nor counted, nor searched. Every list, count
+// and bulk action goes through it.
+func (h *Handler) listItems(r *http.Request, queue string, opts walq.ListOptions) (walq.ItemPage, error) {
 	f := opts.Filter
-	if h.opts.FormatBody == nil || !f.InBody || f.Text == "" {
+	search := f.InBody && f.Text != ""
+	perItem := h.opts.Allow != nil
+	if !perItem && (h.opts.FormatBody == nil || !search) {
 		return h.src.ListItems(queue, opts)
 	}
-	text := f.Text
 	limit := opts.Limit
 	if limit <= 0 {
 		limit = 50
@@ -25,19 +29,29 @@ func (h *Handler) listItems(queue string, opts walq.ListOptions) (walq.ItemPage,
 	limit = min(limit, walq.MaxListLimit)
 	budget := opts.Budget
 	if budget <= 0 {
-		budget = walq.DefaultBodyBudget
+		budget = walq.DefaultListBudget
+		if search {
+			budget = walq.DefaultBodyBudget
+		}
 	}
 	bodyBytes := opts.BodyBytesBudget()
-	// The walk selects by everything else; the text is matched here, in
-	// the errors as the source would, and in the formatted body.
+	// The walk selects by everything else (and by the errors, when the
+	// text is not looked for in bodies); a search in bodies is matched
+	// here, in the errors as the source would, and in the body as shown.
 	inner := opts
-	inner.Filter.Text, inner.Filter.InBody = "", false
+	if search {
+		inner.Filter.Text, inner.Filter.InBody = "", false
+	}
 	inner.Limit = walq.MaxListLimit
-	inner.Budget, inner.BodyBytes = 0, 0
+	inner.BodyBytes = 0
 	var out walq.ItemPage
 	after := opts.After
 	for {
+		// The walk looks at the items of the same budget as the source's
+		// own would (opts.Budget, or its default), however few of them it
+		// hands here.
 		inner.After = after
+		inner.Budget = budget - out.Scanned
 		p, err := h.src.ListItems(queue, inner)
 		if err != nil {
 			return walq.ItemPage{}, err
@@ -45,26 +59,36 @@ func (h *Handler) listItems(queue string, opts walq.ListOptions) (walq.ItemPage,
 		out.Scanned += p.Scanned
 		out.Stored = p.Stored
 		for _, it := range p.Items {
-			if out.Searched >= budget || (out.Searched > 0 && out.SearchedBytes >= bodyBytes) {
+			if search && (out.Searched >= budget || (out.Searched > 0 && out.SearchedBytes >= bodyBytes)) {
 				out.Next = after
 				return out, nil
 			}
-			out.Searched++
 			after = it.ID
-			match, n := h.textIn(queue, it, text)
-			out.SearchedBytes += int64(n)
-			if match {
-				out.Items = append(out.Items, it)
-				if len(out.Items) == limit {
-					out.Next = it.ID
-					return out, nil
+			if perItem && !h.allows(r, Action{Kind: Read, Queue: queue, Items: []uint64{it.ID}}) {
+				continue
+			}
+			if search {
+				out.Searched++
+				match, n := h.textIn(queue, it, f.Text)
+				out.SearchedBytes += int64(n)
+				if !match {
+					continue
 				}
+			}
+			out.Items = append(out.Items, it)
+			if len(out.Items) == limit {
+				out.Next = it.ID
+				return out, nil
 			}
 		}
 		if p.Next == 0 {
 			return out, nil
 		}
 		after = p.Next
+		if out.Scanned >= budget {
+			out.Next = after
+			return out, nil
+		}
 	}
 }
 
@@ -84,5 +108,9 @@ func (h *Handler) textIn(queue string, it walq.ItemView, text string) (bool, int
 	if err != nil {
 		return false, 0 // gone since the walk listed it, or unreadable
 	}
-	return bytes.Contains(h.opts.FormatBody(queue, it, raw), []byte(text)), len(raw)
+	shown := raw
+	if h.opts.FormatBody != nil {
+		shown = h.opts.FormatBody(queue, it, raw)
+	}
+	return bytes.Contains(shown, []byte(text)), len(raw)
 }
