@@ -611,6 +611,8 @@ func TestRecordOfANewerBuild(t *testing.T) {
 		want  string
 	}{
 		{"unknown type", 0, state.LastType + 1, fmt.Sprintf("has type %d", state.LastType+1)},
+		{"required field", 0, state.TypeAck, "tag 3, which this build does not know"},
+		{"required field of an item", 0, state.TypePut, "tag 5, which this build does not know"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -621,7 +623,17 @@ func TestRecordOfANewerBuild(t *testing.T) {
 			must(t, q.Close())
 			l, _, err := wal.Open(filepath.Join(dir, "log"), wal.Options{Dir: dirIDOf(t, dir)}, 0, nil)
 			must(t, err)
-			if _, c := l.AppendQueue(tc.queue, tc.typ, func(b []byte) []byte { return append(b, 0x80) }); c.Wait() != nil {
+			body := []byte{0x80}
+			switch tc.name {
+			case "required field":
+				// An ack of receipt 2 with tagged fields 2 (optional) and 3
+				// (required).
+				body = []byte{0x93, 0x01, 0x02, 0x82, 0x02, 0xc0, 0x03, 0xa1, 'x'}
+			case "required field of an item":
+				body, err = state.Encode(nil, &state.Put{Time: 1, Items: []state.NewItem{{Body: []byte("y"), Ext: state.Fields{{Tag: 5, Value: []byte{0xc3}}}}}})
+				must(t, err)
+			}
+			if _, c := l.AppendQueue(tc.queue, tc.typ, func(b []byte) []byte { return append(b, body...) }); c.Wait() != nil {
 				t.Fatal(c.Wait())
 			}
 			must(t, l.Close())

@@ -586,3 +586,55 @@ func (m manifest) diff(after manifest) string {
 	}
 	return b.String()
 }
+
+// previousRelease is the last build before records took tagged fields
+// (state/fields.go): it knows no trailing map of fields.
+var previousRelease = oldBuild{"e12ac90", "e12ac906dece9066b790dd3a6431c144b416aa73", false}
+
+// TestPreviousReleaseRefusesTaggedFields builds the previous release and
+// opens the fixtures a newer walq wrote with tagged fields, twice each:
+// the one with optional fields only and the one with a required field. It
+// knows neither kind, so it must refuse both (as damage it cannot account
+// for: it predates ErrNewerFormat for fields) and change nothing in them;
+// a directory that uses no new field, written by this build, it opens.
+func TestPreviousReleaseRefusesTaggedFields(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds an old revision of walq; not in -short mode")
+	}
+	skip := t.Skipf
+	if os.Getenv("WALQ_OLDBUILD") == "require" {
+		skip = t.Fatalf
+	}
+	repo := oldBuildRepo(t, skip)
+	if exec.Command("git", "-C", repo, "cat-file", "-e", previousRelease.rev+"^{commit}").Run() != nil {
+		skip("the previous release %s is not in this repository", previousRelease.rev)
+	}
+	bin := filepath.Join(t.TempDir(), "oldopen")
+	if err := buildOldBuild(repo, previousRelease.rev, t.TempDir(), bin); err != nil {
+		t.Fatal(err)
+	}
+	for _, fixture := range []string{"testdata/format2-fields", "testdata/format2-fields-required"} {
+		dir := filepath.Join(t.TempDir(), "queue")
+		copyFormat2Tree(t, fixture, dir, nil)
+		before := dirManifest(t, dir)
+		for run := 1; run <= 2; run++ {
+			out, code := runOldOpen(t, bin, dir)
+			t.Logf("%s, run %d: exit %d: %s", fixture, run, code, out)
+			if code != 1 || !strings.HasPrefix(out, "refused: ") {
+				t.Errorf("%s, run %d: exit %d, %q: want a refusal", fixture, run, code, out)
+			}
+			if d := before.diff(dirManifest(t, dir)); d != "" {
+				t.Errorf("%s, run %d: the refused open changed the directory:\n%s", fixture, run, d)
+			}
+		}
+	}
+	// A directory this build writes without any new field stays readable.
+	dir := filepath.Join(t.TempDir(), "plain")
+	q, err := Open(dir, Options{})
+	must(t, err)
+	mustPut(t, q, "plain")
+	must(t, q.Close())
+	if out, code := runOldOpen(t, bin, dir); code != 0 || out != "opened" {
+		t.Fatalf("the previous release on a directory of this build: exit %d, %q", code, out)
+	}
+}

@@ -26,7 +26,7 @@ duration=${1:?usage: fuzz/run.sh <duration> [target...]}
 shift
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-	targets=(FuzzRecord FuzzSnapshot FuzzRecovery FuzzOps FuzzQueueOps)
+	targets=(FuzzRecord FuzzFields FuzzSnapshot FuzzRecovery FuzzOps FuzzQueueOps)
 fi
 if [ -d /dev/shm ] && [ -w /dev/shm ]; then
 	export TMPDIR=/dev/shm

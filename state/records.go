@@ -113,12 +113,18 @@ type NewItem struct {
 	Deadline   int64 // 0: none; no delivery starts at or after it
 	Priority   int64
 	Key        string
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // Put adds items.
 type Put struct {
 	Time  int64
 	Items []NewItem
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // Lease starts a delivery of the item: attempt and delivery counts go up.
@@ -126,6 +132,9 @@ type Lease struct {
 	Time     int64
 	ID       uint64
 	LeaseEnd int64
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // Extend moves the end of the lease named by Receipt.
@@ -133,12 +142,18 @@ type Extend struct {
 	Time     int64
 	Receipt  uint64
 	LeaseEnd int64
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // Ack ends the lease named by Receipt in success.
 type Ack struct {
 	Time    int64
 	Receipt uint64
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // End ends the lease named by Receipt without success. Kind is TypeNack,
@@ -152,18 +167,27 @@ type End struct {
 	Cause   string
 	Due     int64
 	Dead    bool
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // Discard drops waiting items whose deadline has come.
 type Discard struct {
 	Time int64
 	IDs  []uint64
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // Redrive puts dead letters back to waiting, ready at Time, attempts reset.
 type Redrive struct {
 	Time int64
 	IDs  []uint64
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // Purge drops dead letters; with All set, every dead letter at that point.
@@ -171,6 +195,9 @@ type Purge struct {
 	Time int64
 	IDs  []uint64
 	All  bool
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // Delete removes stored items of its queue, whatever their state: waiting,
@@ -180,6 +207,9 @@ type Purge struct {
 type Delete struct {
 	Time int64
 	IDs  []uint64
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // CreateQueue creates the named queue Name with its settings.
@@ -187,12 +217,18 @@ type CreateQueue struct {
 	Time     int64
 	Name     string
 	Settings Settings
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // SetQueue replaces a queue's recorded settings.
 type SetQueue struct {
 	Time     int64
 	Settings Settings
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // PauseQueue pauses a queue until Until (math.MaxInt64: until resumed);
@@ -200,6 +236,9 @@ type SetQueue struct {
 type PauseQueue struct {
 	Time  int64
 	Until int64
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // DeleteQueue deletes a queue with its items, keys, counters and dead
@@ -208,6 +247,9 @@ type PauseQueue struct {
 type DeleteQueue struct {
 	Time  int64
 	Force bool
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // Move redrives dead letters into the queue Target: they keep their IDs
@@ -216,6 +258,9 @@ type Move struct {
 	Time   int64
 	Target uint64
 	IDs    []uint64
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // Relocate copies the bodies of stored items forward in the log, so that
@@ -225,6 +270,9 @@ type Move struct {
 type Relocate struct {
 	Time  int64
 	Items []Relocated
+	// Ext holds the optional tagged fields this build does not know
+	// (fields.go): never applied, re-encoded as they came.
+	Ext Fields
 }
 
 // Relocated is one body of a Relocate record.
@@ -272,85 +320,103 @@ func (r *Delete) At() int64  { return r.Time }
 
 // Encode appends the msgpack body of rec to dst.
 func Encode(dst []byte, rec Record) ([]byte, error) {
+	if err := checkRecordFields(rec); err != nil {
+		return dst, fmt.Errorf("encode %s record: %w", TypeName(rec.Type()), err)
+	}
 	b := dst
 	switch r := rec.(type) {
 	case *Put:
-		b = appendArrayLen(b, 2)
+		b = appendArrayLen(b, extLen(2, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendArrayLen(b, len(r.Items))
 		for i := range r.Items {
 			n := &r.Items[i]
-			b = appendArrayLen(b, 5)
+			b = appendArrayLen(b, extLen(5, n.Ext))
 			b = appendBin(b, n.Body)
 			n.BodyOffset = len(b) - len(dst) - len(n.Body)
 			b = appendInt(b, n.Due)
 			b = appendInt(b, n.Deadline)
 			b = appendInt(b, n.Priority)
 			b = appendStr(b, n.Key)
+			b = appendFields(b, n.Ext)
 		}
+		b = appendFields(b, r.Ext)
 	case *Lease:
-		b = appendArrayLen(b, 3)
+		b = appendArrayLen(b, extLen(3, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendUint(b, r.ID)
 		b = appendInt(b, r.LeaseEnd)
+		b = appendFields(b, r.Ext)
 	case *Extend:
-		b = appendArrayLen(b, 3)
+		b = appendArrayLen(b, extLen(3, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendUint(b, r.Receipt)
 		b = appendInt(b, r.LeaseEnd)
+		b = appendFields(b, r.Ext)
 	case *Ack:
-		b = appendArrayLen(b, 2)
+		b = appendArrayLen(b, extLen(2, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendUint(b, r.Receipt)
+		b = appendFields(b, r.Ext)
 	case *End:
-		b = appendArrayLen(b, 6)
+		b = appendArrayLen(b, extLen(6, r.Ext))
 		b = appendUint(b, uint64(r.Kind))
 		b = appendInt(b, r.Time)
 		b = appendUint(b, r.Receipt)
 		b = appendStr(b, r.Cause)
 		b = appendInt(b, r.Due)
 		b = appendBool(b, r.Dead)
+		b = appendFields(b, r.Ext)
 	case *Discard:
-		b = appendArrayLen(b, 2)
+		b = appendArrayLen(b, extLen(2, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendIDs(b, r.IDs)
+		b = appendFields(b, r.Ext)
 	case *Redrive:
-		b = appendArrayLen(b, 2)
+		b = appendArrayLen(b, extLen(2, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendIDs(b, r.IDs)
+		b = appendFields(b, r.Ext)
 	case *Purge:
-		b = appendArrayLen(b, 3)
+		b = appendArrayLen(b, extLen(3, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendIDs(b, r.IDs)
 		b = appendBool(b, r.All)
+		b = appendFields(b, r.Ext)
 	case *Delete:
-		b = appendArrayLen(b, 2)
+		b = appendArrayLen(b, extLen(2, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendIDs(b, r.IDs)
+		b = appendFields(b, r.Ext)
 	case *CreateQueue:
-		b = appendArrayLen(b, 3)
+		b = appendArrayLen(b, extLen(3, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendStr(b, r.Name)
 		b = appendSettings(b, r.Settings)
+		b = appendFields(b, r.Ext)
 	case *SetQueue:
-		b = appendArrayLen(b, 2)
+		b = appendArrayLen(b, extLen(2, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendSettings(b, r.Settings)
+		b = appendFields(b, r.Ext)
 	case *PauseQueue:
-		b = appendArrayLen(b, 2)
+		b = appendArrayLen(b, extLen(2, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendInt(b, r.Until)
+		b = appendFields(b, r.Ext)
 	case *DeleteQueue:
-		b = appendArrayLen(b, 2)
+		b = appendArrayLen(b, extLen(2, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendBool(b, r.Force)
+		b = appendFields(b, r.Ext)
 	case *Move:
-		b = appendArrayLen(b, 3)
+		b = appendArrayLen(b, extLen(3, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendUint(b, r.Target)
 		b = appendIDs(b, r.IDs)
+		b = appendFields(b, r.Ext)
 	case *Relocate:
-		b = appendArrayLen(b, 2)
+		b = appendArrayLen(b, extLen(2, r.Ext))
 		b = appendInt(b, r.Time)
 		b = appendArrayLen(b, len(r.Items))
 		for i := range r.Items {
@@ -360,6 +426,7 @@ func Encode(dst []byte, rec Record) ([]byte, error) {
 			b = appendBin(b, n.Body)
 			n.BodyOffset = len(b) - len(dst) - len(n.Body)
 		}
+		b = appendFields(b, r.Ext)
 	default:
 		return dst, fmt.Errorf("encode: unknown record %T", rec)
 	}
@@ -385,7 +452,7 @@ func decode(typ byte, body []byte, alias bool) (Record, error) {
 	var rec Record
 	switch typ {
 	case TypePut:
-		d.arrayLen(2)
+		ext := d.arrayExt(2)
 		r := &Put{Time: d.int()}
 		n := d.arrayLen(-1)
 		if n > 0 {
@@ -393,63 +460,120 @@ func decode(typ byte, body []byte, alias bool) (Record, error) {
 		}
 		for i := 0; i < n && d.err == nil; i++ {
 			it := &r.Items[i]
-			d.arrayLen(5)
+			itemExt := d.arrayExt(5)
 			it.Body = bin()
 			it.BodyOffset = d.off - len(it.Body)
 			it.Due = d.int()
 			it.Deadline = d.int()
 			it.Priority = d.int()
 			it.Key = d.str()
+			if itemExt {
+				it.Ext = d.fields(alias)
+			}
+		}
+		if ext {
+			r.Ext = d.fields(alias)
 		}
 		rec = r
 	case TypeLease:
-		d.arrayLen(3)
-		rec = &Lease{Time: d.int(), ID: d.uint(), LeaseEnd: d.int()}
+		ext := d.arrayExt(3)
+		r := &Lease{Time: d.int(), ID: d.uint(), LeaseEnd: d.int()}
+		if ext {
+			r.Ext = d.fields(alias)
+		}
+		rec = r
 	case TypeExtend:
-		d.arrayLen(3)
-		rec = &Extend{Time: d.int(), Receipt: d.uint(), LeaseEnd: d.int()}
+		ext := d.arrayExt(3)
+		r := &Extend{Time: d.int(), Receipt: d.uint(), LeaseEnd: d.int()}
+		if ext {
+			r.Ext = d.fields(alias)
+		}
+		rec = r
 	case TypeAck:
-		d.arrayLen(2)
-		rec = &Ack{Time: d.int(), Receipt: d.uint()}
+		ext := d.arrayExt(2)
+		r := &Ack{Time: d.int(), Receipt: d.uint()}
+		if ext {
+			r.Ext = d.fields(alias)
+		}
+		rec = r
 	case TypeNack, TypeExpire, TypeDeadLetter:
-		d.arrayLen(6)
+		ext := d.arrayExt(6)
 		r := &End{}
 		kind := d.uint()
 		r.Time, r.Receipt, r.Cause, r.Due, r.Dead = d.int(), d.uint(), d.str(), d.int(), d.bool()
+		if ext {
+			r.Ext = d.fields(alias)
+		}
 		if d.err == nil && kind != uint64(typ) {
 			d.fail("kind %d does not match the record type %d", kind, typ)
 		}
 		r.Kind = typ
 		rec = r
 	case TypeDiscard:
-		d.arrayLen(2)
-		rec = &Discard{Time: d.int(), IDs: d.ids()}
+		ext := d.arrayExt(2)
+		r := &Discard{Time: d.int(), IDs: d.ids()}
+		if ext {
+			r.Ext = d.fields(alias)
+		}
+		rec = r
 	case TypeRedrive:
-		d.arrayLen(2)
-		rec = &Redrive{Time: d.int(), IDs: d.ids()}
+		ext := d.arrayExt(2)
+		r := &Redrive{Time: d.int(), IDs: d.ids()}
+		if ext {
+			r.Ext = d.fields(alias)
+		}
+		rec = r
 	case TypePurge:
-		d.arrayLen(3)
-		rec = &Purge{Time: d.int(), IDs: d.ids(), All: d.bool()}
+		ext := d.arrayExt(3)
+		r := &Purge{Time: d.int(), IDs: d.ids(), All: d.bool()}
+		if ext {
+			r.Ext = d.fields(alias)
+		}
+		rec = r
 	case TypeDelete:
-		d.arrayLen(2)
-		rec = &Delete{Time: d.int(), IDs: d.ids()}
+		ext := d.arrayExt(2)
+		r := &Delete{Time: d.int(), IDs: d.ids()}
+		if ext {
+			r.Ext = d.fields(alias)
+		}
+		rec = r
 	case TypeCreateQueue:
-		d.arrayLen(3)
-		rec = &CreateQueue{Time: d.int(), Name: d.str(), Settings: d.settings()}
+		ext := d.arrayExt(3)
+		r := &CreateQueue{Time: d.int(), Name: d.str(), Settings: d.settings()}
+		if ext {
+			r.Ext = d.fields(alias)
+		}
+		rec = r
 	case TypeSetQueue:
-		d.arrayLen(2)
-		rec = &SetQueue{Time: d.int(), Settings: d.settings()}
+		ext := d.arrayExt(2)
+		r := &SetQueue{Time: d.int(), Settings: d.settings()}
+		if ext {
+			r.Ext = d.fields(alias)
+		}
+		rec = r
 	case TypePauseQueue:
-		d.arrayLen(2)
-		rec = &PauseQueue{Time: d.int(), Until: d.int()}
+		ext := d.arrayExt(2)
+		r := &PauseQueue{Time: d.int(), Until: d.int()}
+		if ext {
+			r.Ext = d.fields(alias)
+		}
+		rec = r
 	case TypeDeleteQueue:
-		d.arrayLen(2)
-		rec = &DeleteQueue{Time: d.int(), Force: d.bool()}
+		ext := d.arrayExt(2)
+		r := &DeleteQueue{Time: d.int(), Force: d.bool()}
+		if ext {
+			r.Ext = d.fields(alias)
+		}
+		rec = r
 	case TypeMove:
-		d.arrayLen(3)
-		rec = &Move{Time: d.int(), Target: d.uint(), IDs: d.ids()}
+		ext := d.arrayExt(3)
+		r := &Move{Time: d.int(), Target: d.uint(), IDs: d.ids()}
+		if ext {
+			r.Ext = d.fields(alias)
+		}
+		rec = r
 	case TypeRelocate:
-		d.arrayLen(2)
+		ext := d.arrayExt(2)
 		r := &Relocate{Time: d.int()}
 		n := d.arrayLen(-1)
 		if n > 0 {
@@ -461,6 +585,9 @@ func decode(typ byte, body []byte, alias bool) (Record, error) {
 			it.ID = d.uint()
 			it.Body = bin()
 			it.BodyOffset = d.off - len(it.Body)
+		}
+		if ext {
+			r.Ext = d.fields(alias)
 		}
 		rec = r
 	default:

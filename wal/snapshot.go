@@ -29,8 +29,9 @@ import (
 //
 // The kinds are listed below (SectionQueueState to SectionDirIndex4): this
 // build writes exactly one section, of kind SectionDirIndex4, for queue 0,
-// and reads every kind listed. A section kind this build does not know is
-// refused as newer (ErrNewerFormat), never skipped. The CRC is CRC-32C (Castagnoli) over the header bytes before it
+// and reads every kind listed. A section kind below SectionOptional that
+// this build does not know is refused as newer (ErrNewerFormat), never
+// skipped; one of SectionOptional or above is skipped. The CRC is CRC-32C (Castagnoli) over the header bytes before it
 // and the body, so a flipped bit in the covered LSN is caught too: recovery
 // replays the log from that LSN, and a wrong one would silently skip or
 // repeat records. The file holds exactly header and body; trailing bytes are
@@ -75,7 +76,15 @@ const (
 	// state body version 4, whose keys section lists released keys only
 	// (a stored item's key is held by it): written since snapshots are
 	// written in pieces. A build before it refuses it as newer.
-	SectionDirIndex4  = 4
+	SectionDirIndex4 = 4
+	// SectionOptional is the first of the optional section kinds (0x80
+	// to 0xff): a build that does not know one skips it, and a feature
+	// that writes one must stay correct when an older build drops it (it
+	// writes the next snapshot without it). A section of a kind below it
+	// that this build does not know is refused as newer. No kind of
+	// either class is written yet: docs/format-next.md lists those the
+	// coming features take.
+	SectionOptional   = 0x80
 	sectionHeaderSize = 17
 )
 
@@ -91,6 +100,9 @@ type Snapshot struct {
 	// SectionDirState, SectionDirIndex or SectionDirIndex4
 	// (SectionQueueState for version 1).
 	Kind byte
+	// Skipped lists the kinds of the optional sections (SectionOptional
+	// and up) this build does not know and skipped, in file order.
+	Skipped []byte
 }
 
 // A snapshot covering LSN S is named "snapshot-<S in 20 digits>.snap" and is
@@ -119,19 +131,43 @@ type SnapshotFile struct {
 }
 
 func appendSnapshot2(dst []byte, id DirID, lsn uint64, kind byte, state []byte) []byte {
+	return appendSnapshotSections(dst, id, lsn, Section{Kind: kind, Data: state})
+}
+
+// Section is one section of a snapshot file.
+type Section struct {
+	Kind  byte
+	Queue uint64
+	Data  []byte
+}
+
+// EncodeSnapshotSections is a snapshot file holding the sections, in
+// order: the state section a build reads, and optional sections
+// (SectionOptional and up) beside it.
+func EncodeSnapshotSections(id DirID, lsn uint64, sections ...Section) []byte {
+	return appendSnapshotSections(nil, id, lsn, sections...)
+}
+
+func appendSnapshotSections(dst []byte, id DirID, lsn uint64, sections ...Section) []byte {
 	start := len(dst)
+	size := 0
+	for _, sec := range sections {
+		size += sectionHeaderSize + len(sec.Data)
+	}
 	dst = append(dst, snapshotMagic...)
 	dst = append(dst, snapshotVersion2)
 	dst = append(dst, id[:]...)
 	dst = binary.BigEndian.AppendUint64(dst, lsn)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(sectionHeaderSize+len(state)))
+	dst = binary.BigEndian.AppendUint64(dst, uint64(size))
 	crcAt := len(dst)
 	dst = binary.BigEndian.AppendUint32(dst, 0)
 	body := len(dst)
-	dst = append(dst, kind)
-	dst = binary.BigEndian.AppendUint64(dst, 0)
-	dst = binary.BigEndian.AppendUint64(dst, uint64(len(state)))
-	dst = append(dst, state...)
+	for _, sec := range sections {
+		dst = append(dst, sec.Kind)
+		dst = binary.BigEndian.AppendUint64(dst, sec.Queue)
+		dst = binary.BigEndian.AppendUint64(dst, uint64(len(sec.Data)))
+		dst = append(dst, sec.Data...)
+	}
 	crc := crc32.Update(0, castagnoli, dst[start:crcAt])
 	crc = crc32.Update(crc, castagnoli, dst[body:])
 	binary.BigEndian.PutUint32(dst[crcAt:], crc)
@@ -276,6 +312,10 @@ func DecodeSnapshot(data []byte) (Snapshot, error) {
 			return bad(int64(snapshot2HeaderSize+off), reasonf("section of %d bytes runs past the end", n))
 		}
 		switch {
+		case kind >= SectionOptional:
+			snap.Skipped = append(snap.Skipped, kind)
+			off += int(n)
+			continue
 		case kind != SectionQueueState && kind != SectionDirState && kind != SectionDirIndex && kind != SectionDirIndex4:
 			return Snapshot{}, fmt.Errorf("%w: snapshot section of kind %d", ErrNewerFormat, kind)
 		case queue != 0:

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -338,4 +339,41 @@ func FuzzDecodeSnapshot(f *testing.F) {
 			t.Fatalf("accepted % x, which re-encodes as % x", data, again)
 		}
 	})
+}
+
+// TestSnapshotOptionalSections: a section of kind SectionOptional or above
+// that this build does not know is skipped, wherever it lies and whatever
+// queue it names, and the state section beside it is read, by the whole-
+// file decoder and by OpenSnapshot; a snapshot of optional sections only
+// still has no state section.
+func TestSnapshotOptionalSections(t *testing.T) {
+	state := []byte("index")
+	file := EncodeSnapshotSections(testDir, 12,
+		Section{Kind: SectionOptional, Queue: 7, Data: []byte("history")},
+		Section{Kind: SectionDirIndex4, Data: state},
+		Section{Kind: 0xff, Data: nil})
+	snap, err := DecodeSnapshot(file)
+	if err != nil || string(snap.Body) != "index" || snap.Kind != SectionDirIndex4 || snap.LSN != 12 ||
+		string(snap.Skipped) != string([]byte{SectionOptional, 0xff}) {
+		t.Fatalf("DecodeSnapshot = %+v, %v", snap, err)
+	}
+	path := filepath.Join(t.TempDir(), SnapshotName(12))
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenSnapshot(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(r)
+	if err != nil || string(got) != "index" || r.Close() != nil {
+		t.Fatalf("OpenSnapshot read %q, %v", got, err)
+	}
+	if _, err := DecodeSnapshot(EncodeSnapshotSections(testDir, 12, Section{Kind: SectionOptional, Data: state})); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("optional sections only: %v, want no state section", err)
+	}
+	// A kind below SectionOptional this build does not know is refused.
+	if _, err := DecodeSnapshot(EncodeSnapshotSections(testDir, 12, Section{Kind: SectionDirIndex4, Data: state}, Section{Kind: SectionOptional - 1})); !errors.Is(err, ErrNewerFormat) {
+		t.Fatalf("kind %d: %v, want ErrNewerFormat", SectionOptional-1, err)
+	}
 }

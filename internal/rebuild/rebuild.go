@@ -134,6 +134,12 @@ func CheckKnown(pos wal.Position, typ byte) error {
 // ApplyDecoded is Apply for a record already decoded: r and decodeErr are
 // what state.Decode returned for it.
 func ApplyDecoded(st *state.State, logDir string, pos wal.Position, queue uint64, typ byte, r state.Record, decodeErr error) error {
+	if errors.Is(decodeErr, state.ErrNewerField) {
+		// A newer walq wrote a field this build must understand: its
+		// frame verified, so it is no damage, and it must not be cut.
+		return fmt.Errorf("%w: record %d in %s (a %s record): %v",
+			wal.ErrNewerFormat, pos.Index, pos.File, state.TypeName(typ), decodeErr)
+	}
 	err := decodeErr
 	if err == nil {
 		err = st.ApplyAt(pos.Index, queue, r, pos.Offset)
