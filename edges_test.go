@@ -630,7 +630,7 @@ func TestRecordOfANewerBuild(t *testing.T) {
 				// (required).
 				body = []byte{0x93, 0x01, 0x02, 0x82, 0x02, 0xc0, 0x03, 0xa1, 'x'}
 			case "required field of an item":
-				body, err = state.Encode(nil, &state.Put{Time: 1, Items: []state.NewItem{{Body: []byte("y"), Ext: state.Fields{{Tag: 5, Value: []byte{0xc3}}}}}})
+				body, err = state.EncodeWithFields(nil, &state.Put{Time: 1, Items: []state.NewItem{{Body: []byte("y")}}}, nil, []state.Fields{{{Tag: 5, Value: []byte{0xc3}}}})
 				must(t, err)
 			}
 			if _, c := l.AppendQueue(tc.queue, tc.typ, func(b []byte) []byte { return append(b, body...) }); c.Wait() != nil {

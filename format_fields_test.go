@@ -98,8 +98,8 @@ func writeFieldsFixture(t *testing.T, dir string, required bool) []fieldsFixture
 	must(t, err)
 	str := func(s string) []byte { return append([]byte{0xa0 | byte(len(s))}, s...) } // a msgpack fixstr (under 32 bytes)
 	at := clock.Now().UnixNano()
-	appendRec := func(queue uint64, rec state.Record) uint64 {
-		body, err := state.Encode(nil, rec)
+	appendRec := func(queue uint64, rec state.Record, fields state.Fields, items ...state.Fields) uint64 {
+		body, err := state.EncodeWithFields(nil, rec, fields, items)
 		must(t, err)
 		lsn, c := l.AppendQueue(queue, rec.Type(), func(b []byte) []byte { return append(b, body...) })
 		must(t, c.Wait())
@@ -107,17 +107,17 @@ func writeFieldsFixture(t *testing.T, dir string, required bool) []fieldsFixture
 	}
 	meta := state.Fields{{Tag: 2, Value: str("traceparent=00-4bf92f35")}}
 	appendRec(0, &state.Put{Time: at, Items: []state.NewItem{
-		{Body: []byte("f1"), Due: at, Ext: meta},
-		{Body: []byte("f2"), Due: at, Key: "kf2", Ext: state.Fields{{Tag: 4, Value: []byte{0x92, 0x01, 0xc3}}}},
-	}, Ext: state.Fields{{Tag: 6, Value: str("cursor")}}})
+		{Body: []byte("f1"), Due: at},
+		{Body: []byte("f2"), Due: at, Key: "kf2"},
+	}}, state.Fields{{Tag: 6, Value: str("cursor")}}, meta, state.Fields{{Tag: 4, Value: []byte{0x92, 0x01, 0xc3}}})
 	f1, f2 := d4+1, d4+2
-	appendRec(jobsID, &state.Put{Time: at, Items: []state.NewItem{{Body: []byte("f3"), Due: at, Ext: meta}}})
+	appendRec(jobsID, &state.Put{Time: at, Items: []state.NewItem{{Body: []byte("f3"), Due: at}}}, nil, meta)
 	f3 := d4 + 3
-	lease := appendRec(0, &state.Lease{Time: at, ID: d3, LeaseEnd: at + int64(time.Hour), Ext: meta})
-	appendRec(0, &state.Ack{Time: at, Receipt: lease, Ext: state.Fields{{Tag: 8, Value: str("outcome: ok")}}})
-	appendRec(jobsID, &state.SetQueue{Time: at, Settings: jobsSettings, Ext: state.Fields{{Tag: 2, Value: []byte{0x05}}}})
+	lease := appendRec(0, &state.Lease{Time: at, ID: d3, LeaseEnd: at + int64(time.Hour)}, meta)
+	appendRec(0, &state.Ack{Time: at, Receipt: lease}, state.Fields{{Tag: 8, Value: str("outcome: ok")}})
+	appendRec(jobsID, &state.SetQueue{Time: at, Settings: jobsSettings}, state.Fields{{Tag: 2, Value: []byte{0x05}}})
 	if required {
-		appendRec(0, &state.Put{Time: at, Items: []state.NewItem{{Body: []byte("r1"), Due: at, Ext: state.Fields{{Tag: 3, Value: []byte{0x10}}}}}})
+		appendRec(0, &state.Put{Time: at, Items: []state.NewItem{{Body: []byte("r1"), Due: at}}}, nil, state.Fields{{Tag: 3, Value: []byte{0x10}}})
 	}
 	must(t, l.Close())
 

@@ -51,6 +51,24 @@ func FuzzRecord(f *testing.F) {
 		}
 		f.Add(append([]byte{rec.Type()}, body...))
 	}
+	// Tagged fields: optional ones (skipped) on a record and an item, and
+	// a required one (refused).
+	for _, fr := range []struct {
+		rec    state.Record
+		fields state.Fields
+		items  []state.Fields
+	}{
+		{&state.Ack{Time: 1500, Receipt: 8}, state.Fields{{Tag: 2, Value: []byte{0xa1, 'x'}}}, nil},
+		{&state.Put{Time: 1500, Items: []state.NewItem{{Body: []byte("m"), Due: 1500}}},
+			state.Fields{{Tag: 6, Value: []byte{0xc3}}, {Tag: 8, Value: []byte{0x81, 0x01, 0x02}}}, []state.Fields{{{Tag: 4, Value: []byte{0x92, 0x01, 0xc0}}}}},
+		{&state.End{Kind: state.TypeNack, Time: 1500, Receipt: 8, Cause: "x", Due: 1600}, state.Fields{{Tag: 3, Value: []byte{0x00}}}, nil},
+	} {
+		body, err := state.EncodeWithFields(nil, fr.rec, fr.fields, fr.items)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(append([]byte{fr.rec.Type()}, body...))
+	}
 	f.Add([]byte{})
 	f.Add(make([]byte, 32))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -174,12 +192,6 @@ func fixtureRecords() []state.Record {
 		&state.CreateQueue{Time: 1500, Name: "jobs", Settings: state.Settings{Visibility: 5, MaxAttempts: 2}},
 		&state.Ack{Time: 1500, Receipt: 8},                                     // the lease of jobs
 		&state.Put{Time: 1500, Items: []state.NewItem{{Due: 1500, Key: "ka"}}}, // "ka" is taken in both queues
-		// Tagged fields: optional ones (kept, not applied) on a record and
-		// an item, and a required one (refused).
-		&state.Ack{Time: 1500, Receipt: 8, Ext: state.Fields{{Tag: 2, Value: []byte{0xa1, 'x'}}}},
-		&state.Put{Time: 1500, Items: []state.NewItem{{Body: []byte("m"), Due: 1500, Ext: state.Fields{{Tag: 4, Value: []byte{0x92, 0x01, 0xc0}}}}},
-			Ext: state.Fields{{Tag: 6, Value: []byte{0xc3}}, {Tag: 8, Value: []byte{0x81, 0x01, 0x02}}}},
-		&state.End{Kind: state.TypeNack, Time: 1500, Receipt: 8, Cause: "x", Due: 1600, Ext: state.Fields{{Tag: 3, Value: []byte{0x00}}}},
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 )
 
 // Tagged fields: how records grow without a new format version.
@@ -18,9 +17,8 @@ import (
 //
 // A tag's lowest bit says what a build that does not know it must do. An
 // even tag is optional: such a build skips it (decodes the record as if it
-// were not there, keeping its bytes in Ext so the record re-encodes byte
-// for byte), and a feature that writes one must stay correct when an older
-// build drops it. An odd tag is required: the record cannot be applied
+// were not there), and a feature that writes one must stay correct when an
+// older build drops it. An odd tag is required: the record cannot be applied
 // correctly without it, so a build that does not know it refuses the
 // record with an error wrapping ErrNewerField, which recovery reports as
 // a newer format and never as damage (nothing is cut). This build knows
@@ -31,7 +29,7 @@ import (
 var ErrNewerField = errors.New("a required field of a newer walq")
 
 // Field is one tagged field: its tag and its value, one msgpack value as
-// it was encoded.
+// encoded.
 type Field struct {
 	Tag   uint64
 	Value []byte
@@ -42,8 +40,8 @@ type Field struct {
 func (f Field) Required() bool { return f.Tag&1 == 1 }
 
 // Fields are the tagged fields of a record or an item, in ascending tag
-// order. A decoded record holds here the fields this build does not know
-// (all of them, today); they are never applied.
+// order, as EncodeWithFields writes them. A decoded record keeps none:
+// this build knows no tag, and skips the optional ones.
 type Fields []Field
 
 // maxFieldDepth bounds the nesting of a tagged field's value.
@@ -112,15 +110,16 @@ func (d *decoder) arrayExt(want int) bool {
 	return false
 }
 
-// fields reads a map of tagged fields. A required tag (this build knows
-// none) fails the decoder with ErrNewerField; the others are kept, their
-// values copied unless alias.
-func (d *decoder) fields(alias bool) Fields {
+// skipFields reads past a map of tagged fields, checking it: the tags
+// ascending and each once, the map not empty, each value one msgpack
+// value. A required tag (this build knows none) fails the decoder with
+// ErrNewerField; the optional ones are skipped.
+func (d *decoder) skipFields() {
 	c := d.byte1()
 	var n int
 	switch {
 	case d.err != nil:
-		return nil
+		return
 	case c&0xf0 == 0x80:
 		n = int(c & 0x0f)
 	case c == 0xde:
@@ -133,47 +132,36 @@ func (d *decoder) fields(alias bool) Fields {
 		}
 	default:
 		d.fail("want a map of tagged fields, got 0x%02x", c)
-		return nil
+		return
 	}
 	switch {
 	case d.err != nil:
-		return nil
+		return
 	case n == 0:
 		d.fail("an empty map of tagged fields")
-		return nil
+		return
 	case int64(n)*2 > d.left():
 		d.fail("map of %d tagged fields in %d bytes", n, d.left())
-		return nil
+		return
 	}
-	fs := make(Fields, 0, min(n, 16))
+	var last uint64
 	for i := 0; i < n && d.err == nil; i++ {
 		at := d.base + int64(d.off)
 		tag := d.uint()
 		if d.err != nil {
-			return nil
+			return
 		}
-		if i > 0 && tag <= fs[i-1].Tag {
-			d.fail("tagged field %d after %d: tags must ascend, each once", tag, fs[i-1].Tag)
-			return nil
+		if i > 0 && tag <= last {
+			d.fail("tagged field %d after %d: tags must ascend, each once", tag, last)
+			return
 		}
 		if tag&1 == 1 {
-			if d.err == nil {
-				d.err = fmt.Errorf("offset %d: %w: tag %d, which this build does not know", at, ErrNewerField, tag)
-			}
-			return nil
+			d.err = fmt.Errorf("offset %d: %w: tag %d, which this build does not know", at, ErrNewerField, tag)
+			return
 		}
-		start := d.off
+		last = tag
 		d.skipValue(0)
-		if d.err != nil {
-			return nil
-		}
-		v := d.b[start:d.off:d.off]
-		if !alias {
-			v = slices.Clone(v)
-		}
-		fs = append(fs, Field{Tag: tag, Value: v})
 	}
-	return fs
 }
 
 // skipValue reads past one msgpack value of any kind, nested at most
@@ -271,52 +259,4 @@ func (d *decoder) skipValue(depth int) {
 	default: // 0xc1, never used
 		d.fail("byte 0x%02x starts no msgpack value", c)
 	}
-}
-
-// checkRecordFields checks the tagged fields of rec and of its items.
-func checkRecordFields(rec Record) error {
-	var ext Fields
-	switch r := rec.(type) {
-	case *Put:
-		for i := range r.Items {
-			if len(r.Items[i].Ext) > 0 {
-				if err := checkFields(r.Items[i].Ext); err != nil {
-					return fmt.Errorf("item %d: %w", i, err)
-				}
-			}
-		}
-		ext = r.Ext
-	case *Lease:
-		ext = r.Ext
-	case *Extend:
-		ext = r.Ext
-	case *Ack:
-		ext = r.Ext
-	case *End:
-		ext = r.Ext
-	case *Discard:
-		ext = r.Ext
-	case *Redrive:
-		ext = r.Ext
-	case *Purge:
-		ext = r.Ext
-	case *Delete:
-		ext = r.Ext
-	case *CreateQueue:
-		ext = r.Ext
-	case *SetQueue:
-		ext = r.Ext
-	case *PauseQueue:
-		ext = r.Ext
-	case *DeleteQueue:
-		ext = r.Ext
-	case *Move:
-		ext = r.Ext
-	case *Relocate:
-		ext = r.Ext
-	}
-	if len(ext) == 0 {
-		return nil
-	}
-	return checkFields(ext)
 }

@@ -113,18 +113,12 @@ type NewItem struct {
 	Deadline   int64 // 0: none; no delivery starts at or after it
 	Priority   int64
 	Key        string
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // Put adds items.
 type Put struct {
 	Time  int64
 	Items []NewItem
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // Lease starts a delivery of the item: attempt and delivery counts go up.
@@ -132,9 +126,6 @@ type Lease struct {
 	Time     int64
 	ID       uint64
 	LeaseEnd int64
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // Extend moves the end of the lease named by Receipt.
@@ -142,18 +133,12 @@ type Extend struct {
 	Time     int64
 	Receipt  uint64
 	LeaseEnd int64
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // Ack ends the lease named by Receipt in success.
 type Ack struct {
 	Time    int64
 	Receipt uint64
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // End ends the lease named by Receipt without success. Kind is TypeNack,
@@ -167,27 +152,18 @@ type End struct {
 	Cause   string
 	Due     int64
 	Dead    bool
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // Discard drops waiting items whose deadline has come.
 type Discard struct {
 	Time int64
 	IDs  []uint64
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // Redrive puts dead letters back to waiting, ready at Time, attempts reset.
 type Redrive struct {
 	Time int64
 	IDs  []uint64
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // Purge drops dead letters; with All set, every dead letter at that point.
@@ -195,9 +171,6 @@ type Purge struct {
 	Time int64
 	IDs  []uint64
 	All  bool
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // Delete removes stored items of its queue, whatever their state: waiting,
@@ -207,9 +180,6 @@ type Purge struct {
 type Delete struct {
 	Time int64
 	IDs  []uint64
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // CreateQueue creates the named queue Name with its settings.
@@ -217,18 +187,12 @@ type CreateQueue struct {
 	Time     int64
 	Name     string
 	Settings Settings
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // SetQueue replaces a queue's recorded settings.
 type SetQueue struct {
 	Time     int64
 	Settings Settings
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // PauseQueue pauses a queue until Until (math.MaxInt64: until resumed);
@@ -236,9 +200,6 @@ type SetQueue struct {
 type PauseQueue struct {
 	Time  int64
 	Until int64
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // DeleteQueue deletes a queue with its items, keys, counters and dead
@@ -247,9 +208,6 @@ type PauseQueue struct {
 type DeleteQueue struct {
 	Time  int64
 	Force bool
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // Move redrives dead letters into the queue Target: they keep their IDs
@@ -258,9 +216,6 @@ type Move struct {
 	Time   int64
 	Target uint64
 	IDs    []uint64
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // Relocate copies the bodies of stored items forward in the log, so that
@@ -270,9 +225,6 @@ type Move struct {
 type Relocate struct {
 	Time  int64
 	Items []Relocated
-	// Ext holds the optional tagged fields this build does not know
-	// (fields.go): never applied, re-encoded as they came.
-	Ext Fields
 }
 
 // Relocated is one body of a Relocate record.
@@ -319,104 +271,128 @@ func (r *Purge) At() int64   { return r.Time }
 func (r *Delete) At() int64  { return r.Time }
 
 // Encode appends the msgpack body of rec to dst.
-func Encode(dst []byte, rec Record) ([]byte, error) {
-	if err := checkRecordFields(rec); err != nil {
+func Encode(dst []byte, rec Record) ([]byte, error) { return encode(dst, rec, nil, nil) }
+
+// EncodeWithFields is Encode with tagged fields (fields.go): fields after
+// the record's own, and items[i] after the put's item i. It is how a
+// feature writes the fields it owns; this build writes none.
+func EncodeWithFields(dst []byte, rec Record, fields Fields, items []Fields) ([]byte, error) {
+	if err := checkFields(fields); err != nil {
 		return dst, fmt.Errorf("encode %s record: %w", TypeName(rec.Type()), err)
 	}
+	if len(items) > 0 {
+		p, ok := rec.(*Put)
+		if !ok || len(items) > len(p.Items) {
+			return dst, fmt.Errorf("encode %s record: fields for %d items", TypeName(rec.Type()), len(items))
+		}
+		for i, fs := range items {
+			if err := checkFields(fs); err != nil {
+				return dst, fmt.Errorf("encode put record: item %d: %w", i, err)
+			}
+		}
+	}
+	return encode(dst, rec, fields, items)
+}
+
+func encode(dst []byte, rec Record, ext Fields, items []Fields) ([]byte, error) {
 	b := dst
 	switch r := rec.(type) {
 	case *Put:
-		b = appendArrayLen(b, extLen(2, r.Ext))
+		b = appendArrayLen(b, extLen(2, ext))
 		b = appendInt(b, r.Time)
 		b = appendArrayLen(b, len(r.Items))
 		for i := range r.Items {
 			n := &r.Items[i]
-			b = appendArrayLen(b, extLen(5, n.Ext))
+			var itemExt Fields
+			if i < len(items) {
+				itemExt = items[i]
+			}
+			b = appendArrayLen(b, extLen(5, itemExt))
 			b = appendBin(b, n.Body)
 			n.BodyOffset = len(b) - len(dst) - len(n.Body)
 			b = appendInt(b, n.Due)
 			b = appendInt(b, n.Deadline)
 			b = appendInt(b, n.Priority)
 			b = appendStr(b, n.Key)
-			b = appendFields(b, n.Ext)
+			b = appendFields(b, itemExt)
 		}
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *Lease:
-		b = appendArrayLen(b, extLen(3, r.Ext))
+		b = appendArrayLen(b, extLen(3, ext))
 		b = appendInt(b, r.Time)
 		b = appendUint(b, r.ID)
 		b = appendInt(b, r.LeaseEnd)
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *Extend:
-		b = appendArrayLen(b, extLen(3, r.Ext))
+		b = appendArrayLen(b, extLen(3, ext))
 		b = appendInt(b, r.Time)
 		b = appendUint(b, r.Receipt)
 		b = appendInt(b, r.LeaseEnd)
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *Ack:
-		b = appendArrayLen(b, extLen(2, r.Ext))
+		b = appendArrayLen(b, extLen(2, ext))
 		b = appendInt(b, r.Time)
 		b = appendUint(b, r.Receipt)
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *End:
-		b = appendArrayLen(b, extLen(6, r.Ext))
+		b = appendArrayLen(b, extLen(6, ext))
 		b = appendUint(b, uint64(r.Kind))
 		b = appendInt(b, r.Time)
 		b = appendUint(b, r.Receipt)
 		b = appendStr(b, r.Cause)
 		b = appendInt(b, r.Due)
 		b = appendBool(b, r.Dead)
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *Discard:
-		b = appendArrayLen(b, extLen(2, r.Ext))
+		b = appendArrayLen(b, extLen(2, ext))
 		b = appendInt(b, r.Time)
 		b = appendIDs(b, r.IDs)
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *Redrive:
-		b = appendArrayLen(b, extLen(2, r.Ext))
+		b = appendArrayLen(b, extLen(2, ext))
 		b = appendInt(b, r.Time)
 		b = appendIDs(b, r.IDs)
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *Purge:
-		b = appendArrayLen(b, extLen(3, r.Ext))
+		b = appendArrayLen(b, extLen(3, ext))
 		b = appendInt(b, r.Time)
 		b = appendIDs(b, r.IDs)
 		b = appendBool(b, r.All)
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *Delete:
-		b = appendArrayLen(b, extLen(2, r.Ext))
+		b = appendArrayLen(b, extLen(2, ext))
 		b = appendInt(b, r.Time)
 		b = appendIDs(b, r.IDs)
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *CreateQueue:
-		b = appendArrayLen(b, extLen(3, r.Ext))
+		b = appendArrayLen(b, extLen(3, ext))
 		b = appendInt(b, r.Time)
 		b = appendStr(b, r.Name)
 		b = appendSettings(b, r.Settings)
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *SetQueue:
-		b = appendArrayLen(b, extLen(2, r.Ext))
+		b = appendArrayLen(b, extLen(2, ext))
 		b = appendInt(b, r.Time)
 		b = appendSettings(b, r.Settings)
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *PauseQueue:
-		b = appendArrayLen(b, extLen(2, r.Ext))
+		b = appendArrayLen(b, extLen(2, ext))
 		b = appendInt(b, r.Time)
 		b = appendInt(b, r.Until)
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *DeleteQueue:
-		b = appendArrayLen(b, extLen(2, r.Ext))
+		b = appendArrayLen(b, extLen(2, ext))
 		b = appendInt(b, r.Time)
 		b = appendBool(b, r.Force)
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *Move:
-		b = appendArrayLen(b, extLen(3, r.Ext))
+		b = appendArrayLen(b, extLen(3, ext))
 		b = appendInt(b, r.Time)
 		b = appendUint(b, r.Target)
 		b = appendIDs(b, r.IDs)
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	case *Relocate:
-		b = appendArrayLen(b, extLen(2, r.Ext))
+		b = appendArrayLen(b, extLen(2, ext))
 		b = appendInt(b, r.Time)
 		b = appendArrayLen(b, len(r.Items))
 		for i := range r.Items {
@@ -426,7 +402,7 @@ func Encode(dst []byte, rec Record) ([]byte, error) {
 			b = appendBin(b, n.Body)
 			n.BodyOffset = len(b) - len(dst) - len(n.Body)
 		}
-		b = appendFields(b, r.Ext)
+		b = appendFields(b, ext)
 	default:
 		return dst, fmt.Errorf("encode: unknown record %T", rec)
 	}
@@ -468,32 +444,32 @@ func decode(typ byte, body []byte, alias bool) (Record, error) {
 			it.Priority = d.int()
 			it.Key = d.str()
 			if itemExt {
-				it.Ext = d.fields(alias)
+				d.skipFields()
 			}
 		}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	case TypeLease:
 		ext := d.arrayExt(3)
 		r := &Lease{Time: d.int(), ID: d.uint(), LeaseEnd: d.int()}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	case TypeExtend:
 		ext := d.arrayExt(3)
 		r := &Extend{Time: d.int(), Receipt: d.uint(), LeaseEnd: d.int()}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	case TypeAck:
 		ext := d.arrayExt(2)
 		r := &Ack{Time: d.int(), Receipt: d.uint()}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	case TypeNack, TypeExpire, TypeDeadLetter:
@@ -502,7 +478,7 @@ func decode(typ byte, body []byte, alias bool) (Record, error) {
 		kind := d.uint()
 		r.Time, r.Receipt, r.Cause, r.Due, r.Dead = d.int(), d.uint(), d.str(), d.int(), d.bool()
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		if d.err == nil && kind != uint64(typ) {
 			d.fail("kind %d does not match the record type %d", kind, typ)
@@ -513,63 +489,63 @@ func decode(typ byte, body []byte, alias bool) (Record, error) {
 		ext := d.arrayExt(2)
 		r := &Discard{Time: d.int(), IDs: d.ids()}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	case TypeRedrive:
 		ext := d.arrayExt(2)
 		r := &Redrive{Time: d.int(), IDs: d.ids()}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	case TypePurge:
 		ext := d.arrayExt(3)
 		r := &Purge{Time: d.int(), IDs: d.ids(), All: d.bool()}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	case TypeDelete:
 		ext := d.arrayExt(2)
 		r := &Delete{Time: d.int(), IDs: d.ids()}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	case TypeCreateQueue:
 		ext := d.arrayExt(3)
 		r := &CreateQueue{Time: d.int(), Name: d.str(), Settings: d.settings()}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	case TypeSetQueue:
 		ext := d.arrayExt(2)
 		r := &SetQueue{Time: d.int(), Settings: d.settings()}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	case TypePauseQueue:
 		ext := d.arrayExt(2)
 		r := &PauseQueue{Time: d.int(), Until: d.int()}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	case TypeDeleteQueue:
 		ext := d.arrayExt(2)
 		r := &DeleteQueue{Time: d.int(), Force: d.bool()}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	case TypeMove:
 		ext := d.arrayExt(3)
 		r := &Move{Time: d.int(), Target: d.uint(), IDs: d.ids()}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	case TypeRelocate:
@@ -587,7 +563,7 @@ func decode(typ byte, body []byte, alias bool) (Record, error) {
 			it.BodyOffset = d.off - len(it.Body)
 		}
 		if ext {
-			r.Ext = d.fields(alias)
+			d.skipFields()
 		}
 		rec = r
 	default:
