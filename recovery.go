@@ -159,11 +159,18 @@ func recoverQueue(dir string, o Options, lock *os.File, start time.Time) (*Queue
 		defer pre.wait()
 	}
 	base, err := rebuild.Newest(dir, format.id)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNewerFormat):
+		return nil, fmt.Errorf("walq: %w", err)
+	case err != nil:
 		return nil, fmt.Errorf("walq: list snapshots: %w", err)
 	}
 	for _, s := range base.Newer {
 		o.Logger.Warn("walq: snapshot does not verify; trying an older one", "file", s.File.Name, "err", s.Err)
+	}
+	if len(base.Optional) > 0 {
+		o.Logger.Warn("walq: the snapshot holds optional sections of a newer walq; this build skips them, and its next compaction leaves them out",
+			"file", base.File, "kinds", fmt.Sprint(base.Optional))
 	}
 	st, snap := base.State, base.LSN
 	// A snapshot is written only after the log was synced up to the LSN it

@@ -12,7 +12,9 @@ import (
 // A record is a msgpack array of its fields in a fixed order. Any record,
 // and any item of a put, may carry one more element at the end: a map of
 // tagged fields, from a tag (an unsigned integer) to one msgpack value,
-// the tags in ascending order, each once, the map never empty. A record
+// the tags in ascending order, each once and in its smallest unsigned
+// form, the map never empty and its header the smallest that holds it,
+// values nested at most maxFieldDepth (32) deep. A record
 // that uses no tagged field is encoded exactly as before there were any.
 //
 // A tag's lowest bit says what a build that does not know it must do. An
@@ -140,6 +142,9 @@ func (d *decoder) skipFields() {
 	case n == 0:
 		d.fail("an empty map of tagged fields")
 		return
+	case n < 16 && c != 0x80|byte(n), n >= 16 && n <= math.MaxUint16 && c != 0xde:
+		d.fail("a map of %d tagged fields in a longer header than it needs", n)
+		return
 	case int64(n)*2 > d.left():
 		d.fail("map of %d tagged fields in %d bytes", n, d.left())
 		return
@@ -149,6 +154,10 @@ func (d *decoder) skipFields() {
 		at := d.base + int64(d.off)
 		tag := d.uint()
 		if d.err != nil {
+			return
+		}
+		if d.base+int64(d.off)-at != int64(uintLen(tag)) {
+			d.fail("tag %d not in its smallest unsigned form", tag)
 			return
 		}
 		if i > 0 && tag <= last {
@@ -259,4 +268,19 @@ func (d *decoder) skipValue(depth int) {
 	default: // 0xc1, never used
 		d.fail("byte 0x%02x starts no msgpack value", c)
 	}
+}
+
+// uintLen is how many bytes appendUint takes for v.
+func uintLen(v uint64) int {
+	switch {
+	case v < 128:
+		return 1
+	case v <= math.MaxUint8:
+		return 2
+	case v <= math.MaxUint16:
+		return 3
+	case v <= math.MaxUint32:
+		return 5
+	}
+	return 9
 }

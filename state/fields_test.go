@@ -169,3 +169,25 @@ func TestFieldsEncodedOneWay(t *testing.T) {
 		}
 	}
 }
+
+// TestFieldsCanonical: a map of tagged fields has one encoding: a tag in a
+// longer or signed form, or a map header longer than it needs, is refused
+// (as damage, not as newer), and so is a value nested deeper than 32.
+func TestFieldsCanonical(t *testing.T) {
+	ack := func(fields ...byte) []byte { return append([]byte{0x93, 0x01, 0x02}, fields...) }
+	for name, b := range map[string][]byte{
+		"map16 for one field": ack(0xde, 0x00, 0x01, 0x02, 0xc3),
+		"tag as uint8":        ack(0x81, 0xcc, 0x02, 0xc3),
+		"tag as int8":         ack(0x81, 0xd0, 0x02, 0xc3),
+		"required tag signed": ack(0x81, 0xd0, 0x03, 0xc3),
+		"negative tag":        ack(0x81, 0xff, 0xc3),
+		"nested 33 deep":      ack(append(append([]byte{0x81, 0x02}, bytes.Repeat([]byte{0x91}, 33)...), 0xc0)...),
+	} {
+		if _, err := Decode(TypeAck, b); err == nil || errors.Is(err, ErrNewerField) {
+			t.Errorf("%s: Decode = %v, want a refusal that is not ErrNewerField", name, err)
+		}
+	}
+	if _, err := Decode(TypeAck, ack(append(append([]byte{0x81, 0x02}, bytes.Repeat([]byte{0x91}, 32)...), 0xc0)...)); err != nil {
+		t.Errorf("nested 32 deep: %v", err)
+	}
+}

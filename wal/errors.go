@@ -23,6 +23,14 @@ var ErrFailed = errors.New("walq: write or fsync failed; reopen the queue")
 // or file written in a format version later than this build reads.
 var ErrNewerFormat = errors.New("walq: directory holds a file of a newer walq")
 
+// ErrNewerSection is returned, wrapped, for a snapshot that verifies
+// (header and CRC) and holds a section this build must understand and
+// does not: a required kind it does not know, or a known one of a queue.
+// It wraps ErrNewerFormat. Unlike an unknown version, which a damaged
+// header can fake, it cannot come from damage, so no older snapshot may
+// stand in for the file.
+var ErrNewerSection = fmt.Errorf("%w: a snapshot section this build does not know", ErrNewerFormat)
+
 // ErrClosed is returned by calls on a Log after Close.
 var ErrClosed = errors.New("walq: log closed")
 

@@ -64,6 +64,12 @@ func openSnapshot(f *os.File) (*SnapshotReader, error) {
 		state := binary.BigEndian.Uint64(hdr[snapshot2HeaderSize+9:])
 		whole = length != uint64(info.Size()-snapshot2HeaderSize) || state != length-sectionHeaderSize
 	}
+	kind, queue := hdr[snapshot2HeaderSize], binary.BigEndian.Uint64(hdr[snapshot2HeaderSize+1:])
+	if kind != SectionQueueState && kind != SectionDirState && kind != SectionDirIndex && kind != SectionDirIndex4 || queue != 0 {
+		// Not a section this build streams: the whole-file check verifies
+		// the CRC before it says the section is newer (or damaged).
+		whole = true
+	}
 	if whole {
 		// Not the layout this build writes, or damaged: the whole-file
 		// check says exactly what is wrong.
@@ -79,13 +85,6 @@ func openSnapshot(f *os.File) (*SnapshotReader, error) {
 		}
 		f.Close()
 		return &SnapshotReader{Snapshot: snap, Size: int64(len(snap.Body)), r: bytes.NewReader(snap.Body)}, nil
-	}
-	kind, queue := hdr[snapshot2HeaderSize], binary.BigEndian.Uint64(hdr[snapshot2HeaderSize+1:])
-	switch {
-	case kind != SectionQueueState && kind != SectionDirState && kind != SectionDirIndex && kind != SectionDirIndex4:
-		return nil, fmt.Errorf("%w: snapshot section of kind %d", ErrNewerFormat, kind)
-	case queue != 0:
-		return nil, fmt.Errorf("%w: snapshot section of queue %d", ErrNewerFormat, queue)
 	}
 	r := &SnapshotReader{
 		Snapshot: Snapshot{Version: snapshotVersion2, LSN: binary.BigEndian.Uint64(hdr[snap2OffLSN:]), Kind: kind},

@@ -317,9 +317,9 @@ func DecodeSnapshot(data []byte) (Snapshot, error) {
 			off += int(n)
 			continue
 		case kind != SectionQueueState && kind != SectionDirState && kind != SectionDirIndex && kind != SectionDirIndex4:
-			return Snapshot{}, fmt.Errorf("%w: snapshot section of kind %d", ErrNewerFormat, kind)
+			return Snapshot{}, fmt.Errorf("%w: kind %d", ErrNewerSection, kind)
 		case queue != 0:
-			return Snapshot{}, fmt.Errorf("%w: snapshot section of queue %d", ErrNewerFormat, queue)
+			return Snapshot{}, fmt.Errorf("%w: a section of queue %d", ErrNewerSection, queue)
 		case found:
 			return bad(int64(snapshot2HeaderSize+off), corruptReason("two state sections"))
 		}

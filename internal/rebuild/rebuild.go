@@ -25,15 +25,22 @@ import (
 // *wal.CorruptionError naming the file; an error reading it is returned as
 // is (it wraps fs.ErrNotExist when a compaction removed the file).
 func ReadSnapshot(dir string, f wal.SnapshotFile, want wal.DirID) (*state.State, error) {
+	st, _, err := readSnapshot(dir, f, want)
+	return st, err
+}
+
+// readSnapshot is ReadSnapshot, also returning the kinds of the optional
+// sections it skipped.
+func readSnapshot(dir string, f wal.SnapshotFile, want wal.DirID) (*state.State, []byte, error) {
 	r, err := wal.OpenSnapshot(f.Path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Decoded as it is read, in pieces; trusted only once the whole file
 	// verifies (Close checks the CRC, and a mismatch is what is reported).
 	st, v, err := state.ReadSnapshot(r, r.Size)
 	if cerr := r.Close(); cerr != nil {
-		return nil, cerr
+		return nil, nil, cerr
 	}
 	snap, lsn := r.Snapshot, r.LSN
 	switch {
@@ -52,9 +59,9 @@ func ReadSnapshot(dir string, f wal.SnapshotFile, want wal.DirID) (*state.State,
 	case st.LastLSN() != lsn:
 		err = fmt.Errorf("body covers index %d, the header says %d", st.LastLSN(), lsn)
 	default:
-		return st, nil
+		return st, snap.Skipped, nil
 	}
-	return nil, &wal.CorruptionError{Dir: dir, File: f.Name, Err: err}
+	return nil, nil, &wal.CorruptionError{Dir: dir, File: f.Name, Err: err}
 }
 
 // Skipped is a snapshot that Newest passed over, and why.
@@ -74,6 +81,10 @@ type Base struct {
 	// back to LSN+1: a newer snapshot that is bad is never a reason to lose
 	// what lay between it and the older one.
 	Newer []Skipped
+	// Optional are the kinds of the optional sections of a newer walq
+	// that the snapshot taken holds and this build skipped (its next
+	// compaction writes none of them).
+	Optional []byte
 }
 
 // Newest loads the newest snapshot in dir that verifies (see ReadSnapshot;
@@ -81,7 +92,11 @@ type Base struct {
 // It reads the files newest first and stops at the first that verifies. A
 // snapshot that cannot be read is passed over like one that does not
 // verify, and one that vanished (a running compaction removed it) is left
-// out.
+// out. One that verifies and holds a section this build must understand
+// and does not (wal.ErrNewerSection: a newer walq wrote it) stops the
+// search with that error: no older snapshot, nor the log, may stand in
+// for what it holds. (An unknown version is passed over: a damaged header
+// can show one.)
 func Newest(dir string, want wal.DirID) (Base, error) {
 	snaps, err := wal.ListSnapshots(dir)
 	if err != nil {
@@ -89,15 +104,21 @@ func Newest(dir string, want wal.DirID) (Base, error) {
 	}
 	var b Base
 	for _, f := range snaps {
-		st, err := ReadSnapshot(dir, f, want)
+		st, optional, err := readSnapshot(dir, f, want)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
+		}
+		if errors.Is(err, wal.ErrNewerSection) {
+			// A newer walq wrote it: no older snapshot or the log may stand
+			// in for it, and the directory is refused as newer, never as
+			// damage.
+			return Base{}, err
 		}
 		if err != nil {
 			b.Newer = append(b.Newer, Skipped{File: f, Err: err})
 			continue
 		}
-		b.State, b.LSN, b.File = st, f.LSN, f.Name
+		b.State, b.LSN, b.File, b.Optional = st, f.LSN, f.Name, optional
 		return b, nil
 	}
 	b.State = state.New()
