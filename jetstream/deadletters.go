@@ -162,56 +162,143 @@ func (q *Queue) deadMsgs(ctx context.Context, ids []uint64) ([]*jetstream.RawStr
 	return msgs, nil
 }
 
+// named refuses IDs that name an item twice, as walq does: nothing is
+// changed.
+func named(call string, ids []uint64) error {
+	seen := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			return fmt.Errorf("%w: %s: item %d named twice: nothing changed", walq.ErrInvalid, call, id)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
 // Redrive puts dead letters back as ready items, under their IDs, with
 // their attempts reset and their history kept. Every ID must be a dead
 // letter, or nothing is changed and the error is ErrNotFound naming those
-// that are not. It publishes the item
-// (deduplicated by the dead letter's sequence) before it deletes the dead
-// letter, so a crash between the two leaves it in both, never in neither.
+// that are not; an ID named twice is ErrInvalid, nothing changed. The
+// items are put back in one atomic batch (JetStream's AllowAtomicPublish:
+// all of them are stored or none, so a put the server refuses changes
+// nothing), each deduplicated by its dead letter's sequence, and then the
+// dead letters are deleted: a crash between the two leaves the items in
+// both, never in neither. More than 1000 IDs (the server's batch limit)
+// go in batches of 1000, each all or nothing; an error then names the IDs
+// put back and those not. A batch refused because some of its items were
+// put back already (a Redrive that stopped before it deleted their dead
+// letters, or one running at the same time) is put back one item at a
+// time, each deduplicated.
 func (q *Queue) Redrive(ids ...uint64) error {
 	if err := q.check(); err != nil {
 		return err
 	}
+	if err := named("redrive", ids); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	msgs, err := q.deadMsgs(ctx, ids)
+	dead, err := q.deadMsgs(ctx, ids)
 	if err != nil {
 		return err
 	}
-	var errs []error
+	msgs := make([]*nats.Msg, len(ids))
 	for i, id := range ids {
-		m := msgs[i]
-		prio, _ := strconv.Atoi(m.Header.Get(HeaderPriority))
-		if q.level(prio) == nil {
-			prio = q.opt().Priorities[0]
-		}
-		it := walq.Item{Body: m.Data, Priority: prio}
-		c := &carry{id: id, msgID: fmt.Sprintf("walq-r-%d-%d", id, m.Sequence), redrive: true}
-		c.deliveries, _ = strconv.Atoi(m.Header.Get(HeaderDeliveriesBefore))
-		c.history, _ = decodeHistory(m.Header.Get(HeaderHistory))
-		if v, ok, _ := intHeader(m.Header, HeaderPut); ok {
-			c.put = time.Unix(0, v)
-		}
-		it.Key = text(m.Header, HeaderKey)
-		if v, ok, _ := intHeader(m.Header, HeaderDeadline); ok {
-			it.Deadline = time.Unix(0, v)
-		}
-		if _, err := q.put(ctx, it, c); err != nil {
-			errs = append(errs, fmt.Errorf("redrive %d: %w", id, err))
-			continue
-		}
-		if err := q.d.dlq.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-			errs = append(errs, unavailable(fmt.Sprintf("redrive %d: delete the dead letter", id), err))
+		if msgs[i], err = q.redriveMsg(id, dead[i]); err != nil {
+			return fmt.Errorf("redrive %d: %w: nothing changed", id, err)
 		}
 	}
-	return errors.Join(errs...)
+	var done []uint64 // put back, their dead letters deleted
+	for start := 0; start < len(ids); start += maxAtomicBatch {
+		end := min(start+maxAtomicBatch, len(ids))
+		n, err := q.redriveBatch(ctx, msgs[start:end])
+		var errs []error
+		for i := start; i < start+n; i++ {
+			if derr := q.d.deleteDead(ctx, dead[i].Sequence); derr != nil {
+				errs = append(errs, fmt.Errorf("redrive %d: delete the dead letter (the item is back; its dead letter stays): %w", ids[i], derr))
+			}
+		}
+		done = append(done, ids[start:start+n]...)
+		switch {
+		case err != nil && len(done) == 0:
+			return fmt.Errorf("walq/jetstream: redrive: nothing changed: %w", err)
+		case err != nil:
+			errs = append(errs, fmt.Errorf("walq/jetstream: redrive: items %v are back, items %v are not (still dead letters): %w", done, ids[start+n:], err))
+		case len(errs) > 0 && end < len(ids):
+			errs = append(errs, fmt.Errorf("walq/jetstream: redrive: items %v are back, items %v are not (still dead letters)", done, ids[end:]))
+		}
+		if len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+	}
+	return nil
+}
+
+// redriveBatch publishes msgs, the items of a Redrive, as one atomic
+// batch, and says how many of them, from the first, are stored: all or
+// none, except when some were stored before (the batch is refused as a
+// duplicate), where they are published one at a time.
+func (q *Queue) redriveBatch(ctx context.Context, msgs []*nats.Msg) (int, error) {
+	err := q.d.publishBatch(ctx, "redrive", msgs)
+	if err == nil {
+		return len(msgs), nil
+	}
+	if !duplicateInBatch(err) {
+		return 0, err
+	}
+	for i, m := range msgs {
+		if _, err := q.d.js.PublishMsg(ctx, m); err != nil {
+			return i, unavailable("redrive", err)
+		}
+	}
+	return len(msgs), nil
+}
+
+// redriveMsg is the message that puts the dead letter m (of the item id)
+// back as a ready item: its ID, key, deadline (one that has passed is
+// discarded at its delivery, as on walq), put time, deliveries and history,
+// deduplicated by the dead letter's sequence. It checks the size; it
+// publishes nothing.
+func (q *Queue) redriveMsg(id uint64, m *jetstream.RawStreamMsg) (*nats.Msg, error) {
+	prio, _ := strconv.Atoi(m.Header.Get(HeaderPriority))
+	lv := q.level(prio)
+	if lv == nil {
+		lv = q.levels[0]
+	}
+	it := walq.Item{Body: m.Data, Priority: lv.prio, Key: text(m.Header, HeaderKey)}
+	if v, ok, _ := intHeader(m.Header, HeaderDeadline); ok {
+		it.Deadline = time.Unix(0, v)
+	}
+	c := &carry{id: id, redrive: true}
+	c.deliveries, _ = strconv.Atoi(m.Header.Get(HeaderDeliveriesBefore))
+	c.history, _ = decodeHistory(m.Header.Get(HeaderHistory))
+	if v, ok, _ := intHeader(m.Header, HeaderPut); ok {
+		c.put = time.Unix(0, v)
+	}
+	h := itemHeader(it, c)
+	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("walq-r-%d-%d", id, m.Sequence))
+	if !it.Deadline.IsZero() {
+		// Storage only: the deadline itself is checked on receipt.
+		h.Set(jetstream.MsgTTLHeader, ttl(time.Until(it.Deadline)))
+	}
+	if err := q.d.tooLarge("redrive", q.name, h, len(it.Body)); err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Subject: lv.subject, Header: h, Data: it.Body}, nil
 }
 
 // PurgeDeadLetters deletes the named dead letters for good; with no IDs,
 // all of the queue's. Every ID must be a dead letter, or nothing is
-// deleted and the error is ErrNotFound naming those that are not.
+// deleted and the error is ErrNotFound naming those that are not; an ID
+// named twice is ErrInvalid, nothing deleted. JetStream deletes one
+// message at a time: a server that stops answering midway leaves the rest,
+// and the error names the IDs deleted and those not. A dead letter that
+// another process deleted meanwhile counts as deleted.
 func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
 	if err := q.check(); err != nil {
+		return err
+	}
+	if err := named("purge dead letters", ids); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -229,14 +316,57 @@ func (q *Queue) PurgeDeadLetters(ids ...uint64) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
 	for i, id := range ids {
-		m := msgs[i]
-		if err := q.d.dlq.DeleteMsg(ctx, m.Sequence); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-			errs = append(errs, unavailable(fmt.Sprintf("purge %d", id), err))
+		if err := q.d.deleteDead(ctx, msgs[i].Sequence); err != nil {
+			if i == 0 {
+				return fmt.Errorf("walq/jetstream: purge %d: nothing changed: %w", id, err)
+			}
+			return fmt.Errorf("walq/jetstream: purge: dead letters %v deleted, %v not: %w", ids[:i], ids[i:], err)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
+}
+
+// errCodeMsgDeleteFailed is nats-server's error code of a failed message
+// delete (JSStreamMsgDeleteFailedF), whose description is the store's
+// error: errNoMessage when the message is gone.
+const (
+	errCodeMsgDeleteFailed jetstream.ErrorCode = 10057
+	errNoMessage                               = "no message found" // the store's ErrStoreMsgNotFound
+)
+
+// deleteDead deletes the message at seq of the dead-letter stream. One
+// that is gone already (another process redrove or purged it meanwhile)
+// is no error. The request is the JetStream API's own, read here: nats.go's
+// DeleteMsg answers that case with the server's error flattened to text.
+func (d *Dir) deleteDead(ctx context.Context, seq uint64) error {
+	if err := d.connected("delete a dead letter"); err != nil {
+		return err
+	}
+	req, _ := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NoErase bool   `json:"no_erase"`
+	}{seq, true})
+	r, err := d.nc.RequestWithContext(ctx, d.apiPrefix+"STREAM.MSG.DELETE."+dlqStream(d.name), req)
+	if err != nil {
+		return unavailable("delete a dead letter", err)
+	}
+	var resp struct {
+		Success bool                `json:"success"`
+		Error   *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(r.Data, &resp); err != nil {
+		return fmt.Errorf("walq/jetstream: delete dead letter at sequence %d: the server answered %q", seq, r.Data)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == errCodeMsgDeleteFailed && resp.Error.Description == errNoMessage:
+		return nil
+	case resp.Error != nil:
+		return fmt.Errorf("walq/jetstream: delete dead letter at sequence %d: %w", seq, resp.Error)
+	case !resp.Success:
+		return fmt.Errorf("walq/jetstream: delete dead letter at sequence %d: the server answered %q", seq, r.Data)
+	}
+	return nil
 }
 
 // History: the attempts of a live item that did not end in an ack, kept in

@@ -3,6 +3,8 @@ package jetstream_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,5 +89,118 @@ func TestDeadLetterCallsAllOrNothing(t *testing.T) {
 	defer cancel()
 	if m, err := q.Get(ctx); err != nil || m.ID != ids[1] {
 		t.Fatalf("the redriven item: %d, %v; want %d", m.ID, err, ids[1])
+	}
+}
+
+// TestRedriveAllOrNothing: a Redrive one of whose puts the server refuses
+// (here a stream limit the operator set) changes nothing: every dead
+// letter stays and no item is back; once the limit is lifted, the same
+// Redrive puts both back. (Before, Redrive put the items back one by one:
+// the IDs before the refused one were redriven, the rest not.)
+func TestRedriveAllOrNothing(t *testing.T) {
+	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{})
+	ctx := context.Background()
+	small := put(t, q, "small")
+	large := put(t, q, strings.Repeat("L", 2000))
+	killAll(t, q, 2)
+	st, err := q.js.Stream(ctx, "WALQ_diff")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setMax := func(n int32) {
+		cfg := st.CachedInfo().Config
+		cfg.MaxMsgSize = n
+		if _, err := q.js.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMax(1000)
+	if err := q.Redrive(small, large); err == nil {
+		t.Fatal("Redrive of an item over the stream's MaxMsgSize: nil")
+	}
+	if got := deadSet(t, q); !got[small] || !got[large] || len(got) != 2 {
+		t.Fatalf("after a refused Redrive(%d, %d): dead letters %v, want both", small, large, got)
+	}
+	if m, ok, err := q.TryGet(); ok || err != nil {
+		t.Fatalf("after a refused Redrive: TryGet = %d, %v, %v; want nothing back", m.ID, ok, err)
+	}
+	setMax(-1)
+	if err := q.Redrive(small, large); err != nil {
+		t.Fatal(err)
+	}
+	if got := deadSet(t, q); len(got) != 0 {
+		t.Fatalf("after Redrive: dead letters %v", got)
+	}
+	var back []uint64
+	for range 2 {
+		m := get(t, q, 2*time.Second)
+		back = append(back, m.ID)
+		q.Ack(m.Receipt)
+	}
+	slices.Sort(back)
+	if !slices.Equal(back, []uint64{small, large}) {
+		t.Fatalf("back after Redrive: %v, want %d and %d", back, small, large)
+	}
+}
+
+// TestRedriveRepeatedIDRefused: Redrive and PurgeDeadLetters with an ID
+// named twice are ErrInvalid and change nothing, as on walq; a dead letter
+// deleted meanwhile by another process (the server's "no message found",
+// err_code 10057) is no error to the delete that finds it gone. (Before,
+// the adapter redrove the item and then failed to delete its dead letter a
+// second time, with the server's error.)
+func TestRedriveRepeatedIDRefused(t *testing.T) {
+	ctx := context.Background()
+	wq, err := walq.Open(t.TempDir(), walq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wq.Close()
+	if _, err := wq.Put(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	wm, err := wq.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wq.DeadLetter(wm.Receipt, errors.New("bad")); err != nil {
+		t.Fatal(err)
+	}
+	if err := wq.Redrive(wm.ID, wm.ID); !errors.Is(err, walq.ErrInvalid) {
+		t.Fatalf("walq's Redrive(%d, %d) = %v", wm.ID, wm.ID, err)
+	}
+	if err := wq.PurgeDeadLetters(wm.ID, wm.ID); !errors.Is(err, walq.ErrInvalid) {
+		t.Fatalf("walq's PurgeDeadLetters(%d, %d) = %v", wm.ID, wm.ID, err)
+	}
+
+	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{})
+	put(t, q, "x")
+	id := killAll(t, q, 1)[0]
+	if err := q.Redrive(id, id); !errors.Is(err, walq.ErrInvalid) {
+		t.Fatalf("Redrive(%d, %d) = %v, want ErrInvalid", id, id, err)
+	}
+	if err := q.PurgeDeadLetters(id, id); !errors.Is(err, walq.ErrInvalid) {
+		t.Fatalf("PurgeDeadLetters(%d, %d) = %v, want ErrInvalid", id, id, err)
+	}
+	if got := deadSet(t, q); !got[id] || len(got) != 1 {
+		t.Fatalf("after the refused calls: dead letters %v, want %d", got, id)
+	}
+	if m, ok, err := q.TryGet(); ok || err != nil {
+		t.Fatalf("after the refused calls: TryGet = %d, %v, %v; want nothing back", m.ID, ok, err)
+	}
+	// Another process deletes the dead letter first.
+	dlq, err := q.js.Stream(ctx, "WALQ_diff_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := dlq.GetLastMsgForSubject(ctx, "walqdlq.diff.jobs.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dlq.DeleteMsg(ctx, m.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.dir.DeleteDead(ctx, m.Sequence); err != nil {
+		t.Fatalf("deleting a dead letter another process deleted: %v, want nil", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -74,7 +75,11 @@ func histBucket(dir string) string { return "WALQ_" + dir + "_HIST" }
 // changes them. A Dir that does not exist is created with opts, defaults
 // filled in (and so are the dead-letter stream and the history bucket of a
 // Dir whose creation stopped half-way, with the Dir's replicas). A name is
-// 1 to 64 ASCII letters, digits, '_' and '-'.
+// 1 to 64 ASCII letters, digits, '_' and '-', not ending in "_DLQ" or
+// "_HIST" (the suffixes of the Dir's other streams' names). A stream found
+// under the name of one of the Dir's that does not hold the subjects the
+// Dir's layout gives it (another Dir's, or not walq's) is ErrInvalid, and
+// left as it is.
 func OpenDir(ctx context.Context, js jetstream.JetStream, name string, opts Options) (*Dir, error) {
 	if err := checkDirName(name); err != nil {
 		return nil, err
@@ -86,10 +91,23 @@ func OpenDir(ctx context.Context, js jetstream.JetStream, name string, opts Opti
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	d := &Dir{js: js, nc: js.Conn(), name: name, log: opts.Logger, apiPrefix: apiPrefix(js.Options())}
+	// The dead-letter stream's name may be held by a stream that is not
+	// the Dir's (an older adapter let a Dir be named "<name>_DLQ"):
+	// refused before anything is created or changed.
+	if st, err := js.Stream(ctx, dlqStream(name)); err == nil {
+		if err := d.role(st.CachedInfo().Config, "dead-letter stream", "walqdlq."+name+".>"); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, unavailable("look up the dead-letter stream", err)
+	}
 	for try := 0; ; try++ {
 		work, err := js.Stream(ctx, workStream(name))
 		if err == nil {
 			cfg := work.CachedInfo().Config
+			if err := d.role(cfg, "work stream", "walq."+name+".>"); err != nil {
+				return nil, err
+			}
 			if err := opts.differs(name, cfg); err != nil {
 				return nil, err
 			}
@@ -119,6 +137,9 @@ func OpenDir(ctx context.Context, js jetstream.JetStream, name string, opts Opti
 	if d.dlq, err = d.openStream(ctx, d.dlqConfig(opts)); err != nil {
 		return nil, err
 	}
+	if err := d.role(d.dlq.CachedInfo().Config, "dead-letter stream", "walqdlq."+name+".>"); err != nil {
+		return nil, err
+	}
 	hcfg := d.histConfig(opts)
 	d.hist, err = js.KeyValue(ctx, hcfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -134,7 +155,21 @@ func OpenDir(ctx context.Context, js jetstream.JetStream, name string, opts Opti
 	if err != nil {
 		return nil, unavailable("open the history bucket's stream", err)
 	}
+	if err := d.role(d.histStream.CachedInfo().Config, "history bucket", "$KV."+histBucket(name)+".>"); err != nil {
+		return nil, err
+	}
 	return d, nil
+}
+
+// role refuses a stream found under the name of one of the Dir's streams
+// that does not hold the subjects the Dir's layout gives it (what: which
+// of them): another Dir's, or not walq's. Nothing is changed in it.
+func (d *Dir) role(cfg jetstream.StreamConfig, what, subject string) error {
+	if slices.Contains(cfg.Subjects, subject) {
+		return nil
+	}
+	return fmt.Errorf("%w: Dir %q: the stream %s is not the Dir's %s: its subjects are %q, not %q (another Dir's stream, or not walq's); it was left as it is",
+		walq.ErrInvalid, d.name, cfg.Name, what, cfg.Subjects, subject)
 }
 
 // layoutVersion is recorded in the metadata of the work stream: what the
@@ -261,8 +296,11 @@ func (d *Dir) openStream(ctx context.Context, cfg jetstream.StreamConfig) (jetst
 	return st, nil
 }
 
-// Settings returns the Dir's settings: its work stream's replicas, key
-// window and first sequence, and the Logger it was opened with.
+// Settings returns the Dir's settings as this handle holds them: its work
+// stream's replicas, key window and first sequence as read at OpenDir or
+// by its last SetSettings (another process may have changed them since:
+// SetSettings then refuses, and Settings shows them as they are), and the
+// Logger it was opened with.
 func (d *Dir) Settings() Options {
 	d.optsMu.Lock()
 	defer d.optsMu.Unlock()
@@ -274,17 +312,35 @@ func (d *Dir) Settings() Options {
 // returns once the server has them; to change one field, change it in
 // what Settings returns. The server decides what it can do (more replicas
 // than servers is an error). FirstSeq and Logger are ignored.
+//
+// The change is refused with ErrInvalid if the work stream's replicas or
+// key window are no longer those this handle read (another process changed
+// them since): the handle then holds them as they are, and Settings shows
+// them. (JetStream updates a stream without a check of what it held, so
+// two changes sent at the same moment can still both pass this check: the
+// last one the server applies holds.)
 func (d *Dir) SetSettings(ctx context.Context, opts Options) error {
 	if err := opts.check(); err != nil {
 		return err
 	}
 	o := opts.filled()
-	for _, name := range []string{workStream(d.name), dlqStream(d.name), "KV_" + histBucket(d.name)} {
+	for i, name := range []string{workStream(d.name), dlqStream(d.name), "KV_" + histBucket(d.name)} {
 		st, err := d.js.Stream(ctx, name)
 		if err != nil {
 			return unavailable("read the stream "+name, err)
 		}
 		cfg := st.CachedInfo().Config
+		if i == 0 {
+			d.optsMu.Lock()
+			held := d.opts
+			if cfg.Replicas != held.Replicas || cfg.Duplicates != held.KeyWindow {
+				d.opts.Replicas, d.opts.KeyWindow = cfg.Replicas, cfg.Duplicates
+				d.optsMu.Unlock()
+				return fmt.Errorf("%w: Dir %q: its settings changed since this handle read them (replicas %d, key window %v; now %d, %v); nothing changed: read Settings again",
+					walq.ErrInvalid, d.name, held.Replicas, held.KeyWindow, cfg.Replicas, cfg.Duplicates)
+			}
+			d.optsMu.Unlock()
+		}
 		cfg.Replicas = o.Replicas
 		if name == workStream(d.name) {
 			cfg.Duplicates = o.KeyWindow
@@ -315,6 +371,11 @@ func apiPrefix(o jetstream.JetStreamOptions) string {
 	return jetstream.DefaultAPIPrefix
 }
 
+// reservedSuffixes end the names of a Dir's other streams and bucket
+// (WALQ_<D>_DLQ, WALQ_<D>_HIST): a Dir named with one would take another
+// Dir's dead-letter stream for its work stream, or the other way round.
+var reservedSuffixes = []string{"_DLQ", "_HIST"}
+
 func checkDirName(name string) error {
 	if len(name) < 1 || len(name) > 64 {
 		return fmt.Errorf("%w: Dir name %q: 1 to 64 bytes", walq.ErrInvalid, name)
@@ -322,6 +383,11 @@ func checkDirName(name string) error {
 	for _, c := range []byte(name) {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
 			return fmt.Errorf("%w: Dir name %q: only ASCII letters, digits, '_' and '-'", walq.ErrInvalid, name)
+		}
+	}
+	for _, suf := range reservedSuffixes {
+		if strings.HasSuffix(name, suf) {
+			return fmt.Errorf("%w: Dir name %q: ends in %q, as the names of a Dir's dead-letter stream and history bucket do (WALQ_<dir>_DLQ, WALQ_<dir>_HIST): it would be another Dir's", walq.ErrInvalid, name, suf)
 		}
 	}
 	return nil
@@ -386,18 +452,30 @@ func (d *Dir) dlqFilter(queue string) string {
 }
 func histKey(queue string, id uint64) string { return fmt.Sprintf("%s.%d", token(queue), id) }
 
-// consumerName is a durable name for a queue's level: consumer names may
-// not hold '.', so the queue's name is sanitised and a hash keeps two
-// names apart.
+// consumerName is the durable name of a queue's level: "walq_" + the
+// queue's token with each '.' (which consumer names may not hold) written
+// '~' + "~" + the level token. No queue name holds '~' and no level token
+// holds '~' or '.', so two queues or two levels never share a name.
 func consumerName(queue string, prio int) string {
+	return "walq_" + strings.ReplaceAll(token(queue), ".", "~") + "~" + levelToken(prio)
+}
+
+// legacyConsumerName is the name the adapter gave a level's consumer
+// before consumerName: the queue's name with '.' made '_' and an FNV-32a
+// of it, which two names can share. A consumer under it is the queue's
+// only if its filter subject is the level's (see Dir.consumerConfig).
+func legacyConsumerName(queue string, prio int) string {
 	h := fnv.New32a()
 	h.Write([]byte(queue))
 	return fmt.Sprintf("walq_%s_%s_%08x", strings.ReplaceAll(token(queue), ".", "_"), levelToken(prio), h.Sum32())
 }
 
 // ErrUnavailable is wrapped by the errors of calls that could not reach
-// JetStream: no server answers, a request timed out, the connection is
-// closed or reconnecting.
+// JetStream for now: no server answers, a request timed out, the
+// connection is reconnecting. A connection that is closed (its reconnects
+// ran out, or it was closed) never comes back: calls on it return an error
+// wrapping walq.ErrClosed and nats.ErrConnectionClosed instead (see
+// closedError).
 var ErrUnavailable = errors.New("walq/jetstream: JetStream unavailable")
 
 // unavailable wraps err with ErrUnavailable when it says the server could
@@ -407,8 +485,12 @@ func unavailable(what string, err error) error {
 		return nil
 	}
 	var u *unavailableError
-	if errors.As(err, &u) {
+	var c *closedError
+	if errors.As(err, &u) || errors.As(err, &c) {
 		return err
+	}
+	if errors.Is(err, nats.ErrConnectionClosed) {
+		return &closedError{what: what}
 	}
 	if isUnavailable(err) {
 		return &unavailableError{what: what, err: err}
@@ -428,6 +510,17 @@ func (e *unavailableError) Error() string {
 }
 func (e *unavailableError) Unwrap() []error { return []error{ErrUnavailable, e.err} }
 
+// closedError says that what could not be done because the Dir's NATS
+// connection is closed: for good, unlike an outage (ErrUnavailable), so
+// Get and TryGet return it rather than wait, and Work returns it. It wraps
+// walq.ErrClosed and nats.ErrConnectionClosed.
+type closedError struct{ what string }
+
+func (e *closedError) Error() string {
+	return "walq/jetstream: " + e.what + ": the NATS connection is closed (its reconnects ran out, or it was closed) and does not come back: open the Dir again on a new connection"
+}
+func (e *closedError) Unwrap() []error { return []error{walq.ErrClosed, nats.ErrConnectionClosed} }
+
 // connected fails fast, with an error wrapping ErrUnavailable, while the
 // connection is not up (nats.go buffers what is sent while it reconnects,
 // and a request would only time out).
@@ -436,15 +529,18 @@ func (d *Dir) connected(what string) error {
 	case nats.CONNECTED:
 		return nil
 	case nats.CLOSED:
-		return &unavailableError{what: what, err: nats.ErrConnectionClosed}
+		return &closedError{what: what}
 	default:
 		return &unavailableError{what: what, err: fmt.Errorf("the connection is %v", st)}
 	}
 }
 
 func isUnavailable(err error) bool {
+	if errors.Is(err, nats.ErrConnectionClosed) {
+		return false // for good: see closedError
+	}
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrConnectionClosed) ||
+		errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, ErrUnavailable) ||
 		errors.Is(err, nats.ErrConnectionDraining) || errors.Is(err, jetstream.ErrJetStreamNotEnabled)

@@ -22,11 +22,16 @@ import (
 // MoveOptions configure Dir.MoveFrom.
 type MoveOptions struct {
 	// Queues gives the QueueOptions of the queues items move into, by walq
-	// queue name ("" the default queue); a queue not listed gets
-	// Priorities, and the rest as OpenQueue's defaults.
+	// queue name ("" the default queue): a queue listed is opened with
+	// them, as OpenQueue does (one the Dir does not have is created with
+	// them, recorded). A queue not listed that the Dir has keeps its
+	// settings; one the Dir does not have gets none: its items are stored
+	// on the subjects of their levels, and the service's first OpenQueue
+	// records its own QueueOptions (whose Priorities must hold those
+	// levels: OpenQueue refuses them otherwise).
 	Queues map[string]QueueOptions
-	// Priorities are the levels of the queues not in Queues [the
-	// priorities the directory's items have].
+	// Priorities are the levels the items of the queues not in Queues may
+	// have [the priorities the directory's items have].
 	Priorities []int
 	// Batch is how many items go in one atomic batch with the progress
 	// [100].
@@ -164,6 +169,9 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 		return rep, fmt.Errorf("walq/jetstream: move: read %s: %w", dir, err)
 	}
 	rep.Items = len(items)
+	if err := identified(dir, info); err != nil {
+		return rep, err
+	}
 	if len(tooLarge) > 0 {
 		return rep, fmt.Errorf("walq/jetstream: move: %d items cannot be stored on this server, the first: %w; raise the server's max_payload (nats-server's max_payload, up to 64 MB) and run the move again: nothing was moved",
 			len(tooLarge), tooLarge[0])
@@ -197,11 +205,11 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 		slices.Sort(levels)
 	}
 	for _, name := range info.Queues {
-		qo, ok := opts.Queues[name]
-		if !ok {
+		qo, given := opts.Queues[name]
+		if !given {
 			qo = QueueOptions{Priorities: levels}
 		}
-		q, err := d.OpenQueue(ctx, name, qo)
+		q, err := d.openForMove(ctx, name, qo, given)
 		if err != nil {
 			return rep, fmt.Errorf("walq/jetstream: move: open queue %q: %w", name, err)
 		}
@@ -310,6 +318,59 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 	return rep, nil
 }
 
+// identified refuses a walq directory without an ID (DirInfo.ID is zero
+// for a directory of format 1, which an older walq wrote, and for one no
+// walq has opened): a move tells directories apart by their IDs, and two
+// such directories would share one progress and one namespace of IDs.
+func identified(dir string, info walq.DirInfo) error {
+	if info.ID != ([16]byte{}) {
+		return nil
+	}
+	return fmt.Errorf("%w: move: %s has no directory ID (a directory of format 1, which an older walq wrote, or one no walq has opened), "+
+		"which a move needs to tell it from another directory: open it once with this walq (walq.Open carries a directory of format 1 forward to format 2, "+
+		"which gives it an ID), close it, and run the move again; nothing was moved or removed", walq.ErrInvalid, dir)
+}
+
+// openForMove opens queue name for a move with the settings qo: as
+// OpenQueue does when the queue exists in the Dir or its settings were
+// given (MoveOptions.Queues: the move records them); otherwise as a handle
+// that records no settings and creates no consumers, so that the first
+// OpenQueue of the service records its own QueueOptions ("settings are
+// QueueOptions in code"). Such a handle only stores items, on the ready
+// subjects of qo.Priorities.
+func (d *Dir) openForMove(ctx context.Context, name string, qo QueueOptions, given bool) (*Queue, error) {
+	if given {
+		return d.OpenQueue(ctx, name, qo)
+	}
+	if err := checkQueueName(name); err != nil {
+		return nil, err
+	}
+	rec, _, err := d.readRecord(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	if rec == nil {
+		r, err := d.findQueue(ctx, name, nil)
+		if err != nil {
+			return nil, err
+		}
+		if r != nil {
+			rec = &queueRecord{}
+		}
+	}
+	if rec != nil {
+		return d.OpenQueue(ctx, name, qo)
+	}
+	o := fillQueueOptions(QueueOptions{Priorities: sortedLevels(qo.Priorities)})
+	q := &Queue{d: d, name: name, leases: make(map[uint64]*lease), done: make(chan struct{}), qnum: 1}
+	q.set.Store(&o)
+	q.ctx, q.cancel = context.WithCancel(context.Background())
+	for _, p := range o.Priorities {
+		q.levels = append(q.levels, &level{prio: p, subject: d.readySubject(name, p)})
+	}
+	return q, nil
+}
+
 // movedItem and moveCarry are the item it of a walq directory as the move
 // stores it, under the ID id.
 func movedItem(it walq.StoredItem) walq.Item {
@@ -409,41 +470,87 @@ func (d *Dir) commit(ctx context.Context, msgs []*nats.Msg, progSubj string, p m
 	pm := &nats.Msg{Subject: progSubj, Header: nats.Header{}, Data: body}
 	pm.Header.Set(HeaderVersion, formatVersion)
 	pm.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	all := append(msgs, pm)
+	return d.publishBatch(ctx, "move", append(msgs, pm))
+}
+
+// maxAtomicBatch is the most messages the server takes in one atomic
+// batch by default (nats-server's streamDefaultMaxAtomicBatchSize; a
+// server's max_batch_size may set it lower).
+const maxAtomicBatch = 1000
+
+// batchError is the server's refusal of an atomic batch: nothing of it
+// was stored.
+type batchError struct {
+	what    string
+	code    int
+	errCode jetstream.ErrorCode
+	desc    string
+}
+
+func (e *batchError) Error() string {
+	return fmt.Sprintf("walq/jetstream: %s: the batch was refused: %s (%d, err_code %d)", e.what, e.desc, e.code, e.errCode)
+}
+
+// Error codes of nats-server's refusals of an atomic batch holding a
+// Nats-Msg-Id that the stream already has (or is storing).
+const (
+	errCodeBatchDuplicate    jetstream.ErrorCode = 10201 // JSAtomicPublishContainsDuplicateMessageErr
+	errCodeDuplicateInFlight jetstream.ErrorCode = 10158 // JSStreamDuplicateMessageConflict
+)
+
+// duplicateInBatch says whether err refused a batch because one of its
+// messages' Nats-Msg-Id was stored already.
+func duplicateInBatch(err error) bool {
+	var b *batchError
+	return errors.As(err, &b) && (b.errCode == errCodeBatchDuplicate || b.errCode == errCodeDuplicateInFlight)
+}
+
+// publishBatch publishes msgs (1 to maxAtomicBatch, all on the work
+// stream) as one atomic batch (AllowAtomicPublish): the server stores all
+// of them, or none and the error is a *batchError. It sets the batch's
+// headers on copies: msgs are left as they were.
+func (d *Dir) publishBatch(ctx context.Context, what string, msgs []*nats.Msg) error {
+	if err := d.connected(what); err != nil {
+		return err
+	}
 	id := nats.NewInbox()[len(nats.InboxPrefix):]
-	for i, m := range all {
-		m.Header.Set("Nats-Batch-Id", id)
-		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
+	all := make([]*nats.Msg, len(msgs))
+	for i, m := range msgs {
+		c := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: nats.Header{}}
+		for k, v := range m.Header {
+			c.Header[k] = append([]string(nil), v...)
+		}
+		c.Header.Set("Nats-Batch-Id", id)
+		c.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
+		all[i] = c
 		if i < len(all)-1 {
-			if err := d.nc.PublishMsg(m); err != nil {
-				return unavailable("move: publish a batch", err)
+			if err := d.nc.PublishMsg(c); err != nil {
+				return unavailable(what+": publish a batch", err)
 			}
 		}
 	}
-	pm.Header.Set("Nats-Batch-Commit", "1")
+	last := all[len(all)-1]
+	last.Header.Set("Nats-Batch-Commit", "1")
 	timeout := 10 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
-	r, err := d.nc.RequestMsg(pm, timeout)
+	r, err := d.nc.RequestMsg(last, timeout)
 	if err != nil {
-		return unavailable("move: commit a batch", err)
+		return unavailable(what+": commit a batch", err)
 	}
 	var ack struct {
-		Error *struct {
-			Code        int    `json:"code"`
-			Description string `json:"description"`
-		} `json:"error"`
-		Count int `json:"count"`
+		Error *jetstream.APIError `json:"error"`
+		Count int                 `json:"count"`
 	}
 	if err := json.Unmarshal(r.Data, &ack); err != nil {
-		return fmt.Errorf("walq/jetstream: move: the batch's commit answered %q", r.Data)
+		return fmt.Errorf("walq/jetstream: %s: the batch's commit answered %q", what, r.Data)
 	}
 	if ack.Error != nil {
-		return fmt.Errorf("walq/jetstream: move: the batch was refused: %s (%d)", ack.Error.Description, ack.Error.Code)
+		return &batchError{what: what, code: ack.Error.Code, errCode: ack.Error.ErrorCode, desc: ack.Error.Description}
 	}
 	if ack.Count != len(all) {
-		return fmt.Errorf("walq/jetstream: move: the batch committed %d messages of %d", ack.Count, len(all))
+		return fmt.Errorf("walq/jetstream: %s: the batch committed %d messages of %d", what, ack.Count, len(all))
 	}
 	return nil
 }
@@ -478,6 +585,10 @@ func (d *Dir) RemoveMoved(ctx context.Context, dir string) error {
 	}
 	info, err := walq.ReadDir(dir, func(walq.StoredItem) error { return nil })
 	if err != nil {
+		unlock()
+		return err
+	}
+	if err := identified(dir, info); err != nil {
 		unlock()
 		return err
 	}

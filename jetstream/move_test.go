@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -228,5 +231,162 @@ func TestMoveTwoDirectoriesIntoOne(t *testing.T) {
 	}
 	if want := map[uint64]string{readyA: "a ready", readyB + repB.IDOffset: "b ready"}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("ready items %v, want %v", got, want)
+	}
+}
+
+// TestMoveLeavesQueueSettingsToTheService: MoveFrom with MoveOptions{}
+// (walq-to-jetstream has no flags for queue settings) records no settings
+// for a queue the Dir does not have: the service's first OpenQueue records
+// its own QueueOptions, here the README's example levels -1, 0 and 1 with
+// its visibility and attempts; one whose Priorities leave out a level the
+// moved items have is ErrInvalid naming it, so no item is stranded. A move
+// into a queue that exists keeps its settings. (Before, the move recorded
+// OpenQueue's defaults and the items' levels, and the service's own
+// settings were refused, two of them for good: a shorter Visibility and
+// other levels.)
+func TestMoveLeavesQueueSettingsToTheService(t *testing.T) {
+	dir := t.TempDir()
+	wq, err := walq.Open(dir, walq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := wq.Put(ctx, []byte("backlog")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wq.Put(ctx, []byte("urgent"), walq.WithPriority(1)); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := wq.OpenQueue("jobs", walq.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jobs.Put(ctx, []byte("into a queue that exists")); err != nil {
+		t.Fatal(err)
+	}
+	wq.Close()
+	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{Visibility: 3 * time.Second, MaxAttempts: 7, Priorities: []int{0, 1}})
+	if _, err := q.dir.MoveFrom(ctx, dir, walqjs.MoveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if s := q.Settings(); s.Visibility != 3*time.Second || s.MaxAttempts != 7 {
+		t.Fatalf("the queue that existed holds %+v after the move", s)
+	}
+	if _, err := q.dir.OpenQueue(ctx, "", walqjs.QueueOptions{Priorities: []int{-1, 0}}); !errors.Is(err, walq.ErrInvalid) || !strings.Contains(err.Error(), "[1]") {
+		t.Fatalf("OpenQueue with levels that leave out the moved items' level 1 = %v; want ErrInvalid naming it", err)
+	}
+	// The service starts on JetStream with its settings in code.
+	want := walqjs.QueueOptions{Visibility: 10 * time.Second, MaxAttempts: 10, Priorities: []int{-1, 0, 1}}
+	mq, err := q.dir.OpenQueue(ctx, "", want)
+	if err != nil {
+		t.Fatalf("after a move with MoveOptions{}, the service's OpenQueue(%+v) = %v", want, err)
+	}
+	defer mq.Close()
+	if s := mq.Settings(); s.Visibility != want.Visibility || s.MaxAttempts != want.MaxAttempts || !slices.Equal(s.Priorities, want.Priorities) {
+		t.Fatalf("the service's queue holds %+v, want %+v", s, want)
+	}
+	var got []string
+	for range 2 {
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		m, err := mq.Get(gctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(m.Body))
+		mq.Ack(m.Receipt)
+	}
+	if !slices.Equal(got, []string{"backlog", "urgent"}) {
+		t.Fatalf("the moved items: %q", got)
+	}
+	if m := get(t, q, 2*time.Second); string(m.Body) != "into a queue that exists" {
+		t.Fatalf("the queue that existed: %q", m.Body)
+	}
+}
+
+// copyTree copies the directory src to dst.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMoveRefusesDirectoryWithoutID: a walq directory of format 1 (which
+// an older walq wrote) has no directory ID, which is what a move tells
+// directories apart by: MoveFrom refuses it with ErrInvalid saying to open
+// it once with walq, moving nothing, and RemoveMoved refuses to remove it.
+// Once walq has opened them (carrying them to format 2, each with an ID
+// of its own), two copies of it move into one Dir, each under IDs of its
+// own. (Before, every format-1 directory shared one progress and one
+// namespace of IDs: the second moved nothing, reported Done, and
+// RemoveMoved deleted it.)
+func TestMoveRefusesDirectoryWithoutID(t *testing.T) {
+	fixture := filepath.Join("..", "testdata", "format1")
+	if _, err := os.Stat(fixture); err != nil {
+		t.Fatal(err)
+	}
+	a, b := filepath.Join(t.TempDir(), "host-a"), filepath.Join(t.TempDir(), "host-b")
+	for _, d := range []string{a, b} {
+		copyTree(t, fixture, d)
+		// A directory an older walq ran in has its LOCK file.
+		if err := os.WriteFile(filepath.Join(d, "LOCK"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var items int
+	info, err := walq.ReadDir(b, func(it walq.StoredItem) error { items++; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.ID != [16]byte{} || items == 0 {
+		t.Fatalf("precondition: a format-1 directory with items: ID %x, %d items", info.ID, items)
+	}
+	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{})
+	ctx := context.Background()
+	for _, d := range []string{a, b} {
+		rep, err := q.dir.MoveFrom(ctx, d, walqjs.MoveOptions{})
+		if !errors.Is(err, walq.ErrInvalid) || !strings.Contains(err.Error(), "walq.Open") || rep.Ready+rep.Delayed+rep.Dead != 0 {
+			t.Fatalf("MoveFrom(a format-1 directory) = %+v, %v; want ErrInvalid saying to open it with walq, nothing moved", rep, err)
+		}
+		if err := q.dir.RemoveMoved(ctx, d); err == nil {
+			t.Fatal("RemoveMoved of a directory that did not move: nil")
+		}
+		if _, err := os.Stat(d); err != nil {
+			t.Fatalf("the directory that did not move: %v", err)
+		}
+	}
+	var reps []walqjs.MoveReport
+	for _, d := range []string{a, b} {
+		wq, err := walq.Open(d, walq.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wq.Close()
+		rep, err := q.dir.MoveFrom(ctx, d, walqjs.MoveOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, rep)
+	}
+	moved := func(r walqjs.MoveReport) int { return r.Ready + r.Delayed + r.Dead + r.Discarded }
+	if reps[0].Items == 0 || moved(reps[0]) != reps[0].Items || moved(reps[1]) != reps[1].Items || reps[0].Items != reps[1].Items ||
+		reps[0].IDOffset == reps[1].IDOffset {
+		t.Fatalf("two copies of a format-1 directory, opened by walq, moved: %+v and %+v; want each moved whole under IDs of its own", reps[0], reps[1])
 	}
 }

@@ -109,9 +109,10 @@ type lease struct {
 // (Visibility, MaxAttempts, Priorities): a zero field of opts takes what is
 // recorded, a field that differs is ErrInvalid, and Priorities may name
 // some of the queue's levels (the handle serves them all). A queue that
-// does not exist is created with opts, defaults filled in. Backoff, Fence
-// and PollInterval are the handle's own. Opening never changes what is
-// recorded; SetSettings does.
+// does not exist is created with opts, defaults filled in (ErrInvalid if
+// the Dir holds items of it, moved by MoveFrom, at a level opts.Priorities
+// leaves out). Backoff, Fence and PollInterval are the handle's own.
+// Opening never changes what is recorded; SetSettings does.
 func (d *Dir) OpenQueue(ctx context.Context, name string, opts QueueOptions) (*Queue, error) {
 	if err := checkQueueName(name); err != nil {
 		return nil, err
@@ -121,7 +122,7 @@ func (d *Dir) OpenQueue(ctx context.Context, name string, opts QueueOptions) (*Q
 		// exists: say what it is wherever it is.
 		return nil, fillQueueOptions(opts).check()
 	}
-	o, seq, err := d.settle(ctx, name, opts)
+	o, seq, names, err := d.settle(ctx, name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +136,11 @@ func (d *Dir) OpenQueue(ctx context.Context, name string, opts QueueOptions) (*Q
 	rand.Read(seed[:])
 	q.next = binary.LittleEndian.Uint64(seed[:]) >> 1
 	for _, p := range o.Priorities {
-		lv := &level{prio: p, subject: d.readySubject(name, p), consumer: consumerName(name, p)}
+		cname := names[p]
+		if cname == "" {
+			cname = consumerName(name, p)
+		}
+		lv := &level{prio: p, subject: d.readySubject(name, p), consumer: cname}
 		lv.nextSubj = d.apiPrefix + "CONSUMER.MSG.NEXT." + workStream(d.name) + "." + lv.consumer
 		q.levels = append(q.levels, lv)
 	}
@@ -173,7 +178,10 @@ func (q *Queue) level(p int) *level {
 
 // Put stores an item and returns its ID: the stream sequence of its put.
 // A key held (within the Dir's KeyWindow of the put that holds it) returns
-// that put's ID and an error wrapping walq.ErrDuplicate.
+// that put's ID and an error wrapping walq.ErrDuplicate; a key held only
+// by a delayed put that stored no schedule (it failed after it reserved
+// the ID) is free: the put stores the item under that ID. A key over
+// walq.MaxKeySize is ErrInvalid, as on walq.
 func (q *Queue) Put(ctx context.Context, body []byte, opts ...walq.PutOption) (uint64, error) {
 	if err := q.check(); err != nil {
 		return 0, err
@@ -183,6 +191,9 @@ func (q *Queue) Put(ctx context.Context, body []byte, opts ...walq.PutOption) (u
 		o(&it)
 	}
 	it.Body = body
+	if len(it.Key) > walq.MaxKeySize {
+		return 0, fmt.Errorf("%w: key of %d bytes, at most %d (walq.MaxKeySize)", walq.ErrInvalid, len(it.Key), walq.MaxKeySize)
+	}
 	if err := q.d.connected("put"); err != nil {
 		return 0, err
 	}
@@ -319,13 +330,39 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 			id = c.id
 		}
 		if pa.Duplicate && (c == nil || c.msgID == "") {
-			return id, fmt.Errorf("%w: key %q is held by item %d (JetStream's duplicate window)", walq.ErrDuplicate, it.Key, id)
+			// Held by a delayed put's reservation: its item is the
+			// schedule published under "walq-s-<id>", if that put got so
+			// far. Stored under the same ID and Nats-Msg-Id, this item is
+			// a duplicate of that schedule, or the item the failed put did
+			// not store.
+			res, err := q.isReservation(ctx, id)
+			if err != nil {
+				return 0, err
+			}
+			if !res {
+				return id, fmt.Errorf("%w: key %q is held by item %d (JetStream's duplicate window)", walq.ErrDuplicate, it.Key, id)
+			}
+			h.Set(HeaderID, strconv.FormatUint(id, 10))
+			h.Set(jetstream.MsgIDHeader, "walq-s-"+strconv.FormatUint(id, 10))
+			if err := q.d.tooLarge("put", q.name, h, len(it.Body)); err != nil {
+				return 0, err
+			}
+			pa, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: lv.subject, Header: h, Data: it.Body})
+			if err != nil {
+				return 0, unavailable("put", err)
+			}
+			if pa.Duplicate {
+				return id, fmt.Errorf("%w: key %q is held by item %d (JetStream's duplicate window)", walq.ErrDuplicate, it.Key, id)
+			}
 		}
 		return id, nil
 	}
 	// A delayed item is a schedule that fires a copy at its due time. Its
 	// ID must be in that copy, so it is reserved first: the sequence of a
-	// small message (holding the key, when there is one) that expires.
+	// small message that expires. One that holds the key lives as long as
+	// the key is held (the Dir's KeyWindow), so that a later put of the key
+	// can tell a reservation (whose item is its schedule, or none if the
+	// put failed before it) from an item.
 	// Its size, counted with the widest ID before one is reserved.
 	setSchedule(h, math.MaxUint64, due, lv.subject, it.Deadline)
 	h.Set(jetstream.MsgIDHeader, "walq-s-"+strconv.FormatUint(math.MaxUint64, 10))
@@ -342,6 +379,7 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 		rh.Set(jetstream.MsgTTLHeader, "1s")
 		if it.Key != "" {
 			rh.Set(jetstream.MsgIDHeader, q.keyID(it.Key))
+			rh.Set(jetstream.MsgTTLHeader, ttl(max(q.d.Settings().KeyWindow, time.Second)))
 		}
 		pa, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: q.d.reserveSubject(q.name), Header: rh})
 		if err != nil {
@@ -354,11 +392,11 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 			// ID makes safe to publish again. By anything else (a ready
 			// item, one gone): the put is a duplicate of that item, and
 			// a schedule would make a second item under its ID.
-			held, err := q.d.work.GetMsg(ctx, id)
-			if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-				return 0, unavailable("put (reading the item that holds the key)", err)
+			res, err := q.isReservation(ctx, id)
+			if err != nil {
+				return 0, err
 			}
-			if err != nil || held.Subject != q.d.reserveSubject(q.name) {
+			if !res {
 				return id, fmt.Errorf("%w: key %q is held by item %d (JetStream's duplicate window)", walq.ErrDuplicate, it.Key, id)
 			}
 		}
@@ -376,6 +414,19 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 		return id, fmt.Errorf("%w: key %q is held by item %d (JetStream's duplicate window)", walq.ErrDuplicate, it.Key, id)
 	}
 	return id, nil
+}
+
+// isReservation says whether the message at seq of the work stream is a
+// reservation of the queue: the ID of a delayed put, holding its key.
+func (q *Queue) isReservation(ctx context.Context, seq uint64) (bool, error) {
+	held, err := q.d.work.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, unavailable("put (reading the item that holds the key)", err)
+	}
+	return held.Subject == q.d.reserveSubject(q.name), nil
 }
 
 // keyID is the Nats-Msg-Id of a put with key: the stream's duplicate
@@ -740,6 +791,9 @@ func (q *Queue) replyUntil(reply, body string, until time.Time) error {
 			return last
 		}
 		if err := q.d.connected("settle"); err != nil {
+			if errors.Is(err, nats.ErrConnectionClosed) {
+				return err
+			}
 			last = err
 			time.Sleep(min(20*time.Millisecond, time.Until(until)))
 			continue

@@ -101,17 +101,44 @@ func (d *Dir) findQueue(ctx context.Context, name string, want []int) (*recorded
 }
 
 // consumerConfig is the configuration of the consumer of queue name's
-// level p, or nil when there is none.
+// level p, or nil when there is none; its Durable is the consumer's name.
+// A consumer an older adapter made has the legacy name, which two queue
+// names can share: it is the queue's only if its filter subject is the
+// level's subject and its metadata, where it has any, names the queue.
 func (d *Dir) consumerConfig(ctx context.Context, name string, p int) (*jetstream.ConsumerConfig, error) {
-	c, err := d.work.Consumer(ctx, consumerName(name, p))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, nil
+	for i, cname := range []string{consumerName(name, p), legacyConsumerName(name, p)} {
+		c, err := d.work.Consumer(ctx, cname)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, unavailable(fmt.Sprintf("read the consumer of queue %q, priority %d", name, p), err)
+		}
+		cfg := c.CachedInfo().Config
+		if cfg.Durable == "" {
+			cfg.Durable = cname
+		}
+		if !d.consumerOf(cfg, name, p) {
+			if i == 0 {
+				return nil, fmt.Errorf("%w: queue %q, priority %d: the consumer %s filters %q (queue %q), not the level's subject %q",
+					walq.ErrInvalid, name, p, cname, cfg.FilterSubject, cfg.Metadata[metaQueue], d.readySubject(name, p))
+			}
+			continue // another queue's, whose legacy name is the same
+		}
+		return &cfg, nil
 	}
-	if err != nil {
-		return nil, unavailable(fmt.Sprintf("read the consumer of queue %q, priority %d", name, p), err)
+	return nil, nil
+}
+
+// consumerOf says whether the consumer cfg serves queue name's level p:
+// its filter subject is the level's, and its metadata, where it records a
+// queue, names this one.
+func (d *Dir) consumerOf(cfg jetstream.ConsumerConfig, name string, p int) bool {
+	if cfg.FilterSubject != d.readySubject(name, p) || len(cfg.FilterSubjects) > 0 {
+		return false
 	}
-	cfg := c.CachedInfo().Config
-	return &cfg, nil
+	q, ok := cfg.Metadata[metaQueue]
+	return !ok || q == name
 }
 
 // listLevels finds the priority levels of queue name by its consumers'
@@ -126,7 +153,7 @@ func (d *Dir) listLevels(ctx context.Context, name string) ([]int, error) {
 			continue
 		}
 		p, err := parseLevel(lt)
-		if err != nil || info.Name != consumerName(name, p) {
+		if err != nil || info.Name != consumerName(name, p) && info.Name != legacyConsumerName(name, p) || !d.consumerOf(info.Config, name, p) {
 			continue
 		}
 		levels = append(levels, p)
@@ -294,48 +321,80 @@ func (d *Dir) fromRecord(ctx context.Context, name string, r *queueRecord) (*rec
 // field of opts keeps what is recorded, a field that differs is refused),
 // or opts with the defaults filled in, recorded and its consumers
 // created. Opening never changes what is recorded; SetSettings does.
-func (d *Dir) settle(ctx context.Context, name string, opts QueueOptions) (QueueOptions, uint64, error) {
+func (d *Dir) settle(ctx context.Context, name string, opts QueueOptions) (QueueOptions, uint64, map[int]string, error) {
 	o := opts
 	o.Priorities = sortedLevels(opts.Priorities)
 	for try := 0; ; try++ {
 		rec, seq, err := d.readRecord(ctx, name)
 		if err != nil {
-			return o, 0, err
+			return o, 0, nil, err
 		}
 		if rec != nil {
 			r, err := d.fromRecord(ctx, name, rec)
 			if err != nil {
-				return o, 0, err
+				return o, 0, nil, err
 			}
-			o, err := d.keep(ctx, name, o, r)
-			return o, seq, err
+			o, names, err := d.keep(ctx, name, o, r)
+			return o, seq, names, err
 		}
 		// No record: a queue an older adapter made keeps what its
 		// consumers hold, unrecorded.
 		r, err := d.findQueue(ctx, name, o.Priorities)
 		if err != nil {
-			return o, 0, err
+			return o, 0, nil, err
 		}
 		if r != nil {
-			o, err := d.keep(ctx, name, o, r)
-			return o, 0, err
+			o, names, err := d.keep(ctx, name, o, r)
+			return o, 0, names, err
 		}
 		c := fillQueueOptions(o)
 		if err := c.check(); err != nil {
-			return o, 0, err
+			return o, 0, nil, err
+		}
+		if err := d.strandedLevels(ctx, name, c.Priorities); err != nil {
+			return o, 0, nil, err
 		}
 		seq, err = d.writeRecord(ctx, name, recordOf(c), 0)
 		if errors.Is(err, errRecordChanged) && try < 3 {
 			continue // another creator came first: its settings are the queue's
 		}
 		if err != nil {
-			return o, 0, err
+			return o, 0, nil, err
 		}
 		if _, err := d.createLevels(ctx, name, c, c.Priorities); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
-			return o, 0, err
+			return o, 0, nil, err
 		}
-		return c, seq, nil
+		names := map[int]string{}
+		for _, p := range c.Priorities {
+			names[p] = consumerName(name, p)
+		}
+		return c, seq, names, nil
 	}
+}
+
+// strandedLevels refuses to create queue name with the levels levels when
+// the work stream holds ready items of it at another level (items moved
+// into the Dir by MoveFrom, which records no settings): no consumer would
+// ever deliver them.
+func (d *Dir) strandedLevels(ctx context.Context, name string, levels []int) error {
+	prefix := "walq." + d.name + ".q." + token(name) + "."
+	info, err := d.work.Info(ctx, jetstream.WithSubjectFilter(prefix+"*"))
+	if err != nil {
+		return unavailable(fmt.Sprintf("read the items of queue %q", name), err)
+	}
+	var other []int
+	for subj, n := range info.State.Subjects {
+		p, err := parseLevel(strings.TrimPrefix(subj, prefix))
+		if err == nil && n > 0 && !slices.Contains(levels, p) && !slices.Contains(other, p) {
+			other = append(other, p)
+		}
+	}
+	if len(other) > 0 {
+		slices.Sort(other)
+		return fmt.Errorf("%w: queue %q: QueueOptions.Priorities %v: the Dir holds items of the queue at priorities %v (moved into it?), which no level would deliver: declare them",
+			walq.ErrInvalid, name, levels, other)
+	}
+	return nil
 }
 
 // keep checks opts against the recorded settings r and gives the handle's
@@ -344,22 +403,23 @@ func (d *Dir) settle(ctx context.Context, name string, opts QueueOptions) (Queue
 // shortest of the record's and its consumers' AckWaits: a change that
 // stopped half-way leaves some consumers behind the record, and the server
 // redelivers by theirs.
-func (d *Dir) keep(ctx context.Context, name string, opts QueueOptions, r *recorded) (QueueOptions, error) {
+func (d *Dir) keep(ctx context.Context, name string, opts QueueOptions, r *recorded) (QueueOptions, map[int]string, error) {
 	o := opts
+	names := map[int]string{}
 	how := "; opening never changes a queue's recorded settings: Queue.SetSettings does"
 	if o.Visibility != 0 && o.Visibility != r.visibility {
-		return o, fmt.Errorf("%w: queue %q: QueueOptions.Visibility = %v differs from the queue's %v%s", walq.ErrInvalid, name, o.Visibility, r.visibility, how)
+		return o, nil, fmt.Errorf("%w: queue %q: QueueOptions.Visibility = %v differs from the queue's %v%s", walq.ErrInvalid, name, o.Visibility, r.visibility, how)
 	}
 	o.Visibility = r.visibility
 	if r.maxAttempts != 0 {
 		if o.MaxAttempts != 0 && o.MaxAttempts != r.maxAttempts {
-			return o, fmt.Errorf("%w: queue %q: QueueOptions.MaxAttempts = %d differs from the queue's %d%s", walq.ErrInvalid, name, o.MaxAttempts, r.maxAttempts, how)
+			return o, nil, fmt.Errorf("%w: queue %q: QueueOptions.MaxAttempts = %d differs from the queue's %d%s", walq.ErrInvalid, name, o.MaxAttempts, r.maxAttempts, how)
 		}
 		o.MaxAttempts = r.maxAttempts
 	}
 	for _, p := range o.Priorities {
 		if !slices.Contains(r.priorities, p) {
-			return o, fmt.Errorf("%w: queue %q: QueueOptions.Priorities %v holds %d, not one of the queue's levels %v%s", walq.ErrInvalid, name, o.Priorities, p, r.priorities, how)
+			return o, nil, fmt.Errorf("%w: queue %q: QueueOptions.Priorities %v holds %d, not one of the queue's levels %v%s", walq.ErrInvalid, name, o.Priorities, p, r.priorities, how)
 		}
 	}
 	o.Priorities = r.priorities
@@ -369,19 +429,21 @@ func (d *Dir) keep(ctx context.Context, name string, opts QueueOptions, r *recor
 		if !ok {
 			c, err := d.consumerConfig(ctx, name, p)
 			if err != nil {
-				return o, err
+				return o, nil, err
 			}
 			if c == nil {
 				missing = append(missing, p)
+				names[p] = consumerName(name, p)
 				continue
 			}
 			cfg = *c
 		}
+		names[p] = cfg.Durable
 		o.Visibility = min(o.Visibility, cfg.AckWait)
 	}
 	o = fillQueueOptions(o)
 	if err := o.check(); err != nil {
-		return o, err
+		return o, nil, err
 	}
 	if len(missing) > 0 {
 		rec := o
@@ -391,10 +453,10 @@ func (d *Dir) keep(ctx context.Context, name string, opts QueueOptions, r *recor
 			rec.MaxAttempts = 0
 		}
 		if _, err := d.createLevels(ctx, name, rec, missing); err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
-			return o, err
+			return o, nil, err
 		}
 	}
-	return o, nil
+	return o, names, nil
 }
 
 // createLevels creates the consumers of queue name's levels under the
@@ -576,7 +638,7 @@ func (q *Queue) SetSettings(ctx context.Context, opts QueueOptions) error {
 // and says that SetSettings changed nothing.
 func (q *Queue) changedMeanwhile(ctx context.Context, was uint64) error {
 	cur := q.opt()
-	o, seq, err := q.d.settle(ctx, q.name, QueueOptions{Backoff: cur.Backoff, Fence: cur.Fence, PollInterval: cur.PollInterval})
+	o, seq, _, err := q.d.settle(ctx, q.name, QueueOptions{Backoff: cur.Backoff, Fence: cur.Fence, PollInterval: cur.PollInterval})
 	if err != nil {
 		return err
 	}

@@ -129,3 +129,63 @@ func TestOpenDirKeepsSettings(t *testing.T) {
 		t.Fatalf("an older Dir opened: duplicates %v, atomic publish %v, rollup %v", cfg.Duplicates, cfg.AllowAtomicPublish, cfg.AllowRollup)
 	}
 }
+
+// TestDirSetSettingsRefusesStaleSettings: Dir.SetSettings on a handle
+// whose settings another process changed since it read them is ErrInvalid
+// and changes nothing; the handle then holds the settings as they are, and
+// a SetSettings of what Settings now returns goes through, the other
+// process's change kept. (Before, the second process, changing only the
+// replicas in what Settings returned, wrote back the key window it had read
+// at OpenDir and silently undid the first process's change.)
+func TestDirSetSettingsRefusesStaleSettings(t *testing.T) {
+	s := startServer(t, t.TempDir(), 0)
+	t.Cleanup(s.Shutdown)
+	ctx := context.Background()
+	open := func() (*walqjs.Dir, njs.JetStream) {
+		nc, err := nats.Connect(s.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, _ := njs.New(nc)
+		d, err := walqjs.OpenDir(ctx, js, "cfg", walqjs.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, js
+	}
+	d1, js := open()
+	d2, _ := open()
+	s1 := d1.Settings()
+	s1.KeyWindow = 10 * time.Minute
+	if err := d1.SetSettings(ctx, s1); err != nil {
+		t.Fatal(err)
+	}
+	window := func() time.Duration {
+		t.Helper()
+		st, err := js.Stream(ctx, "WALQ_cfg")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CachedInfo().Config.Duplicates
+	}
+	s2 := d2.Settings()
+	s2.Replicas = 1 // "change one field": the Dir must be R1
+	if err := d2.SetSettings(ctx, s2); !errors.Is(err, walq.ErrInvalid) {
+		t.Fatalf("SetSettings of settings read before another process changed them = %v, want ErrInvalid", err)
+	}
+	if got := window(); got != 10*time.Minute {
+		t.Fatalf("after the refused SetSettings the key window is %v, want the other process's 10m", got)
+	}
+	s2 = d2.Settings()
+	if s2.KeyWindow != 10*time.Minute {
+		t.Fatalf("after the refusal the handle holds %+v, want the key window as it is (10m)", s2)
+	}
+	s2.Replicas = 1
+	if err := d2.SetSettings(ctx, s2); err != nil {
+		t.Fatal(err)
+	}
+	if got := window(); got != 10*time.Minute {
+		t.Fatalf("the key window is %v, want 10m kept", got)
+	}
+}

@@ -42,13 +42,21 @@ func (d *Dir) maxPayload() int {
 // cutNoteRoom bounds the note fitDeadLetter appends to a cut cause.
 const cutNoteRoom = 160
 
+// causeFloor is the least of the cause a dead letter keeps when it must
+// be cut (the whole cause when it is shorter): Put keeps room for it.
+const causeFloor = 128
+
 // deadFloor is the least a dead letter of the item with headers item in
 // queue takes in headers: every field at its widest, the last attempt
-// alone in its history, a cause no longer than the note that says it was
-// cut.
+// alone in its history with an error of maxErrorBytes at its widest in
+// JSON (6 bytes a byte: '<', '>', '&' and control bytes are written
+// \u00XX, a byte that is not UTF-8 \ufffd), and a cause of causeFloor
+// bytes with the note that says it was cut, in base64 (as a cause with a
+// control byte travels).
 func deadFloor(queue string, item nats.Header) int {
-	last := []attempt{{Start: math.MinInt64, End: math.MinInt64, How: "deadletter", Error: strings.Repeat("x", maxErrorBytes)}}
-	h := deadHeader(queue, item, math.MaxUint64, math.MinInt64, math.MaxInt32, math.MaxInt32, math.MaxUint64, last, strings.Repeat("x", cutNoteRoom))
+	last := []attempt{{Start: math.MinInt64, End: math.MinInt64, How: "deadletter", Error: strings.Repeat("<", maxErrorBytes)}}
+	cause := "\x00" + strings.Repeat("x", causeFloor+cutNoteRoom-1)
+	h := deadHeader(queue, item, math.MaxUint64, math.MinInt64, math.MaxInt32, math.MaxInt32, math.MaxUint64, last, cause)
 	h.Set(HeaderDeadAt, strconv.FormatInt(math.MinInt64, 10))
 	return headerSize(h)
 }
@@ -70,13 +78,21 @@ func (d *Dir) tooLarge(what string, queue string, h nats.Header, n int) error {
 }
 
 // fitDeadLetter cuts the dead letter with headers h and a body of n bytes
-// to the server's limit: its history from the oldest entry, then its
-// cause, which then says what was cut. It is walq.ErrTooLarge when even
-// that does not fit (an item stored before sizes were checked, or by
-// another publisher).
+// to the server's limit: its history from the oldest entry down to the
+// last attempt, then its cause down to causeFloor bytes (the cause then
+// says what was cut). Room for that much was kept when the item was put
+// (deadFloor), so an item Put took keeps its last attempt and the start
+// of its cause. Past that (an item stored before sizes were checked, or by
+// another publisher) the last attempt goes, then the rest of the cause.
+// It is walq.ErrTooLarge when even that does not fit.
 func (d *Dir) fitDeadLetter(h nats.Header, n int) error {
-	limit := d.maxPayload()
-	if limit <= 0 || headerSize(h)+n <= limit {
+	return fitTo(h, n, d.maxPayload())
+}
+
+// fitTo is fitDeadLetter under the limit (0: none known).
+func fitTo(h nats.Header, n, limit int) error {
+	fits := func() bool { return headerSize(h)+n <= limit }
+	if limit <= 0 || fits() {
 		return nil
 	}
 	hist, _ := decodeHistory(h.Get(HeaderHistory))
@@ -92,27 +108,46 @@ func (d *Dir) fitDeadLetter(h nats.Header, n int) error {
 			h.Del(HeaderHistory)
 		}
 	}
+	// cut keeps the longest start of the cause, between lo and hi bytes
+	// and on a UTF-8 boundary, that fits; false when lo does not.
+	boundary := func(k int) int {
+		for k > 0 && k < len(cause) && cause[k]&0xC0 == 0x80 {
+			k--
+		}
+		return k
+	}
+	cut := func(lo, hi int) bool {
+		errKept = boundary(lo)
+		set()
+		if !fits() {
+			return false
+		}
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			errKept = boundary(mid)
+			set()
+			if fits() {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		errKept = boundary(lo)
+		set()
+		return true
+	}
 	set()
-	// The history from its oldest entry, down to the last attempt; then
-	// the cause; then the last attempt too.
-	for len(kept) > 1 && headerSize(h)+n > limit {
+	for len(kept) > 1 && !fits() {
 		kept = kept[1:]
 		set()
 	}
-	if over := headerSize(h) + n - limit; over > 0 {
-		// The cause may travel in base64 (4 bytes for 3): cut by more.
-		errKept = max(0, errKept-over*4/3-4)
-		for errKept > 0 && errKept < len(cause) && cause[errKept]&0xC0 == 0x80 {
-			errKept--
-		}
-		set()
+	floor := min(causeFloor, len(cause))
+	if fits() || cut(floor, len(cause)) {
+		return nil
 	}
-	if len(kept) > 0 && headerSize(h)+n > limit {
-		kept = nil
-		set()
+	kept = nil
+	if cut(floor, len(cause)) || cut(0, floor) {
+		return nil
 	}
-	if headerSize(h)+n > limit {
-		return fmt.Errorf("%w: dead letter of %d B of body: over the server's max_payload of %d B even with its history and cause cut", walq.ErrTooLarge, n, limit)
-	}
-	return nil
+	return fmt.Errorf("%w: dead letter of %d B of body: over the server's max_payload of %d B even with its history and cause cut", walq.ErrTooLarge, n, limit)
 }

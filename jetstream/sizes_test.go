@@ -121,3 +121,41 @@ func TestMoveBodyTooLargeForServer(t *testing.T) {
 		t.Fatalf("the refused move published %d messages", after.State.LastSeq-before.State.LastSeq)
 	}
 }
+
+// TestDeadLetterNearLimitKeepsLastAttemptAndCause: the largest body Put
+// takes, nacked on its last attempt with an error that JSON writes 6 bytes
+// a byte ('<', as in an HTML fragment), is dead-lettered with its last
+// attempt in its history and at least the first 128 bytes of its cause
+// (the room Put keeps for a cut cause). (Before,
+// Put kept room for the error as 512 plain bytes, and fitDeadLetter cut the
+// cause to nothing and then dropped the last attempt too.)
+func TestDeadLetterNearLimitKeepsLastAttemptAndCause(t *testing.T) {
+	const causeKept = 128
+	q := smallServerQueue(t, walqjs.QueueOptions{MaxAttempts: 1})
+	size := smallPayload
+	for {
+		_, err := q.Put(context.Background(), make([]byte, size))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, walq.ErrTooLarge) {
+			t.Fatal(err)
+		}
+		size -= 16
+	}
+	cause := errors.New(strings.Repeat("<", 600))
+	m := get(t, q, 2*time.Second)
+	if err := q.Nack(m.Receipt, cause); err != nil {
+		t.Fatal(err)
+	}
+	dead, err := q.DeadLetters(0)
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("dead letters: %d, %v", len(dead), err)
+	}
+	d := dead[0]
+	if len(d.History) != 1 || !strings.HasPrefix(d.LastError, strings.Repeat("<", causeKept)) || len(d.Body) != size {
+		t.Fatalf("the largest body Put takes (%d B), nacked once on its last attempt with a 600-byte error of '<': its dead letter has %d history entries, "+
+			"a body of %d B, and its LastError is %q...; want the last attempt, the body and at least the cause's first %d bytes kept",
+			size, len(d.History), len(d.Body), d.LastError[:min(160, len(d.LastError))], causeKept)
+	}
+}
