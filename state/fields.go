@@ -284,3 +284,17 @@ func uintLen(v uint64) int {
 	}
 	return 9
 }
+
+// PutItemCount reads how many items a put record's body holds without
+// decoding them: it reads as far as the item list's length, so it answers
+// for a put whose items carry fields this build does not know.
+func PutItemCount(body []byte) (int, error) {
+	d := &decoder{b: body}
+	d.arrayExt(2)
+	d.int()
+	n := d.arrayLen(-1)
+	if d.err != nil {
+		return 0, fmt.Errorf("put record: %w", d.err)
+	}
+	return n, nil
+}
