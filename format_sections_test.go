@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,5 +97,22 @@ func TestRequiredSnapshotSectionNeverCompactedAway(t *testing.T) {
 		t.Logf("the newer walq's snapshot %s is still there", name)
 	} else {
 		t.Errorf("opened a directory with a required section, then removed the newer walq's snapshot %s: %v", name, err)
+	}
+}
+
+// TestFeaturesFileTurnsAwayAtTheDoor: the file walq-features, which a
+// directory gains when it first uses a required feature (format-next.md),
+// is a reserved name this build does not know: Open refuses the directory
+// with ErrNewerFormat naming it, before it reads or changes anything.
+func TestFeaturesFileTurnsAwayAtTheDoor(t *testing.T) {
+	dir := copyDir(t, "testdata/format2-fields")
+	must(t, os.WriteFile(filepath.Join(dir, "walq-features"), []byte("item-attempts\n"), 0o600))
+	before := dirListing(t, dir)
+	_, err := Open(dir, fixtureOptions(NewManualClock(fixtureTime.Add(time.Minute))))
+	if !errors.Is(err, ErrNewerFormat) || errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "walq-features") {
+		t.Fatalf("Open = %v, want ErrNewerFormat naming walq-features", err)
+	}
+	if after := dirListing(t, dir); after != before {
+		t.Fatalf("the refused open changed the directory:\nbefore %v\nafter  %v", before, after)
 	}
 }

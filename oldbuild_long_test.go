@@ -628,6 +628,18 @@ func TestPreviousReleaseRefusesTaggedFields(t *testing.T) {
 			}
 		}
 	}
+	// walq-features, which a required feature adds, turns it away at the
+	// door: a refusal as newer, naming the file, nothing changed.
+	door := filepath.Join(t.TempDir(), "door")
+	copyFormat2Tree(t, "testdata/format2-fields-required", door, nil)
+	must(t, os.WriteFile(filepath.Join(door, "walq-features"), []byte("item-attempts\n"), 0o600))
+	before := dirManifest(t, door)
+	if out, code := runOldOpen(t, bin, door); code != 1 || !strings.Contains(out, "walq-features") || !strings.Contains(out, "newer") {
+		t.Errorf("with walq-features: exit %d, %q: want a refusal as newer naming it", code, out)
+	}
+	if d := before.diff(dirManifest(t, door)); d != "" {
+		t.Errorf("with walq-features: the refused open changed the directory:\n%s", d)
+	}
 	// A directory this build writes without any new field stays readable.
 	dir := filepath.Join(t.TempDir(), "plain")
 	q, err := Open(dir, Options{})
