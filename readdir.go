@@ -82,7 +82,22 @@ func ReadDir(dir string, fn func(StoredItem) error) (DirInfo, error) {
 	if format.id.IsZero() {
 		st.KeepBodies()
 	}
-	if _, err := rebuild.Replay(st, filepath.Join(dir, layout.LogDirName), 0, nil); err != nil {
+	logDir := filepath.Join(dir, layout.LogDirName)
+	if format.id.IsZero() {
+		// A format-1 log, read as its format wrote it (read only: a torn
+		// tail is left out, not cut).
+		from := st.LastLSN() + 1
+		var res wal.ScanResult
+		res, err = wal.ScanFormat1(fsys, logDir, from, false, nil, func(pos wal.Position, rec wal.Record) error {
+			return rebuild.Apply(st, logDir, pos, rec)
+		})
+		if err == nil && res.First > from && res.Last >= res.First {
+			err = &CorruptionError{Dir: logDir, Index: from, Err: fmt.Errorf("format-1 log starts at %d but replay needs %d", res.First, from)}
+		}
+	} else {
+		_, err = rebuild.Replay(st, logDir, 0, nil)
+	}
+	if err != nil {
 		return DirInfo{}, fmt.Errorf("walq: read %s: replay the log: %w", dir, err)
 	}
 	info := DirInfo{ID: format.id, LastLSN: st.LastLSN(), NextID: st.NextID()}
