@@ -400,3 +400,14 @@ func TestErrorPagesShowNoServerPaths(t *testing.T) {
 		t.Fatalf("a bad filter: %d\n%s", rec.Code, rec.Body)
 	}
 }
+
+// TestFailureWrappingARequestErrorShowsItsKind: an error that is both a
+// failure of the queue and one the request could be told (ErrFailed
+// wrapping ErrNotFound) shows only its kind and a reference.
+func TestFailureWrappingARequestErrorShowsItsKind(t *testing.T) {
+	h := &Handler{opts: Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}
+	err := fmt.Errorf("%w: read /srv/private/x.seg: %w", walq.ErrFailed, walq.ErrNotFound)
+	if got := h.shown(newRequest(http.MethodGet, "/"), err); strings.Contains(got, "/srv/private") || !strings.Contains(got, "reference ") {
+		t.Fatalf("shown %q", got)
+	}
+}

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -335,7 +336,11 @@ func (h *Handler) bulkRun(w http.ResponseWriter, r *http.Request, queue string) 
 	j.mu.Unlock()
 	h.logAction(r, j.Queue, string(j.Kind), nil, "job", j.ID, "filter", j.Form.Describe(), "matched", j.Matched,
 		"matched_at", j.MatchedAt.UTC())
-	go h.runJob(r, j)
+	// The job outlives the request that confirmed it: it asks Allow with
+	// that request's headers and values, under a context the request's end
+	// does not cancel (an Allow that asks a permission service with it
+	// must not see every item refused once the response is sent).
+	go h.runJob(r.WithContext(context.WithoutCancel(r.Context())), j)
 	http.Redirect(w, r, j.path(), http.StatusSeeOther)
 }
 
@@ -454,7 +459,10 @@ func (h *Handler) apply(j *job, ids []uint64) (int, error) {
 // jobPage shows a job: the question while it waits for confirmation, its
 // progress after.
 func (h *Handler) jobPage(w http.ResponseWriter, r *http.Request, queue string) {
-	j := h.jobOf(w, r, queue)
+	// A job's page says what its filter matched for the request that made
+	// it, so it is shown only to a request that may take its action: one
+	// that may not read some of those items learns nothing of them here.
+	j := h.allowedJobOf(w, r, queue)
 	if j == nil {
 		return
 	}

@@ -317,8 +317,8 @@ func queueParam(r *http.Request) (string, error) {
 // request as it arrived and as the handler sees it ("" at the root).
 func base(r *http.Request) string {
 	full := r.RequestURI
-	if i := strings.IndexAny(full, "?#"); i >= 0 {
-		full = full[:i]
+	if i := strings.IndexByte(full, '?'); i >= 0 {
+		full = full[:i] // a request target has no fragment: a "#" is the path's
 	}
 	if p := r.URL.EscapedPath(); strings.HasSuffix(full, p) {
 		return full[:len(full)-len(p)]
@@ -368,21 +368,22 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, code int, err err
 // server's paths).
 func (h *Handler) shown(r *http.Request, err error) string {
 	var own shownErr
+	what := "the source failed"
+	// A failed, closed or deleted queue first: an error that is also one
+	// about the request (a failure wrapping ErrNotFound, say) still shows
+	// only its kind.
 	switch {
 	case errors.As(err, &own):
 		return own.Error()
-	case errors.Is(err, errBadInput), errors.Is(err, walq.ErrInvalid), errors.Is(err, ErrUnknownQueue),
-		errors.Is(err, walq.ErrNoItem), errors.Is(err, walq.ErrNotFound):
-		return err.Error()
-	}
-	what := "the source failed"
-	switch {
+	case errors.Is(err, walq.ErrFailed):
+		what = "the queue has failed and serves nothing until it is opened again"
 	case errors.Is(err, walq.ErrQueueDeleted):
 		return "the queue was deleted"
 	case errors.Is(err, walq.ErrClosed):
 		return "the queue is closed"
-	case errors.Is(err, walq.ErrFailed):
-		what = "the queue has failed and serves nothing until it is opened again"
+	case errors.Is(err, errBadInput), errors.Is(err, walq.ErrInvalid), errors.Is(err, ErrUnknownQueue),
+		errors.Is(err, walq.ErrNoItem), errors.Is(err, walq.ErrNotFound):
+		return err.Error()
 	}
 	ref := newJobID()[:8]
 	log := h.opts.Logger

@@ -183,7 +183,7 @@ func (ff filterForm) Describe() string {
 	var parts []string
 	add := func(k, s string) {
 		if s != "" {
-			parts = append(parts, fmt.Sprintf("%s %s", k, strconv.Quote(s)))
+			parts = append(parts, fmt.Sprintf("%s %s", k, quoteShown(s)))
 		}
 	}
 	add("state", ff.State)
@@ -196,7 +196,7 @@ func (ff filterForm) Describe() string {
 		if ff.InBody {
 			where = "errors or body"
 		}
-		parts = append(parts, fmt.Sprintf("%s containing %s", where, strconv.Quote(ff.Text)))
+		parts = append(parts, fmt.Sprintf("%s containing %s", where, quoteShown(ff.Text)))
 	}
 	if len(parts) == 0 {
 		return "every item"
@@ -278,16 +278,22 @@ func (h *Handler) headPage(w http.ResponseWriter, r *http.Request, name string) 
 		h.fail(w, r, status(err), err)
 		return
 	}
-	items, err := h.src.Head(name, n)
+	ask := n
+	if h.opts.Allow != nil {
+		ask = walq.MaxHead // room for the items Allow refuses
+	}
+	items, err := h.src.Head(name, ask)
 	if err != nil {
 		h.fail(w, r, status(err), err)
 		return
 	}
 	if h.opts.Allow != nil {
-		// An item whose Read Allow refuses is not shown, as in the lists.
+		// An item whose Read Allow refuses is not shown, as in the lists:
+		// the head shows the first n readable ones of the first MaxHead.
 		items = slices.DeleteFunc(items, func(it walq.ItemView) bool {
 			return !h.allows(r, Action{Kind: Read, Queue: name, Items: []uint64{it.ID}})
 		})
+		items = items[:min(len(items), n)]
 	}
 	h.render(w, r, "head", map[string]any{"Row": rw, "Items": items, "N": n, "Max": walq.MaxHead})
 }
@@ -371,4 +377,25 @@ func (h *Handler) rawBody(w http.ResponseWriter, r *http.Request, name string) {
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("Content-Length", strconv.Itoa(len(b)))
 	w.Write(b)
+}
+
+// quoteShown quotes s for a page as the escaping path shows it: what
+// segments escapes, escaped, and a quote or backslash of s escaped.
+func quoteShown(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, sg := range segments([]byte(s)) {
+		if sg.Escape {
+			b.WriteString(sg.Text)
+			continue
+		}
+		for _, r := range sg.Text {
+			if r == '"' || r == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }

@@ -68,9 +68,11 @@ func (h *Handler) listItems(r *http.Request, queue string, opts walq.ListOptions
 				continue
 			}
 			if search {
-				out.Searched++
-				match, n := h.textIn(queue, it, f.Text)
-				out.SearchedBytes += int64(n)
+				match, read, n := h.textIn(queue, it, f.Text)
+				if read {
+					out.Searched++ // as the source counts: the bodies read
+					out.SearchedBytes += int64(n)
+				}
 				if !match {
 					continue
 				}
@@ -93,24 +95,25 @@ func (h *Handler) listItems(r *http.Request, queue string, opts walq.ListOptions
 }
 
 // textIn says whether text is in the item's errors or in its body as the
-// dashboard shows it, and how many stored bytes it read for it. A body
-// that cannot be read does not match.
-func (h *Handler) textIn(queue string, it walq.ItemView, text string) (bool, int) {
+// dashboard shows it, whether it read the body (not when the errors
+// match), and how many stored bytes that was. A body that cannot be read
+// does not match.
+func (h *Handler) textIn(queue string, it walq.ItemView, text string) (match, read bool, n int) {
 	if strings.Contains(it.LastError, text) {
-		return true, 0
+		return true, false, 0
 	}
 	for _, a := range it.History {
 		if strings.Contains(a.Error, text) {
-			return true, 0
+			return true, false, 0
 		}
 	}
 	raw, err := h.src.ItemBody(queue, it.ID)
 	if err != nil {
-		return false, 0 // gone since the walk listed it, or unreadable
+		return false, true, 0 // gone since the walk listed it, or unreadable
 	}
 	shown := raw
 	if h.opts.FormatBody != nil {
 		shown = h.opts.FormatBody(queue, it, raw)
 	}
-	return bytes.Contains(shown, []byte(text)), len(raw)
+	return bytes.Contains(shown, []byte(text)), true, len(raw)
 }
