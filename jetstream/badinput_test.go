@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/walq/walq"
 	walqjs "github.com/walq/walq/jetstream"
 )
@@ -162,4 +163,45 @@ func TestCloseWakesGet(t *testing.T) {
 		t.Fatal("the blocked Get did not return after Close")
 	}
 	q.nc.Close()
+}
+
+// TestForeignMessageTooLargeToDeadLetter: a foreign message whose body is
+// near the server's max_payload cannot carry a dead letter's headers even
+// with its cause cut: it is dead-lettered without its body, with a cause
+// that says the body was too large to keep, its size and its stream
+// sequence, and terminated: it never reaches a handler and never comes
+// back; Redrive refuses the dead letter (it holds no body). (Before, the
+// dead letter failed (ErrTooLarge), the message was neither dead-lettered
+// nor terminated, and it came back after every visibility, for good.)
+func TestForeignMessageTooLargeToDeadLetter(t *testing.T) {
+	q := smallServerQueue(t, walqjs.QueueOptions{Visibility: time.Second})
+	ctx := context.Background()
+	const subj = "walq.sizes.q.jobs.p0"
+	size := smallPayload - 200
+	pa, err := q.js.PublishMsg(ctx, &nats.Msg{Subject: subj, Data: make([]byte, size)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok, err := q.TryGet(); ok || err != nil {
+		t.Fatalf("TryGet handed out %d, %v, %v", m.ID, ok, err)
+	}
+	dl, err := q.DeadLetters(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dl) != 1 || len(dl[0].Body) != 0 || !strings.Contains(dl[0].LastError, "too large to keep") ||
+		!strings.Contains(dl[0].LastError, fmt.Sprintf("%d B", size)) || !strings.Contains(dl[0].LastError, fmt.Sprintf("stream sequence %d", pa.Sequence)) {
+		t.Fatalf("dead letters of a foreign message of %d B (server max_payload %d): %+v; want one without the body, saying why", size, smallPayload, dl)
+	}
+	st, err := q.js.Stream(ctx, "WALQ_sizes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, njs.WithSubjectFilter(subj))
+	if err != nil || info.State.Subjects[subj] != 0 {
+		t.Fatalf("%v messages still on %s (%v): not terminated", info.State.Subjects, subj, err)
+	}
+	if err := q.Redrive(dl[0].ID); !errors.Is(err, walq.ErrInvalid) {
+		t.Fatalf("Redrive of a dead letter without its body = %v; want ErrInvalid", err)
+	}
 }

@@ -39,12 +39,32 @@ func (q *Queue) moveToDead(ctx context.Context, m *nats.Msg, meta ackMeta, id ui
 	hist := append(carried, q.readHistory(ctx, id)...)
 	hist = trimHistory(append(hist, last))
 	h := deadHeader(q.name, m.Header, id, prio, attempts, deliveries, meta.sseq, hist, cutError(cause))
-	if err := q.d.fitDeadLetter(h, len(m.Data)); err != nil {
-		return err
+	body := m.Data
+	if err := q.d.fitDeadLetter(h, len(body)); err != nil {
+		// Too large to keep even cut (a message another publisher wrote,
+		// near the server's max_payload): a dead letter without the body,
+		// whose cause says so, rather than a message that comes back
+		// after every visibility for good.
+		note := fmt.Sprintf("walq/jetstream: the body of %d B was too large to keep in a dead letter under the server's max_payload of %d B: dropped (stream sequence %d); ",
+			len(body), q.d.maxPayload(), meta.sseq)
+		body = nil
+		h = deadHeader(q.name, m.Header, id, prio, attempts, deliveries, meta.sseq, hist, cutError(note+cause))
+		h.Set(HeaderBodyDropped, strconv.Itoa(len(m.Data)))
+		if err := q.d.fitDeadLetter(h, 0); err != nil {
+			// Not even that: the message is terminated, never to come
+			// back, and the log is all that is left of it.
+			q.d.log.Error("walq/jetstream: a message too large to dead-letter even without its body: terminated, its body lost",
+				"queue", q.name, "id", id, "subject", m.Subject, "seq", meta.sseq, "size", len(m.Data), "cause", cause, "err", err)
+			if err := q.replyUntil(m.Reply, "+TERM walq: too large to dead-letter", until); err != nil {
+				return unavailable("dead-letter (Term of a message too large to keep)", err)
+			}
+			q.dropHistory(ctx, id)
+			return nil
+		}
 	}
 	pctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
-	if _, err := q.d.js.PublishMsg(pctx, &nats.Msg{Subject: q.d.dlqSubject(q.name, id), Header: h, Data: m.Data}); err != nil {
+	if _, err := q.d.js.PublishMsg(pctx, &nats.Msg{Subject: q.d.dlqSubject(q.name, id), Header: h, Data: body}); err != nil {
 		return unavailable("dead-letter", err)
 	}
 	if err := q.replyUntil(m.Reply, "+TERM walq: dead-lettered", until); err != nil {
@@ -183,9 +203,10 @@ func named(call string, ids []uint64) error {
 // all of them are stored or none, so a put the server refuses changes
 // nothing), each deduplicated by its dead letter's sequence, and then the
 // dead letters are deleted: a crash between the two leaves the items in
-// both, never in neither. More than 1000 IDs (the server's batch limit)
-// go in batches of 1000, each all or nothing; an error then names the IDs
-// put back and those not. A batch refused because some of its items were
+// both, never in neither. More IDs than the server's atomic batch limit
+// (1000 by default; a server's max_batch_size may set it lower, and its
+// refusal names it) go in batches of that limit, each all or nothing; an
+// error then names the IDs put back and those not. A batch refused because some of its items were
 // put back already (a Redrive that stopped before it deleted their dead
 // letters, or one running at the same time) is put back one item at a
 // time, each deduplicated.
@@ -209,9 +230,12 @@ func (q *Queue) Redrive(ids ...uint64) error {
 		}
 	}
 	var done []uint64 // put back, their dead letters deleted
-	for start := 0; start < len(ids); start += maxAtomicBatch {
-		end := min(start+maxAtomicBatch, len(ids))
+	for start := 0; start < len(ids); {
+		end := min(start+q.d.batchLimit(), len(ids))
 		n, err := q.redriveBatch(ctx, msgs[start:end])
+		if n == 0 && q.d.smallerBatch(err, end-start) {
+			continue // the server's max_batch_size is lower: the same items, in smaller batches
+		}
 		var errs []error
 		for i := start; i < start+n; i++ {
 			if derr := q.d.deleteDead(ctx, dead[i].Sequence); derr != nil {
@@ -230,6 +254,7 @@ func (q *Queue) Redrive(ids ...uint64) error {
 		if len(errs) > 0 {
 			return errors.Join(errs...)
 		}
+		start = end
 	}
 	return nil
 }
@@ -260,6 +285,9 @@ func (q *Queue) redriveBatch(ctx context.Context, msgs []*nats.Msg) (int, error)
 // deduplicated by the dead letter's sequence. It checks the size; it
 // publishes nothing.
 func (q *Queue) redriveMsg(id uint64, m *jetstream.RawStreamMsg) (*nats.Msg, error) {
+	if n := m.Header.Get(HeaderBodyDropped); n != "" {
+		return nil, fmt.Errorf("%w: its body (%s B) was too large to keep in the dead letter, which holds none: purge it", walq.ErrInvalid, n)
+	}
 	prio, _ := strconv.Atoi(m.Header.Get(HeaderPriority))
 	lv := q.level(prio)
 	if lv == nil {

@@ -3,11 +3,16 @@ package jetstream_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/walq/walq"
 	walqjs "github.com/walq/walq/jetstream"
 )
@@ -202,5 +207,70 @@ func TestRedriveRepeatedIDRefused(t *testing.T) {
 	}
 	if err := q.dir.DeleteDead(ctx, m.Sequence); err != nil {
 		t.Fatalf("deleting a dead letter another process deleted: %v, want nil", err)
+	}
+}
+
+// fakeDead stores n dead letters of q's queue "jobs" in Dir dir, as
+// moveToDead writes them (IDs from first), faster than n Gets and
+// DeadLetters.
+func fakeDead(t *testing.T, q *closingQueue, dir string, first uint64, n int) []uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var ids []uint64
+	for i := range n {
+		id := first + uint64(i)
+		h := nats.Header{}
+		h.Set(walqjs.HeaderVersion, "1")
+		h.Set(walqjs.HeaderID, strconv.FormatUint(id, 10))
+		h.Set(walqjs.HeaderQueue, "jobs")
+		h.Set(walqjs.HeaderPriority, "0")
+		h.Set(walqjs.HeaderError, "poison")
+		h.Set(walqjs.HeaderAttempts, "5")
+		h.Set(walqjs.HeaderPut, strconv.FormatInt(time.Now().UnixNano(), 10))
+		if _, err := q.js.PublishMsgAsync(&nats.Msg{Subject: fmt.Sprintf("walqdlq.%s.jobs.%d", dir, id), Header: h, Data: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	select {
+	case <-q.js.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("dead letters not stored")
+	}
+	if dl, err := q.DeadLetters(0); err != nil || len(dl) != n {
+		t.Fatalf("precondition: %d dead letters, %v; want %d", len(dl), err, n)
+	}
+	return ids
+}
+
+// TestRedriveUnderServerMaxBatchSize: on a server whose operator set
+// jetstream limits max_batch_size (here 100), a Redrive of 101 dead
+// letters puts them all back, in batches the server takes (its refusal
+// names its limit), and deletes their dead letters. (Before, the adapter
+// always sent batches of up to 1000: every Redrive of more than 100 IDs
+// was refused, for good.)
+func TestRedriveUnderServerMaxBatchSize(t *testing.T) {
+	s := startServerWith(t, t.TempDir(), 0, func(o *server.Options) { o.JetStreamLimits.MaxBatchSize = 100 })
+	t.Cleanup(s.Shutdown)
+	q, err := openQueue(s.ClientURL(), "mbs", "jobs", walqjs.Options{}, walqjs.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	ids := fakeDead(t, q, "mbs", 1<<40, 101)
+	if err := q.Redrive(ids...); err != nil {
+		t.Fatalf("Redrive of %d dead letters on a server with max_batch_size 100: %v; want them back", len(ids), err)
+	}
+	if dl, err := q.DeadLetters(0); err != nil || len(dl) != 0 {
+		t.Fatalf("after the Redrive: %d dead letters, %v; want none", len(dl), err)
+	}
+	st, err := q.js.Stream(context.Background(), "WALQ_mbs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background(), njs.WithSubjectFilter("walq.mbs.q.jobs.p0"))
+	if err != nil || info.State.Subjects["walq.mbs.q.jobs.p0"] != 101 {
+		t.Fatalf("ready items after the Redrive: %v, %v; want 101", info.State.Subjects, err)
 	}
 }

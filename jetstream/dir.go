@@ -7,8 +7,10 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,7 +33,9 @@ type Options struct {
 	// KeyWindow is how long a key is held after its item was put: the
 	// work stream's duplicate window [2m]. Unlike walq's KeyWindow it
 	// counts from the put, not from the ack, and is one window for every
-	// queue of the Dir.
+	// queue of the Dir. A restart of the server forgets the keys of ready
+	// items already removed (acked, dead-lettered): JetStream rebuilds the
+	// window from the messages it holds (see the README).
 	KeyWindow time.Duration
 	// Logger receives the adapter's reports: foreign messages
 	// dead-lettered, a server that cannot be reached [discarded].
@@ -62,6 +66,9 @@ type Dir struct {
 	hist jetstream.KeyValue
 	// histStream is the bucket's stream, for purges that leave no marker.
 	histStream jetstream.Stream
+	// batchMax is the server's atomic batch limit where a refusal named
+	// one lower than the default (0: the default; see smallerBatch).
+	batchMax atomic.Int64
 }
 
 // Stream names of a Dir.
@@ -75,8 +82,9 @@ func histBucket(dir string) string { return "WALQ_" + dir + "_HIST" }
 // changes them. A Dir that does not exist is created with opts, defaults
 // filled in (and so are the dead-letter stream and the history bucket of a
 // Dir whose creation stopped half-way, with the Dir's replicas). A name is
-// 1 to 64 ASCII letters, digits, '_' and '-', not ending in "_DLQ" or
-// "_HIST" (the suffixes of the Dir's other streams' names). A stream found
+// 1 to 64 ASCII letters, digits, '_' and '-'; a new Dir's may not end in
+// "_DLQ" or "_HIST" (the suffixes of the Dir's other streams' names),
+// though a Dir of such a name that an older adapter made opens. A stream found
 // under the name of one of the Dir's that does not hold the subjects the
 // Dir's layout gives it (another Dir's, or not walq's) is ErrInvalid, and
 // left as it is.
@@ -119,6 +127,9 @@ func OpenDir(ctx context.Context, js jetstream.JetStream, name string, opts Opti
 		}
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, unavailable("look up the work stream", err)
+		}
+		if err := newDirName(name); err != nil {
+			return nil, err
 		}
 		opts = opts.filled()
 		d.work, err = js.CreateStream(ctx, d.workConfig(opts))
@@ -385,9 +396,19 @@ func checkDirName(name string) error {
 			return fmt.Errorf("%w: Dir name %q: only ASCII letters, digits, '_' and '-'", walq.ErrInvalid, name)
 		}
 	}
+	return nil
+}
+
+// newDirName refuses to create a Dir whose name ends in one of
+// reservedSuffixes. A Dir of such a name that an older adapter made (its
+// work stream exists and holds the Dir's subjects) still opens: the
+// stream's subjects tell it from another Dir's dead-letter stream, and
+// every stream OpenDir uses is checked for its subjects before anything
+// is changed (Dir.role), so it takes nothing of another Dir's.
+func newDirName(name string) error {
 	for _, suf := range reservedSuffixes {
 		if strings.HasSuffix(name, suf) {
-			return fmt.Errorf("%w: Dir name %q: ends in %q, as the names of a Dir's dead-letter stream and history bucket do (WALQ_<dir>_DLQ, WALQ_<dir>_HIST): it would be another Dir's", walq.ErrInvalid, name, suf)
+			return fmt.Errorf("%w: Dir name %q: ends in %q, as the names of a Dir's dead-letter stream and history bucket do (WALQ_<dir>_DLQ, WALQ_<dir>_HIST): a new Dir may not (a Dir of such a name that an older adapter made opens)", walq.ErrInvalid, name, suf)
 		}
 	}
 	return nil
@@ -444,6 +465,13 @@ func (d *Dir) scheduleSubject(queue string, id uint64) string {
 func (d *Dir) reserveSubject(queue string) string {
 	return "walq." + d.name + ".ids." + token(queue)
 }
+
+// claimSubject is where the key of the delayed item id is claimed (see
+// Queue.put); claimPrefix, that of the queue's claims.
+func (d *Dir) claimSubject(queue string, id uint64) string {
+	return d.claimPrefix(queue) + strconv.FormatUint(id, 10)
+}
+func (d *Dir) claimPrefix(queue string) string { return "walq." + d.name + ".k." + token(queue) + "." }
 func (d *Dir) dlqSubject(queue string, id uint64) string {
 	return fmt.Sprintf("walqdlq.%s.%s.%d", d.name, token(queue), id)
 }

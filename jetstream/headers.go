@@ -53,6 +53,11 @@ const (
 	HeaderQueue    = "Walq-Queue"    // the queue it was dead-lettered from
 	HeaderPriority = "Walq-Priority" // its priority
 	HeaderSeq      = "Walq-Source-Seq"
+	// HeaderBodyDropped is the size of a body too large to keep in a dead
+	// letter even with its history and cause cut (a message another
+	// publisher wrote near the server's max_payload): the dead letter
+	// holds no body, and Redrive refuses it.
+	HeaderBodyDropped = "Walq-Body-Dropped"
 
 	formatVersion = "1"
 

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,7 +35,11 @@ type MoveOptions struct {
 	// have [the priorities the directory's items have].
 	Priorities []int
 	// Batch is how many items go in one atomic batch with the progress
-	// [100].
+	// [100]. It is at most the server's atomic batch limit less one, for
+	// the progress (999 under nats-server's default of 1000); a larger
+	// one is that. A server whose max_batch_size is lower refuses a batch
+	// over it (err_code 10199, naming its limit): the move then sends the
+	// same items in batches of that limit.
 	Batch int
 	// Progress, when set, is called after each batch is committed.
 	Progress func(MoveReport)
@@ -153,6 +158,8 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 	if opts.Batch <= 0 {
 		opts.Batch = 100
 	}
+	// A batch is its items and the progress: at most the server's limit.
+	opts.Batch = min(opts.Batch, d.batchLimit()-1)
 	// A first pass: what the directory holds, and whether it can move.
 	var items []walq.StoredItem
 	var tooLarge []error
@@ -245,14 +252,23 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 	}
 	// The second pass reads the bodies, a batch at a time.
 	var batch []walq.StoredItem
+	var batchIdx []int // each item's index in ReadDir's order
 	index := 0
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		var msgs []*nats.Msg
+		// The messages to commit, each with the index of the item after
+		// it (a batch split to fit the server's limit records its progress
+		// up to its last message).
+		type entry struct {
+			m       *nats.Msg
+			next    int
+			delayed bool
+		}
+		var entries []entry
 		var counts MoveReport
-		for _, it := range batch {
+		for i, it := range batch {
 			q := queues[it.Queue]
 			switch {
 			case it.Dead || it.BodyError != "":
@@ -269,22 +285,43 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 			if err != nil {
 				return err
 			}
-			if m.Header.Get(HeaderDue) != "" {
-				counts.Delayed++
-			} else {
-				counts.Ready++
+			entries = append(entries, entry{m: m, next: batchIdx[i] + 1, delayed: m.Header.Get(HeaderDue) != ""})
+		}
+		for {
+			n := min(len(entries), d.batchLimit()-1)
+			if n < 0 || n == 0 && len(entries) > 0 {
+				return fmt.Errorf("walq/jetstream: move: the server takes atomic batches of %d messages, which leaves no room for an item beside the progress", d.batchLimit())
 			}
-			msgs = append(msgs, m)
+			next := index
+			if n < len(entries) {
+				next = entries[n-1].next
+			}
+			msgs := make([]*nats.Msg, n)
+			for i := range msgs {
+				msgs[i] = entries[i].m
+			}
+			err := d.commit(ctx, msgs, progSubj, moveProgress{Dir: src, LSN: info.LastLSN, Next: next})
+			if err != nil && d.smallerBatch(err, n+1) {
+				continue // the server's limit is lower: the same items, in smaller batches
+			}
+			if err != nil {
+				return err
+			}
+			for _, e := range entries[:n] {
+				if e.delayed {
+					rep.Delayed++
+				} else {
+					rep.Ready++
+				}
+			}
+			entries = entries[n:]
+			if len(entries) == 0 {
+				break
+			}
 		}
-		next := moveProgress{Dir: src, LSN: info.LastLSN, Next: index}
-		if err := d.commit(ctx, msgs, progSubj, next); err != nil {
-			return err
-		}
-		rep.Ready += counts.Ready
-		rep.Delayed += counts.Delayed
 		rep.Dead += counts.Dead
 		rep.Discarded += counts.Discarded
-		batch = batch[:0]
+		batch, batchIdx = batch[:0], batchIdx[:0]
 		if opts.Progress != nil {
 			opts.Progress(rep)
 		}
@@ -300,6 +337,7 @@ func (d *Dir) MoveFrom(ctx context.Context, dir string, opts MoveOptions) (MoveR
 			return nil
 		}
 		batch = append(batch, it)
+		batchIdx = append(batchIdx, i)
 		if len(batch) == opts.Batch {
 			return flush()
 		}
@@ -475,8 +513,47 @@ func (d *Dir) commit(ctx context.Context, msgs []*nats.Msg, progSubj string, p m
 
 // maxAtomicBatch is the most messages the server takes in one atomic
 // batch by default (nats-server's streamDefaultMaxAtomicBatchSize; a
-// server's max_batch_size may set it lower).
+// server's max_batch_size may set it lower, and then refuses a larger
+// batch with err_code 10199 naming its limit, which is not otherwise
+// exposed to a client: see Dir.smallerBatch).
 const maxAtomicBatch = 1000
+
+// batchLimit is the most messages the Dir sends in one atomic batch: the
+// server's default, or the lower limit a refusal named.
+func (d *Dir) batchLimit() int {
+	if n := d.batchMax.Load(); n > 0 {
+		return int(n)
+	}
+	return maxAtomicBatch
+}
+
+// smallerBatch says whether err refused an atomic batch of sent messages
+// as over the server's max_batch_size (nothing of it was stored), and then
+// lowers the Dir's limit: to the one the refusal names ("atomic publish
+// batch is too large: 100"), or to half of sent where it names none below
+// sent. False when no smaller batch is left to try.
+func (d *Dir) smallerBatch(err error, sent int) bool {
+	var b *batchError
+	if !errors.As(err, &b) || b.errCode != errCodeBatchTooLarge || sent <= 1 {
+		return false
+	}
+	limit := sent / 2
+	if i := strings.LastIndexByte(b.desc, ' '); i >= 0 {
+		if n, err := strconv.Atoi(b.desc[i+1:]); err == nil && n > 0 && n < sent {
+			limit = n
+		}
+	}
+	for {
+		cur := d.batchMax.Load()
+		if cur > 0 && cur <= int64(limit) {
+			return true
+		}
+		if d.batchMax.CompareAndSwap(cur, int64(limit)) {
+			d.log.Info("walq/jetstream: the server takes smaller atomic batches; sending batches of its limit", "limit", limit, "err", err)
+			return true
+		}
+	}
+}
 
 // batchError is the server's refusal of an atomic batch: nothing of it
 // was stored.
@@ -496,6 +573,17 @@ func (e *batchError) Error() string {
 const (
 	errCodeBatchDuplicate    jetstream.ErrorCode = 10201 // JSAtomicPublishContainsDuplicateMessageErr
 	errCodeDuplicateInFlight jetstream.ErrorCode = 10158 // JSStreamDuplicateMessageConflict
+)
+
+// Error codes of nats-server's refusals of an atomic batch that stored
+// nothing and may be sent again as it is: a message of it was turned away
+// (too many batches in flight, and the batch is then incomplete at its
+// commit), or the batch passes the server's max_batch_size (its
+// description names the limit).
+const (
+	errCodeBatchIncomplete      jetstream.ErrorCode = 10176 // JSAtomicPublishIncompleteBatchErr
+	errCodeBatchTooManyInflight jetstream.ErrorCode = 10210 // JSAtomicPublishTooManyInflight
+	errCodeBatchTooLarge        jetstream.ErrorCode = 10199 // JSAtomicPublishTooLargeBatchErrF
 )
 
 // duplicateInBatch says whether err refused a batch because one of its

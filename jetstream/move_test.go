@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/walq/walq"
 	walqjs "github.com/walq/walq/jetstream"
 )
@@ -388,5 +389,111 @@ func TestMoveRefusesDirectoryWithoutID(t *testing.T) {
 	if reps[0].Items == 0 || moved(reps[0]) != reps[0].Items || moved(reps[1]) != reps[1].Items || reps[0].Items != reps[1].Items ||
 		reps[0].IDOffset == reps[1].IDOffset {
 		t.Fatalf("two copies of a format-1 directory, opened by walq, moved: %+v and %+v; want each moved whole under IDs of its own", reps[0], reps[1])
+	}
+}
+
+// TestMovedDelayedItemAtUndeclaredLevelRefused: MoveFrom with
+// MoveOptions{} records no settings for the default queue, and the
+// directory's one item is delayed, at priority 5: the service's OpenQueue
+// with the default levels [0] is ErrInvalid naming 5, as for a ready item.
+// (Before, only the ready subjects were counted: the open succeeded, and
+// the schedule would fire onto walq.D.q._.p5, which no consumer reads.)
+func TestMovedDelayedItemAtUndeclaredLevelRefused(t *testing.T) {
+	dir := t.TempDir()
+	wq, err := walq.Open(dir, walq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := wq.Put(ctx, []byte("later"), walq.WithPriority(5), walq.WithDelay(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	wq.Close()
+	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{})
+	rep, err := q.dir.MoveFrom(ctx, dir, walqjs.MoveOptions{})
+	if err != nil || rep.Delayed != 1 {
+		t.Fatalf("move: %+v %v", rep, err)
+	}
+	mq, err := q.dir.OpenQueue(ctx, "", walqjs.QueueOptions{})
+	if err == nil {
+		defer mq.Close()
+		t.Fatalf("OpenQueue(\"\", default levels [0]) after moving a delayed item of priority 5 = nil; want ErrInvalid naming [5]")
+	}
+	if !errors.Is(err, walq.ErrInvalid) || !strings.Contains(err.Error(), "[5]") {
+		t.Fatalf("OpenQueue: %v", err)
+	}
+	mq, err = q.dir.OpenQueue(ctx, "", walqjs.QueueOptions{Priorities: []int{0, 5}})
+	if err != nil {
+		t.Fatalf("OpenQueue with the level 5 declared: %v", err)
+	}
+	mq.Close()
+}
+
+// moveDirOf makes a walq directory holding n ready items.
+func moveDirOf(t *testing.T, n int) string {
+	t.Helper()
+	dir := t.TempDir()
+	wq, err := walq.Open(dir, walq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := make([]walq.Item, n)
+	for i := range items {
+		items[i] = walq.Item{Body: []byte(fmt.Sprint(i))}
+	}
+	if _, err := wq.PutBatch(context.Background(), items); err != nil {
+		t.Fatal(err)
+	}
+	wq.Close()
+	return dir
+}
+
+// TestMoveBatchOverServerLimitClamped: MoveOptions.Batch (walq-to-jetstream
+// -batch) of 1000 moves 1000 ready items: a batch is its items and the
+// progress, so Batch is clamped to the server's limit less one (999).
+// (Before, a Batch of 1000 made batches of 1001 messages, over the
+// server's atomic batch limit of 1000: the move was refused at its first
+// batch, every run.)
+func TestMoveBatchOverServerLimitClamped(t *testing.T) {
+	dir := moveDirOf(t, 1000)
+	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{})
+	rep, err := q.dir.MoveFrom(context.Background(), dir, walqjs.MoveOptions{Batch: 1000})
+	if err != nil || !rep.Done || rep.Ready != 1000 {
+		t.Fatalf("MoveFrom(Batch: 1000) of 1000 ready items = %+v, %v; want them moved", rep, err)
+	}
+}
+
+// TestMoveUnderServerMaxBatchSize: on a server whose max_batch_size is 50,
+// a move with batches of 100 items moves all 120 items, in batches the
+// server takes, each with its progress. (Before, every batch was refused:
+// err_code 10199.)
+func TestMoveUnderServerMaxBatchSize(t *testing.T) {
+	s := startServerWith(t, t.TempDir(), 0, func(o *server.Options) { o.JetStreamLimits.MaxBatchSize = 50 })
+	t.Cleanup(s.Shutdown)
+	q, err := openQueue(s.ClientURL(), "mbs", "", walqjs.Options{}, walqjs.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	var reports []walqjs.MoveReport
+	rep, err := q.dir.MoveFrom(context.Background(), moveDirOf(t, 120), walqjs.MoveOptions{Batch: 100,
+		Progress: func(r walqjs.MoveReport) { reports = append(reports, r) }})
+	if err != nil || !rep.Done || rep.Ready != 120 {
+		t.Fatalf("MoveFrom(Batch: 100) of 120 items on a server with max_batch_size 50 = %+v, %v; want them moved", rep, err)
+	}
+	n := 0
+	for {
+		m, ok, err := q.TryGet()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		n++
+		q.Ack(m.Receipt)
+	}
+	if n != 120 {
+		t.Fatalf("%d items delivered after the move; want 120", n)
 	}
 }

@@ -243,3 +243,49 @@ func TestOpenDirNeverChangesAnotherDirsStream(t *testing.T) {
 func errContains(err error, s string) bool {
 	return err != nil && strings.Contains(err.Error(), s)
 }
+
+// TestOlderDirNamedWithReservedSuffixStillOpens: an older adapter let a Dir
+// be named "orders_HIST"; its streams (WALQ_orders_HIST,
+// WALQ_orders_HIST_DLQ, KV_WALQ_orders_HIST_HIST) collide with no other
+// Dir's (Dir "orders"'s bucket is the stream KV_WALQ_orders_HIST). It opens
+// beside Dir "orders", and its item is delivered; a new Dir of such a name
+// is still refused (TestDirNamedLikeADeadLetterStreamRefused). (Before,
+// OpenDir("orders_HIST") was ErrInvalid by its name alone: the Dir and its
+// items were out of reach after the upgrade.)
+func TestOlderDirNamedWithReservedSuffixStillOpens(t *testing.T) {
+	s := startServer(t, t.TempDir(), 0)
+	t.Cleanup(s.Shutdown)
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := njs.New(nc)
+	ctx := context.Background()
+	// What an older adapter made for its Dir "orders_HIST", with an item.
+	if _, err := js.CreateStream(ctx, njs.StreamConfig{Name: "WALQ_orders_HIST", Subjects: []string{"walq.orders_HIST.>"},
+		Retention: njs.WorkQueuePolicy, Storage: njs.FileStorage, AllowMsgSchedules: true, AllowMsgTTL: true}); err != nil {
+		t.Fatal(err)
+	}
+	h := nats.Header{}
+	h.Set(walqjs.HeaderVersion, "1")
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "walq.orders_HIST.q.jobs.p0", Header: h, Data: []byte("an order")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := walqjs.OpenDir(ctx, js, "orders", walqjs.Options{}); err != nil {
+		t.Fatalf("OpenDir(\"orders\") beside the older Dir \"orders_HIST\": %v", err)
+	}
+	d, err := walqjs.OpenDir(ctx, js, "orders_HIST", walqjs.Options{})
+	if err != nil {
+		t.Fatalf("OpenDir(\"orders_HIST\"), a Dir an older adapter made = %v; want it opened", err)
+	}
+	q, err := d.OpenQueue(ctx, "jobs", walqjs.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	m, ok, err := q.TryGet()
+	if err != nil || !ok || string(m.Body) != "an order" {
+		t.Fatalf("the older Dir's item: %q, %v, %v", m.Body, ok, err)
+	}
+}

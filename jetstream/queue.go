@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -177,10 +178,10 @@ func (q *Queue) level(p int) *level {
 }
 
 // Put stores an item and returns its ID: the stream sequence of its put.
-// A key held (within the Dir's KeyWindow of the put that holds it) returns
-// that put's ID and an error wrapping walq.ErrDuplicate; a key held only
-// by a delayed put that stored no schedule (it failed after it reserved
-// the ID) is free: the put stores the item under that ID. A key over
+// A key held (within the Dir's KeyWindow of the put that stored the item
+// that holds it) returns that item's ID and an error wrapping
+// walq.ErrDuplicate; a put that failed holds no key (a delayed item's key
+// is claimed in one atomic batch with its schedule). A key over
 // walq.MaxKeySize is ErrInvalid, as on walq.
 func (q *Queue) Put(ctx context.Context, body []byte, opts ...walq.PutOption) (uint64, error) {
 	if err := q.check(); err != nil {
@@ -330,103 +331,128 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 			id = c.id
 		}
 		if pa.Duplicate && (c == nil || c.msgID == "") {
-			// Held by a delayed put's reservation: its item is the
-			// schedule published under "walq-s-<id>", if that put got so
-			// far. Stored under the same ID and Nats-Msg-Id, this item is
-			// a duplicate of that schedule, or the item the failed put did
-			// not store.
-			res, err := q.isReservation(ctx, id)
-			if err != nil {
-				return 0, err
-			}
-			if !res {
-				return id, fmt.Errorf("%w: key %q is held by item %d (JetStream's duplicate window)", walq.ErrDuplicate, it.Key, id)
-			}
-			h.Set(HeaderID, strconv.FormatUint(id, 10))
-			h.Set(jetstream.MsgIDHeader, "walq-s-"+strconv.FormatUint(id, 10))
-			if err := q.d.tooLarge("put", q.name, h, len(it.Body)); err != nil {
-				return 0, err
-			}
-			pa, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: lv.subject, Header: h, Data: it.Body})
-			if err != nil {
-				return 0, unavailable("put", err)
-			}
-			if pa.Duplicate {
-				return id, fmt.Errorf("%w: key %q is held by item %d (JetStream's duplicate window)", walq.ErrDuplicate, it.Key, id)
-			}
+			return q.duplicate(ctx, it.Key, pa.Sequence)
 		}
 		return id, nil
 	}
 	// A delayed item is a schedule that fires a copy at its due time. Its
 	// ID must be in that copy, so it is reserved first: the sequence of a
-	// small message that expires. One that holds the key lives as long as
-	// the key is held (the Dir's KeyWindow), so that a later put of the key
-	// can tell a reservation (whose item is its schedule, or none if the
-	// put failed before it) from an item.
+	// small message that expires, which holds no key. A key is held by a
+	// claim (walq.<dir>.k.<queue>.<id>, carrying the key's Nats-Msg-Id and
+	// the item's ID) stored in one atomic batch with the schedule: the
+	// key is held from the put that stored the item, and only by an item
+	// that was stored; a put that failed holds nothing. The claim lives
+	// the KeyWindow, so a restarted server, which rebuilds its duplicate
+	// window from the messages it holds, still holds the key after the
+	// schedule fired and its item was acked.
 	// Its size, counted with the widest ID before one is reserved.
 	setSchedule(h, math.MaxUint64, due, lv.subject, it.Deadline)
 	h.Set(jetstream.MsgIDHeader, "walq-s-"+strconv.FormatUint(math.MaxUint64, 10))
 	if err := q.d.tooLarge("put", q.name, h, len(it.Body)); err != nil {
 		return 0, err
 	}
-	id := uint64(0)
-	dup := false
+	var id uint64
 	if c != nil && c.id != 0 {
 		id = c.id
 	} else {
 		rh := nats.Header{}
 		rh.Set(HeaderVersion, formatVersion)
 		rh.Set(jetstream.MsgTTLHeader, "1s")
-		if it.Key != "" {
-			rh.Set(jetstream.MsgIDHeader, q.keyID(it.Key))
-			rh.Set(jetstream.MsgTTLHeader, ttl(max(q.d.Settings().KeyWindow, time.Second)))
-		}
 		pa, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: q.d.reserveSubject(q.name), Header: rh})
 		if err != nil {
 			return 0, unavailable("put (reserving the ID of a delayed item)", err)
 		}
-		id, dup = pa.Sequence, pa.Duplicate
-		if dup {
-			// The key is held. By a reservation: a put of it that may
-			// have stopped before its schedule, which the schedule's own
-			// ID makes safe to publish again. By anything else (a ready
-			// item, one gone): the put is a duplicate of that item, and
-			// a schedule would make a second item under its ID.
-			res, err := q.isReservation(ctx, id)
-			if err != nil {
-				return 0, err
-			}
-			if !res {
-				return id, fmt.Errorf("%w: key %q is held by item %d (JetStream's duplicate window)", walq.ErrDuplicate, it.Key, id)
-			}
-		}
+		id = pa.Sequence
 	}
 	setSchedule(h, id, due, lv.subject, it.Deadline)
 	h.Set(jetstream.MsgIDHeader, "walq-s-"+strconv.FormatUint(id, 10))
 	if c != nil && c.msgID != "" {
 		h.Set(jetstream.MsgIDHeader, c.msgID)
 	}
-	pa, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: q.d.scheduleSubject(q.name, id), Header: h, Data: it.Body})
-	if err != nil {
-		return 0, unavailable("put (the schedule of a delayed item)", err)
+	sched := &nats.Msg{Subject: q.d.scheduleSubject(q.name, id), Header: h, Data: it.Body}
+	if it.Key == "" || c != nil {
+		if _, err := q.d.js.PublishMsg(ctx, sched); err != nil {
+			return 0, unavailable("put (the schedule of a delayed item)", err)
+		}
+		return id, nil
 	}
-	if dup && pa.Duplicate {
-		return id, fmt.Errorf("%w: key %q is held by item %d (JetStream's duplicate window)", walq.ErrDuplicate, it.Key, id)
+	claim := q.keyClaim(id, it.Key)
+	inBatch := &nats.Msg{Subject: sched.Subject, Header: nats.Header{}, Data: sched.Data}
+	for k, v := range h {
+		if k != jetstream.MsgIDHeader {
+			inBatch.Header[k] = v
+		}
+	}
+	err := q.putBatch(ctx, claim, inBatch)
+	if err == nil {
+		return id, nil
+	}
+	if !duplicateInBatch(err) {
+		return 0, err
+	}
+	// The key is held: by whom, the claim alone says (a duplicate stores
+	// nothing). If it is no longer held (its window ended meanwhile), the
+	// claim now holds it for this item, whose schedule follows.
+	pa, err := q.d.js.PublishMsg(ctx, claim)
+	if err != nil {
+		return 0, unavailable("put (the key of a delayed item)", err)
+	}
+	if pa.Duplicate {
+		return q.duplicate(ctx, it.Key, pa.Sequence)
+	}
+	if _, err := q.d.js.PublishMsg(ctx, sched); err != nil {
+		return 0, unavailable("put (the schedule of a delayed item)", err)
 	}
 	return id, nil
 }
 
-// isReservation says whether the message at seq of the work stream is a
-// reservation of the queue: the ID of a delayed put, holding its key.
-func (q *Queue) isReservation(ctx context.Context, seq uint64) (bool, error) {
+// keyClaim is the message that holds key for the delayed item id: the
+// key's Nats-Msg-Id, the item's ID, living the KeyWindow.
+func (q *Queue) keyClaim(id uint64, key string) *nats.Msg {
+	h := nats.Header{}
+	h.Set(HeaderVersion, formatVersion)
+	h.Set(HeaderID, strconv.FormatUint(id, 10))
+	h.Set(jetstream.MsgIDHeader, q.keyID(key))
+	h.Set(jetstream.MsgTTLHeader, ttl(max(q.d.Settings().KeyWindow, time.Second)))
+	return &nats.Msg{Subject: q.d.claimSubject(q.name, id), Header: h}
+}
+
+// putBatch stores a delayed item's key claim and schedule in one atomic
+// batch, trying again while the server turns the batch away for other
+// batches in flight (nothing of it is stored then).
+func (q *Queue) putBatch(ctx context.Context, claim, sched *nats.Msg) error {
+	for try := 0; ; try++ {
+		err := q.d.publishBatch(ctx, "put (a delayed item and its key)", []*nats.Msg{claim, sched})
+		var b *batchError
+		if err == nil || try >= 50 || !errors.As(err, &b) || (b.errCode != errCodeBatchIncomplete && b.errCode != errCodeBatchTooManyInflight) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return unavailable("put (a delayed item and its key)", ctx.Err())
+		case <-time.After(time.Duration(1+try) * time.Millisecond):
+		}
+	}
+}
+
+// duplicate is Put's answer for key, held by the message at seq of the
+// work stream: the ID of the item that holds it. A key claim names its
+// item; any other message (a ready item, gone or not, or the reservation
+// of a delayed put by an older adapter, which may have stored its item)
+// is the item itself.
+func (q *Queue) duplicate(ctx context.Context, key string, seq uint64) (uint64, error) {
+	id := seq
 	held, err := q.d.work.GetMsg(ctx, seq)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+	case err != nil:
+		return 0, unavailable("put (reading the item that holds the key)", err)
+	case strings.HasPrefix(held.Subject, q.d.claimPrefix(q.name)):
+		if v, err := strconv.ParseUint(held.Header.Get(HeaderID), 10, 64); err == nil && v != 0 {
+			id = v
+		}
 	}
-	if err != nil {
-		return false, unavailable("put (reading the item that holds the key)", err)
-	}
-	return held.Subject == q.d.reserveSubject(q.name), nil
+	return id, fmt.Errorf("%w: key %q is held by item %d (JetStream's duplicate window)", walq.ErrDuplicate, key, id)
 }
 
 // keyID is the Nats-Msg-Id of a put with key: the stream's duplicate

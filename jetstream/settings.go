@@ -373,9 +373,10 @@ func (d *Dir) settle(ctx context.Context, name string, opts QueueOptions) (Queue
 }
 
 // strandedLevels refuses to create queue name with the levels levels when
-// the work stream holds ready items of it at another level (items moved
-// into the Dir by MoveFrom, which records no settings): no consumer would
-// ever deliver them.
+// the work stream holds ready items of it at another level, or schedules
+// (delayed items) that fire onto one (items moved into the Dir by
+// MoveFrom, which records no settings): no consumer would ever deliver
+// them.
 func (d *Dir) strandedLevels(ctx context.Context, name string, levels []int) error {
 	prefix := "walq." + d.name + ".q." + token(name) + "."
 	info, err := d.work.Info(ctx, jetstream.WithSubjectFilter(prefix+"*"))
@@ -383,11 +384,33 @@ func (d *Dir) strandedLevels(ctx context.Context, name string, levels []int) err
 		return unavailable(fmt.Sprintf("read the items of queue %q", name), err)
 	}
 	var other []int
-	for subj, n := range info.State.Subjects {
+	add := func(subj string) {
+		if !strings.HasPrefix(subj, prefix) {
+			return
+		}
 		p, err := parseLevel(strings.TrimPrefix(subj, prefix))
-		if err == nil && n > 0 && !slices.Contains(levels, p) && !slices.Contains(other, p) {
+		if err == nil && !slices.Contains(levels, p) && !slices.Contains(other, p) {
 			other = append(other, p)
 		}
+	}
+	for subj, n := range info.State.Subjects {
+		if n > 0 {
+			add(subj)
+		}
+	}
+	// And the levels the queue's schedules fire onto (delayed items, moved
+	// or put by a handle that recorded no settings): one read a schedule.
+	filter := "walq." + d.name + ".s." + token(name) + ".*"
+	for seq := uint64(1); ; {
+		m, err := d.work.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return unavailable(fmt.Sprintf("read the delayed items of queue %q", name), err)
+		}
+		add(m.Header.Get("Nats-Schedule-Target"))
+		seq = m.Sequence + 1
 	}
 	if len(other) > 0 {
 		slices.Sort(other)

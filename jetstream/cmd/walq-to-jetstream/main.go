@@ -42,7 +42,7 @@ func main() {
 	replicas := flag.Int("replicas", 0, "replicas of the Dir's streams, when the move creates them [1]; for a Dir that exists, 0 or its own")
 	keyWindow := flag.Duration("key-window", 0, "the Dir's key window, when the move creates it [2m]; for a Dir that exists, 0 or its own")
 	prios := flag.String("priorities", "", "priority levels of the queues, comma-separated [the items' priorities]")
-	batch := flag.Int("batch", 100, "items per atomic batch")
+	batch := flag.Int("batch", 100, "items per atomic batch (at most the server's atomic batch limit less one, 999 by default; a larger one is that)")
 	pace := flag.Duration("pace", 0, "pause after each batch")
 	remove := flag.Bool("remove", false, "once the move has finished, remove the walq directory (only if unchanged since)")
 	keepIDs := flag.Bool("keep-ids", false, "refuse the move unless the items keep their IDs (else a directory whose IDs another took moves under IDs of its own)")
