@@ -13,31 +13,46 @@ import (
 	"github.com/walq/walq"
 )
 
-// deadLetterLocked moves l's item to the dead letters with cause, then
-// ends its delivery (Term).
+// deadLetterLocked moves l's item to the dead letters with cause: its
+// record says so first (with the revision the lease holds), then the dead
+// letter is stored and the delivery terminated. A crash or a lost answer
+// after the record leaves the rest to the message's next delivery, which
+// finds the record dead and does it again (the dead letter deduplicated by
+// the item's ID and the message's sequence, one message per ID), and never
+// runs the item.
 func (q *Queue) deadLetterLocked(l *lease, cause error, how string) error {
 	now := time.Now()
 	text := errText(cause)
 	ctx, cancel := context.WithDeadline(context.Background(), l.end)
 	defer cancel()
-	err := q.moveToDead(ctx, l.msg, l.meta, l.id, l.prio, l.attempt, l.deliv, l.hist,
-		attempt{Start: l.start.UnixNano(), End: now.UnixNano(), How: how, Error: text}, text, l.end)
-	if err != nil {
-		return q.failedSettle(l, "dead-letter", err)
+	dead := l.rec
+	dead.St, dead.Cause, dead.Tok = recDead, text, l.tok
+	dead.Hist = trimHistory(append(append([]attempt(nil), l.rec.Hist...), attempt{Start: l.start.UnixNano(), End: now.UnixNano(), How: how, Error: text}))
+	if err := q.settleRecord(ctx, l, &dead, "dead-letter"); err != nil {
+		return err
 	}
 	q.endLocked(l)
+	// The record holds it now: the rest may outlive the lease.
+	mctx, mcancel := context.WithTimeout(q.ctx, 10*time.Second)
+	defer mcancel()
+	if err := q.moveToDead(mctx, l.msg, l.meta, l.id, l.prio, dead.Att, dead.Deliv, dead.Hist, text, time.Now().Add(10*time.Second)); err != nil {
+		q.d.log.Warn("walq/jetstream: dead-letter: the record says dead, the dead letter or the Term is not stored yet; the message's next delivery finishes it", "id", l.id, "err", err)
+	}
+	if l.oldHist {
+		q.background(func(ctx context.Context) { q.dropHistory(ctx, l.id) })
+	}
 	return nil
 }
 
 // moveToDead publishes the dead letter of the delivery m (deduplicated by
 // the item's ID and the message's stream sequence, one message per ID in
-// the dead-letter stream), then terminates the delivery: in this order, so
-// that a crash between the two leaves the item in both places (its next
-// delivery moves it again, deduplicated) and never in neither. The
-// history is the item's recorded attempts and last.
-func (q *Queue) moveToDead(ctx context.Context, m *nats.Msg, meta ackMeta, id uint64, prio, attempts, deliveries int, carried []attempt, last attempt, cause string, until time.Time) error {
-	hist := append(carried, q.readHistory(ctx, id)...)
-	hist = trimHistory(append(hist, last))
+// the dead-letter stream), then terminates the delivery and drops its
+// record: in this order, so that a crash between the two leaves the item
+// in both places, its record dead (its next delivery moves it again,
+// deduplicated, and does not run it), and never in neither. hist is the
+// item's history, its last attempt included.
+func (q *Queue) moveToDead(ctx context.Context, m *nats.Msg, meta ackMeta, id uint64, prio, attempts, deliveries int, hist []attempt, cause string, until time.Time) error {
+	hist = trimHistory(hist)
 	h := deadHeader(q.name, m.Header, id, prio, attempts, deliveries, meta.sseq, hist, cutError(cause))
 	body := m.Data
 	if err := q.d.fitDeadLetter(h, len(body)); err != nil {
@@ -58,7 +73,7 @@ func (q *Queue) moveToDead(ctx context.Context, m *nats.Msg, meta ackMeta, id ui
 			if err := q.replyUntil(m.Reply, "+TERM walq: too large to dead-letter", until); err != nil {
 				return unavailable("dead-letter (Term of a message too large to keep)", err)
 			}
-			q.dropHistory(ctx, id)
+			q.d.dropItem(ctx, meta.sseq)
 			return nil
 		}
 	}
@@ -67,12 +82,19 @@ func (q *Queue) moveToDead(ctx context.Context, m *nats.Msg, meta ackMeta, id ui
 	if _, err := q.d.js.PublishMsg(pctx, &nats.Msg{Subject: q.d.dlqSubject(q.name, id), Header: h, Data: body}); err != nil {
 		return unavailable("dead-letter", err)
 	}
+	if deadLetterStored != nil {
+		deadLetterStored()
+	}
 	if err := q.replyUntil(m.Reply, "+TERM walq: dead-lettered", until); err != nil {
 		return unavailable("dead-letter (Term after the move)", err)
 	}
-	q.dropHistory(ctx, id)
+	q.d.dropItem(ctx, meta.sseq)
 	return nil
 }
+
+// deadLetterStored, when set (by a test), runs between a dead letter's
+// publish and the Term of its message: where a crash leaves both.
+var deadLetterStored func()
 
 // deadHeader is the headers of the dead letter of an item of queue whose
 // message had the headers item.
@@ -397,9 +419,10 @@ func (d *Dir) deleteDead(ctx context.Context, seq uint64) error {
 	return nil
 }
 
-// History: the attempts of a live item that did not end in an ack, kept in
-// the Dir's bucket under <queue>.<id> while the item lives (the message
-// itself cannot change), and moved into the dead letter's headers.
+// History an older adapter kept: the attempts of a live item that did not
+// end in an ack, in the Dir's bucket under <queue>.<id>. This one keeps
+// them in the item's record; an item delivered without a record reads the
+// old one, and drops it with the item.
 
 func (q *Queue) readHistory(ctx context.Context, id uint64) []attempt {
 	e, err := q.d.hist.Get(ctx, histKey(q.name, id))
@@ -411,13 +434,6 @@ func (q *Queue) readHistory(ctx context.Context, id uint64) []attempt {
 		return nil
 	}
 	return h
-}
-
-func (q *Queue) addHistory(ctx context.Context, id uint64, a attempt) error {
-	h := trimHistory(append(q.readHistory(ctx, id), a))
-	b, _ := json.Marshal(h)
-	_, err := q.d.hist.Put(ctx, histKey(q.name, id), b)
-	return err
 }
 
 func (q *Queue) dropHistory(ctx context.Context, id uint64) {

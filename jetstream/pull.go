@@ -132,8 +132,8 @@ func (q *Queue) accept(m *nats.Msg, t0 time.Time, lv *level) (walq.Message, bool
 	foreign := func(why string) (walq.Message, bool) {
 		cause := fmt.Sprintf("%v: %s (subject %s, stream sequence %d)", errForeign, why, m.Subject, meta.sseq)
 		q.d.log.Warn("walq/jetstream: dead-lettering a message walq did not write", "cause", cause)
-		if err := q.moveToDead(context.Background(), m, meta, meta.sseq, lv.prio, int(meta.delivered), int(meta.delivered), nil,
-			attempt{How: "deadletter", Error: cause}, cause, until); err != nil {
+		if err := q.moveToDead(context.Background(), m, meta, meta.sseq, lv.prio, int(meta.delivered), int(meta.delivered),
+			[]attempt{{How: "deadletter", Error: cutError(cause)}}, cause, until); err != nil {
 			q.d.log.Warn("walq/jetstream: could not dead-letter a foreign message; it comes back after the visibility", "seq", meta.sseq, "err", err)
 		}
 		return walq.Message{}, false
@@ -163,45 +163,153 @@ func (q *Queue) accept(m *nats.Msg, t0 time.Time, lv *level) (walq.Message, bool
 		return foreign("malformed walq header: " + err.Error())
 	}
 	now := time.Now()
-	if hasDeadline && !now.Before(time.Unix(0, deadline)) {
-		// Discarded, never delivered: its deadline passed while it waited.
-		if err := q.replyUntil(m.Reply, "+TERM walq: deadline passed", until); err != nil {
-			q.d.log.Warn("walq/jetstream: could not discard an item past its deadline", "id", id, "err", err)
-		}
-		q.background(func(ctx context.Context) { q.dropHistory(ctx, id) })
-		return walq.Message{}, false
-	}
-	if hasDue && now.Before(time.Unix(0, due)) {
-		// Early: the server's clock is behind this one. Back for the
-		// rest of the delay; the delivery counts as an attempt.
-		left := time.Unix(0, due).Sub(now)
-		if err := q.replyUntil(m.Reply, fmt.Sprintf(`-NAK {"delay":%d}`, left.Nanoseconds()), until); err != nil {
-			q.d.log.Warn("walq/jetstream: could not send back an item that came before its due time", "id", id, "err", err)
-		}
-		return walq.Message{}, false
-	}
-	att := int(before) + int(meta.delivered)
-	deliv := int(delivBefore) + int(meta.delivered)
-	if att > o.MaxAttempts {
-		cause := fmt.Sprintf("walq/jetstream: the lease expired on the last attempt (%d of %d)", att-1, o.MaxAttempts)
-		if err := q.moveToDead(context.Background(), m, meta, id, lv.prio, att-1, deliv-1, hist,
-			attempt{How: "expire"}, cause, until); err != nil {
-			q.d.log.Warn("walq/jetstream: could not dead-letter an item past its attempts", "id", id, "err", err)
-		}
-		return walq.Message{}, false
-	}
-	end := t0.Add(o.Visibility - o.Fence)
-	if !now.Before(end) {
+	expired := hasDeadline && !now.Before(time.Unix(0, deadline))
+	early := hasDue && now.Before(time.Unix(0, due))
+	l := &lease{q: q, msg: m, meta: meta, id: id, prio: lv.prio, start: t0, end: t0.Add(o.Visibility - o.Fence),
+		srvEnd: t0.Add(o.Visibility), tok: newToken()}
+	if !now.Before(l.end) {
 		// The request waited so long that no lease is left: back at once.
-		q.d.nc.Publish(m.Reply, []byte("-NAK"))
+		q.sendBack(m, "-NAK")
 		return walq.Message{}, false
 	}
-	l := &lease{q: q, msg: m, meta: meta, id: id, prio: lv.prio, attempt: att, deliv: deliv, start: t0, hist: hist, end: end,
-		srvEnd: t0.Add(o.Visibility)}
+	ctx, cancel := context.WithDeadline(context.Background(), l.end)
+	defer cancel()
+	lr := &record{Seq: meta.sseq, ID: id, St: recLease, Tok: l.tok, Start: t0.UnixNano(),
+		End: t0.Add(o.Visibility).UnixNano(), Hist: hist}
+	if meta.delivered == 1 && !expired && !early && int(before) < o.MaxAttempts {
+		// The first delivery of a message: its record is made, unless
+		// one is there (the server lost its memory of a delivery).
+		lr.Att, lr.Deliv = int(before)+1, int(delivBefore)+1
+		rev, err := q.d.writeItem(ctx, lr, 0)
+		if err == nil {
+			return q.hand(l, lr, rev, h, hasPut, putAt)
+		}
+		if !errors.Is(err, errRecordMoved) {
+			q.d.log.Warn("walq/jetstream: could not write the record of a delivery; sent back", "id", id, "err", err)
+			q.sendBack(m, `-NAK {"delay":1000000000}`)
+			return walq.Message{}, false
+		}
+	}
+	for try := 0; try < 3; try++ {
+		cur, rev, err := q.d.readItem(ctx, meta.sseq)
+		if err != nil {
+			q.d.log.Warn("walq/jetstream: could not read the record of a delivery; sent back", "id", id, "err", err)
+			q.sendBack(m, `-NAK {"delay":1000000000}`)
+			return walq.Message{}, false
+		}
+		next := *lr
+		if cur != nil {
+			switch cur.St {
+			case recDone:
+				// Acked or discarded, the message not yet: finished
+				// without running it.
+				q.finish(m, meta.sseq, "+ACK", until)
+				return walq.Message{}, false
+			case recDead:
+				// Dead-lettered, the dead letter perhaps not stored and
+				// the message not terminated: both, again.
+				if err := q.moveToDead(ctx, m, meta, id, lv.prio, cur.Att, cur.Deliv, cur.Hist, cur.Cause, until); err != nil {
+					q.d.log.Warn("walq/jetstream: could not finish dead-lettering an item", "id", id, "err", err)
+				}
+				return walq.Message{}, false
+			case recLease:
+				if left := cur.End - now.UnixNano(); left > 0 {
+					// Held by a lease that has not ended: the server
+					// forgot it (a restart, a new consumer leader) or
+					// was told to deliver again by a call that came
+					// late (a stale Nak). Back until that lease's end.
+					q.sendBack(m, fmt.Sprintf(`-NAK {"delay":%d}`, left+int64(50*time.Millisecond)))
+					return walq.Message{}, false
+				}
+				cur.Hist = trimHistory(append(cur.Hist, attempt{Start: cur.Start, End: time.Unix(0, cur.End).UnixNano(), How: "expire"}))
+			}
+			next.Att, next.Deliv, next.Hist = cur.Att+1, cur.Deliv+1, cur.Hist
+		} else {
+			next.Att, next.Deliv = int(before)+int(meta.delivered), int(delivBefore)+int(meta.delivered)
+			if meta.delivered > 1 {
+				// Delivered before without a record: by an older adapter,
+				// whose history is under the item's ID.
+				next.Hist = trimHistory(append(next.Hist, q.readHistory(ctx, id)...))
+				l.oldHist = true
+			}
+		}
+		switch {
+		case expired:
+			// Discarded, never delivered: its deadline passed while it
+			// waited.
+			done := record{Seq: meta.sseq, ID: id, St: recDone, Tok: l.tok, Att: next.Att - 1}
+			if _, err := q.d.writeItem(ctx, &done, rev); errors.Is(err, errRecordMoved) {
+				continue
+			} else if err != nil {
+				q.d.log.Warn("walq/jetstream: could not discard an item past its deadline", "id", id, "err", err)
+				return walq.Message{}, false
+			}
+			q.finish(m, meta.sseq, "+TERM walq: deadline passed", until)
+			if l.oldHist {
+				q.background(func(ctx context.Context) { q.dropHistory(ctx, id) })
+			}
+			return walq.Message{}, false
+		case early:
+			// Early: the server's clock is behind this one. Back for the
+			// rest of the delay; the delivery is no attempt.
+			q.sendBack(m, fmt.Sprintf(`-NAK {"delay":%d}`, time.Unix(0, due).Sub(now).Nanoseconds()))
+			return walq.Message{}, false
+		case next.Att > o.MaxAttempts:
+			// Its last lease ended with nobody to see it (the holder
+			// went away): to the dead letters.
+			cause := fmt.Sprintf("walq/jetstream: the lease expired on the last attempt (%d of %d)", next.Att-1, o.MaxAttempts)
+			dead := record{Seq: meta.sseq, ID: id, St: recDead, Tok: l.tok, Att: next.Att - 1, Deliv: next.Deliv - 1, Hist: next.Hist, Cause: cause}
+			if _, err := q.d.writeItem(ctx, &dead, rev); errors.Is(err, errRecordMoved) {
+				continue
+			} else if err != nil {
+				q.d.log.Warn("walq/jetstream: could not dead-letter an item past its attempts", "id", id, "err", err)
+				return walq.Message{}, false
+			}
+			if err := q.moveToDead(ctx, m, meta, id, lv.prio, dead.Att, dead.Deliv, dead.Hist, cause, until); err != nil {
+				q.d.log.Warn("walq/jetstream: could not dead-letter an item past its attempts; its next delivery will", "id", id, "err", err)
+			}
+			return walq.Message{}, false
+		}
+		nrev, err := q.d.writeItem(ctx, &next, rev)
+		if errors.Is(err, errRecordMoved) {
+			continue
+		}
+		if err != nil {
+			q.d.log.Warn("walq/jetstream: could not write the record of a delivery; sent back", "id", id, "err", err)
+			q.sendBack(m, `-NAK {"delay":1000000000}`)
+			return walq.Message{}, false
+		}
+		return q.hand(l, &next, nrev, h, hasPut, putAt)
+	}
+	// Taken by other deliveries three times over: back, for a little.
+	q.sendBack(m, `-NAK {"delay":100000000}`)
+	return walq.Message{}, false
+}
+
+// sendBack answers a delivery with body (a Nak) without waiting: a Nak
+// that is lost leaves the message to come back after the AckWait.
+func (q *Queue) sendBack(m *nats.Msg, body string) { q.d.nc.Publish(m.Reply, []byte(body)) }
+
+// finish ends the message of a finished item (its record says acked or
+// discarded) with body, an Ack or a Term, then drops the record.
+func (q *Queue) finish(m *nats.Msg, seq uint64, body string, until time.Time) {
+	if err := q.replyUntil(m.Reply, body, until); err != nil {
+		q.d.log.Warn("walq/jetstream: could not finish the message of a finished item; its next delivery will", "seq", seq, "err", err)
+		return
+	}
+	q.background(func(ctx context.Context) { q.d.dropItem(ctx, seq) })
+}
+
+// hand makes l, whose record r is stored at rev, a lease of the queue, and
+// returns its message.
+func (q *Queue) hand(l *lease, r *record, rev uint64, h nats.Header, hasPut bool, putAt int64) (walq.Message, bool) {
+	l.rev, l.rec = rev, *r
+	l.attempt, l.deliv = r.Att, r.Deliv
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
-		q.d.nc.Publish(m.Reply, []byte("-NAK"))
+		// Its record holds the lease until its end: the item comes back
+		// then, as after a crash.
 		return walq.Message{}, false
 	}
 	q.next++
@@ -214,18 +322,19 @@ func (q *Queue) accept(m *nats.Msg, t0 time.Time, lv *level) (walq.Message, bool
 	// Under the lease's lock, which expire takes first: the timer may fire
 	// at once. No one has the receipt before accept returns.
 	l.mu.Lock()
-	l.timer = time.AfterFunc(time.Until(end), func() { q.expire(l) })
+	l.timer = time.AfterFunc(time.Until(l.end), func() { q.expire(l) })
 	l.mu.Unlock()
+	m := l.msg
 	msg := walq.Message{
-		ID:         id,
+		ID:         l.id,
 		Queue:      q.name,
 		Receipt:    q.receipt(l.n),
 		Body:       m.Data,
-		Attempt:    att,
-		Deliveries: deliv,
-		Priority:   lv.prio,
+		Attempt:    l.attempt,
+		Deliveries: l.deliv,
+		Priority:   l.prio,
 		Key:        text(h, HeaderKey),
-		LeaseEnd:   end,
+		LeaseEnd:   l.end,
 	}
 	if hasPut {
 		msg.EnqueuedAt = time.Unix(0, putAt)

@@ -97,7 +97,12 @@ type lease struct {
 	// srvEnd is when the server may deliver the item again: the last
 	// pull or InProgress sent, plus the Visibility (the AckWait).
 	srvEnd time.Time
-	hist   []attempt // the history the message carries (a redriven or moved item)
+	// The record: the lease is the record rec at revision rev, written
+	// with the token tok.
+	rec     record
+	rev     uint64
+	tok     uint64
+	oldHist bool // a history an older adapter kept under the item's ID, to drop with the item
 
 	mu    sync.Mutex // held by the call that settles or extends the lease
 	end   time.Time  // the client's end of the lease (the fence)
@@ -710,19 +715,50 @@ func (q *Queue) Extend(r walq.Receipt, d time.Duration) error {
 	}
 	defer l.mu.Unlock()
 	sent := time.Now()
-	if err := q.ackRequest(l, "+WPI"); err != nil {
-		return q.failedSettle(l, "extend", err)
-	}
 	end := sent.Add(d)
 	if d > o.Visibility-o.Fence {
 		end = sent.Add(o.Visibility - o.Fence)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), l.end)
+	defer cancel()
+	ext := l.rec
+	ext.End = sent.Add(d).UnixNano()
+	if err := q.settleRecord(ctx, l, &ext, "extend"); err != nil {
+		return err
+	}
+	// The record holds the lease to its new end; InProgress restarts
+	// the server's AckWait. Were it lost, a delivery the server sends
+	// before the end finds the record held, and goes back.
+	if err := q.ackRequest(l, "+WPI"); err != nil {
+		q.d.log.Debug("walq/jetstream: extend: InProgress not confirmed; the record holds the lease", "id", l.id, "err", err)
+	} else {
+		l.srvEnd = sent.Add(o.Visibility)
 	}
 	// As walq's Extend: the lease ends d from now, sooner or later than
 	// before. Sooner only makes the client give it up before the server
 	// would deliver it again.
 	l.end = end
-	l.srvEnd = sent.Add(o.Visibility)
 	l.timer.Reset(time.Until(end))
+	return nil
+}
+
+// settleRecord writes r, the next state of l's record, with the revision
+// the lease holds: the fence of every call on a lease. A record another
+// delivery took (the lease ran out on the servers' clock, or the server
+// delivered the item again and the record was taken) ends the lease with
+// walq.ErrLeaseLost; so does a write that could not be confirmed before the
+// lease's end.
+func (q *Queue) settleRecord(ctx context.Context, l *lease, r *record, call string) error {
+	r.Tok = l.tok
+	rev, err := q.d.writeItem(ctx, r, l.rev)
+	if errors.Is(err, errRecordMoved) {
+		q.endLocked(l)
+		return fmt.Errorf("%w: %s: another delivery holds the item (its record was taken: the lease ran out on the servers' clock)", walq.ErrLeaseLost, call)
+	}
+	if err != nil {
+		return q.failedSettle(l, call, err)
+	}
+	l.rev, l.rec = rev, *r
 	return nil
 }
 
@@ -744,14 +780,33 @@ func (q *Queue) Ack(r walq.Receipt) error {
 		return err
 	}
 	defer l.mu.Unlock()
-	if err := q.ackRequest(l, "+ACK"); err != nil {
-		return q.failedSettle(l, "ack", err)
+	ctx, cancel := context.WithDeadline(context.Background(), l.end)
+	defer cancel()
+	done := record{Seq: l.rec.Seq, ID: l.id, St: recDone, Att: l.rec.Att}
+	if err := q.settleRecord(ctx, l, &done, "ack"); err != nil {
+		return err
 	}
 	q.endLocked(l)
-	if l.attempt > 1 {
-		q.background(func(ctx context.Context) { q.dropHistory(ctx, l.id) })
-	}
+	// The record says acked: the item never runs again. The Ack removes
+	// the message; were it lost, the message's next delivery finds the
+	// record and acks it.
+	q.finishAsync(l, "+ACK")
 	return nil
+}
+
+// finishAsync ends the message of l, whose record is finished, with body
+// (an Ack or a Term), and drops the record, on a goroutine of its own.
+func (q *Queue) finishAsync(l *lease, body string) {
+	q.background(func(ctx context.Context) {
+		if err := q.replyUntil(l.msg.Reply, body, time.Now().Add(10*time.Second)); err != nil {
+			q.d.log.Warn("walq/jetstream: the record says finished, the message is not yet; its next delivery finishes it", "id", l.id, "err", err)
+			return
+		}
+		q.d.dropItem(ctx, l.rec.Seq)
+		if l.oldHist {
+			q.dropHistory(ctx, l.id)
+		}
+	})
 }
 
 // Nack ends r's lease with cause: the item comes back after Backoff, or
@@ -765,20 +820,26 @@ func (q *Queue) Nack(r walq.Receipt, cause error) error {
 	if l.attempt >= q.opt().MaxAttempts {
 		return q.deadLetterLocked(l, cause, "nack")
 	}
-	now := time.Now()
 	ctx, cancel := context.WithDeadline(context.Background(), l.end)
-	if err := q.addHistory(ctx, l.id, attempt{Start: l.start.UnixNano(), End: now.UnixNano(), How: "nack", Error: errText(cause)}); err != nil {
-		q.d.log.Warn("walq/jetstream: nack: could not record the attempt in the history", "id", l.id, "err", err)
+	defer cancel()
+	free := l.rec
+	free.St, free.End, free.Start = recFree, 0, 0
+	free.Hist = trimHistory(append(append([]attempt(nil), l.rec.Hist...), attempt{Start: l.start.UnixNano(), End: time.Now().UnixNano(), How: "nack", Error: errText(cause)}))
+	if err := q.settleRecord(ctx, l, &free, "nack"); err != nil {
+		return err
 	}
-	cancel()
+	q.endLocked(l)
+	// The record says the lease ended. The Nak brings the item back after
+	// its backoff; were it lost, after the AckWait. A Nak that arrives
+	// late acts on whatever delivery the server has then, whose record
+	// decides: a lease that holds is not disturbed.
 	body := "-NAK"
 	if delay := q.opt().Backoff(l.attempt); delay > 0 {
 		body = fmt.Sprintf(`-NAK {"delay":%d}`, delay.Nanoseconds())
 	}
 	if err := q.ackRequest(l, body); err != nil {
-		return q.failedSettle(l, "nack", err)
+		q.d.log.Debug("walq/jetstream: nack: the Nak was not confirmed; the item comes back after the AckWait", "id", l.id, "err", err)
 	}
-	q.endLocked(l)
 	return nil
 }
 
@@ -821,7 +882,9 @@ func (q *Queue) replyUntil(reply, body string, until time.Time) error {
 				return err
 			}
 			last = err
-			time.Sleep(min(20*time.Millisecond, time.Until(until)))
+			if !q.pause(until) {
+				return last
+			}
 			continue
 		}
 		_, err := q.d.nc.Request(reply, []byte(body), min(left, 2*time.Second))
@@ -832,7 +895,23 @@ func (q *Queue) replyUntil(reply, body string, until time.Time) error {
 		if !isUnavailable(err) {
 			return err
 		}
-		time.Sleep(min(20*time.Millisecond, time.Until(until)))
+		if !q.pause(until) {
+			return last
+		}
+	}
+}
+
+// pause waits a little before a request is tried again, at most until
+// until; false once the queue is closed (what is left is left to the
+// message's next delivery, as after a crash).
+func (q *Queue) pause(until time.Time) bool {
+	t := time.NewTimer(min(20*time.Millisecond, time.Until(until)))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-q.done:
+		return false
 	}
 }
 
@@ -850,26 +929,38 @@ func (q *Queue) expire(l *lease) {
 		l.mu.Unlock()
 		return
 	}
+	o := q.opt()
+	if l.attempt < o.MaxAttempts {
+		// Its record holds the lease to its end on the servers' clock;
+		// the delivery that takes it then records the expiry.
+		q.endLocked(l)
+		l.mu.Unlock()
+		return
+	}
+	// The last attempt: to the dead letters (nobody else will at once: the
+	// consumers have no MaxDeliver), with the revision the lease holds, so
+	// nothing that took the record since is disturbed. Were this not done,
+	// the next delivery would find the attempts spent and do it.
+	now := time.Now()
+	cause := fmt.Sprintf("walq/jetstream: the lease expired on the last attempt (%d of %d)", l.attempt, o.MaxAttempts)
+	dead := l.rec
+	dead.St, dead.Cause = recDead, cause
+	dead.Hist = trimHistory(append(append([]attempt(nil), l.rec.Hist...), attempt{Start: l.start.UnixNano(), End: now.UnixNano(), How: "expire"}))
+	rev := l.rev
 	q.endLocked(l)
 	l.mu.Unlock()
-	end := time.Now()
 	q.background(func(ctx context.Context) {
-		o := q.opt()
-		if l.attempt >= o.MaxAttempts {
-			// The server delivers it again no sooner than AckWait after
-			// it sent it: time enough, in general, to move it first. If
-			// not, the next delivery moves it (its attempt is past
-			// MaxAttempts), deduplicated by ID and sequence.
-			until := l.srvEnd
-			cause := fmt.Sprintf("walq/jetstream: the lease expired on the last attempt (%d of %d)", l.attempt, o.MaxAttempts)
-			if err := q.moveToDead(ctx, l.msg, l.meta, l.id, l.prio, l.attempt, l.deliv, l.hist,
-				attempt{Start: l.start.UnixNano(), End: end.UnixNano(), How: "expire"}, cause, until); err != nil {
-				q.d.log.Warn("walq/jetstream: could not dead-letter an item whose last lease expired; its next delivery will", "id", l.id, "err", err)
-			}
+		// The record still holds the lease by the fence: time enough to
+		// write it.
+		wctx, cancel := context.WithDeadline(ctx, time.Unix(0, l.rec.End))
+		defer cancel()
+		dead.Tok = l.tok
+		if _, err := q.d.writeItem(wctx, &dead, rev); err != nil {
+			q.d.log.Debug("walq/jetstream: could not dead-letter an item whose last lease expired; its next delivery will", "id", l.id, "err", err)
 			return
 		}
-		if err := q.addHistory(ctx, l.id, attempt{Start: l.start.UnixNano(), End: end.UnixNano(), How: "expire"}); err != nil {
-			q.d.log.Warn("walq/jetstream: could not record an expired lease in the history", "id", l.id, "err", err)
+		if err := q.moveToDead(ctx, l.msg, l.meta, l.id, l.prio, dead.Att, dead.Deliv, dead.Hist, cause, time.Now().Add(10*time.Second)); err != nil {
+			q.d.log.Warn("walq/jetstream: the record says dead, the dead letter or the Term is not stored yet; the message's next delivery finishes it", "id", l.id, "err", err)
 		}
 	})
 }
