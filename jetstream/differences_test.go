@@ -67,12 +67,12 @@ func TestDiffSystemClock(t *testing.T) {
 	}
 }
 
-// Row "attempts": the server counts deliveries, and an attempt is any
-// delivery, including one the adapter did not hand out: here a delayed
-// item that arrives before its due time (a server whose clock is behind
-// the client's) is sent back for the rest of its delay, and comes with
-// attempt 2.
-func TestDiffAttemptsCountedByServer(t *testing.T) {
+// Row "attempts": attempts are counted in the item's record, at each
+// lease handed out; a delivery the adapter did not hand out (here a
+// delayed item that arrives before its due time, from a server whose
+// clock is behind the client's, sent back for the rest of its delay) is
+// no attempt, though it counts in Deliveries.
+func TestDiffAttemptsCountedInRecord(t *testing.T) {
 	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{Visibility: 2 * time.Second})
 	due := time.Now().Add(time.Second)
 	h := nats.Header{}
@@ -86,8 +86,8 @@ func TestDiffAttemptsCountedByServer(t *testing.T) {
 	if time.Now().Before(due) {
 		t.Fatalf("delivered before its due time")
 	}
-	if m.Attempt != 2 {
-		t.Fatalf("attempt %d, want 2: the early delivery counts", m.Attempt)
+	if m.Attempt != 1 || m.Deliveries != 2 {
+		t.Fatalf("attempt %d, deliveries %d; want attempt 1 (the early delivery is none), deliveries 2", m.Attempt, m.Deliveries)
 	}
 }
 
@@ -241,20 +241,39 @@ func TestDiffNotOffered(t *testing.T) {
 	}
 }
 
-// Row "watch": Watch signals every PollInterval, so WorkQueues serves
-// JetStream queues.
-func TestDiffWatchPolls(t *testing.T) {
-	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{PollInterval: 20 * time.Millisecond})
-	other, err := q.dir.OpenQueue(context.Background(), "other", walqjs.QueueOptions{PollInterval: 20 * time.Millisecond})
+// Row "watch": after a TryGet that found nothing, Watch signals when an
+// item becomes ready, put by any handle (the watch holds a waiting pull
+// request), so WorkQueues serves JetStream queues without polling them.
+func TestDiffWatchWaits(t *testing.T) {
+	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{})
+	other, err := q.dir.OpenQueue(context.Background(), "other", walqjs.QueueOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close()
+	elsewhere, err := q.dir.OpenQueue(context.Background(), "jobs", walqjs.QueueOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer elsewhere.Close()
 	ch, stop := q.Watch()
+	if _, ok, err := q.TryGet(); ok || err != nil {
+		t.Fatalf("TryGet on an empty queue = %v, %v", ok, err)
+	}
+	if _, err := elsewhere.Put(context.Background(), []byte("from another handle")); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case <-ch:
-	case <-time.After(time.Second):
-		t.Fatal("no signal within a second")
+	case <-time.After(5 * time.Second):
+		t.Fatal("no signal within 5 s of a put by another handle")
+	}
+	m, ok, err := q.TryGet()
+	if !ok || err != nil || string(m.Body) != "from another handle" {
+		t.Fatalf("TryGet after the signal = %q, %v, %v", m.Body, ok, err)
+	}
+	if err := q.Ack(m.Receipt); err != nil {
+		t.Fatal(err)
 	}
 	stop()
 	var mu sync.Mutex

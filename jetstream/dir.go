@@ -69,6 +69,9 @@ type Dir struct {
 	// batchMax is the server's atomic batch limit where a refusal named
 	// one lower than the default (0: the default; see smallerBatch).
 	batchMax atomic.Int64
+	// gone is closed once the connection is closed for good: pulls that
+	// wait end then.
+	gone chan struct{}
 }
 
 // Stream names of a Dir.
@@ -98,7 +101,15 @@ func OpenDir(ctx context.Context, js jetstream.JetStream, name string, opts Opti
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &Dir{js: js, nc: js.Conn(), name: name, log: opts.Logger, apiPrefix: apiPrefix(js.Options())}
+	d := &Dir{js: js, nc: js.Conn(), name: name, log: opts.Logger, apiPrefix: apiPrefix(js.Options()), gone: make(chan struct{})}
+	st := d.nc.StatusChanged(nats.CLOSED)
+	go func() {
+		<-st
+		close(d.gone)
+	}()
+	if d.nc.IsClosed() {
+		d.nc.RemoveStatusListener(st) // closes st
+	}
 	// The dead-letter stream's name may be held by a stream that is not
 	// the Dir's (an older adapter let a Dir be named "<name>_DLQ"):
 	// refused before anything is created or changed.

@@ -199,16 +199,13 @@ func TestDelayedKeyHeldAcrossServerRestart(t *testing.T) {
 	}
 }
 
-// TestServerRestartForgetsKeysOfRemovedItems shows the limitation the
-// README states (Differences, keys): JetStream rebuilds its duplicate
-// window at a restart from the messages the stream still holds, so the
-// key of a ready item already removed (acked, or dead-lettered) is not
-// held after a restart of the server, though its KeyWindow has not run
-// out: a Put of it stores a new item. Before the restart both keys are
-// held. (A delayed item's key is held across a restart:
-// TestDelayedKeyHeldAcrossServerRestart.) If this test fails, the server
-// keeps such keys now: change the README.
-func TestServerRestartForgetsKeysOfRemovedItems(t *testing.T) {
+// TestServerRestartHoldsKeysOfRemovedItems: JetStream rebuilds its
+// duplicate window at a restart from the messages the stream still holds,
+// so a key must not live in the item's own message, which an ack or a
+// dead letter removes: a ready item's key is held by a claim stored with
+// it in one atomic batch, living the KeyWindow, and a restarted server
+// still answers "duplicate" with the item's ID.
+func TestServerRestartHoldsKeysOfRemovedItems(t *testing.T) {
 	store, port := t.TempDir(), freePort(t)
 	s := startServer(t, store, port)
 	t.Cleanup(s.Shutdown)
@@ -238,9 +235,10 @@ func TestServerRestartForgetsKeysOfRemovedItems(t *testing.T) {
 		}
 	}
 	restartServer(t, s, store, port, q)
-	for _, key := range []string{"pay-1", "pay-2"} {
-		if _, err := putRetrying(t, q, "second", walq.WithKey(key)); err != nil {
-			t.Fatalf("after a server restart, Put of key %q, whose item was removed = %v; the README says the restarted server forgets it (stores the item)", key, err)
+	for key, id := range map[string]uint64{"pay-1": acked, "pay-2": dead} {
+		again, err := putRetrying(t, q, "third", walq.WithKey(key))
+		if !errors.Is(err, walq.ErrDuplicate) || again != id {
+			t.Fatalf("after a server restart, Put of key %q, whose item was removed = %d, %v; want %d, ErrDuplicate", key, again, err, id)
 		}
 	}
 }

@@ -400,7 +400,7 @@ func (d *Dir) openForMove(ctx context.Context, name string, qo QueueOptions, giv
 		return d.OpenQueue(ctx, name, qo)
 	}
 	o := fillQueueOptions(QueueOptions{Priorities: sortedLevels(qo.Priorities)})
-	q := &Queue{d: d, name: name, leases: make(map[uint64]*lease), done: make(chan struct{}), qnum: 1}
+	q := &Queue{d: d, name: name, leases: make(map[uint64]*lease), watchers: make(map[*watcher]struct{}), done: make(chan struct{}), qnum: 1}
 	q.set.Store(&o)
 	q.ctx, q.cancel = context.WithCancel(context.Background())
 	for _, p := range o.Priorities {
@@ -598,8 +598,15 @@ func duplicateInBatch(err error) bool {
 // of them, or none and the error is a *batchError. It sets the batch's
 // headers on copies: msgs are left as they were.
 func (d *Dir) publishBatch(ctx context.Context, what string, msgs []*nats.Msg) error {
+	_, err := d.publishBatchSeq(ctx, what, msgs)
+	return err
+}
+
+// publishBatchSeq is publishBatch, and returns the stream sequence of the
+// batch's last message.
+func (d *Dir) publishBatchSeq(ctx context.Context, what string, msgs []*nats.Msg) (uint64, error) {
 	if err := d.connected(what); err != nil {
-		return err
+		return 0, err
 	}
 	id := nats.NewInbox()[len(nats.InboxPrefix):]
 	all := make([]*nats.Msg, len(msgs))
@@ -613,7 +620,7 @@ func (d *Dir) publishBatch(ctx context.Context, what string, msgs []*nats.Msg) e
 		all[i] = c
 		if i < len(all)-1 {
 			if err := d.nc.PublishMsg(c); err != nil {
-				return unavailable(what+": publish a batch", err)
+				return 0, unavailable(what+": publish a batch", err)
 			}
 		}
 	}
@@ -625,22 +632,23 @@ func (d *Dir) publishBatch(ctx context.Context, what string, msgs []*nats.Msg) e
 	}
 	r, err := d.nc.RequestMsg(last, timeout)
 	if err != nil {
-		return unavailable(what+": commit a batch", err)
+		return 0, unavailable(what+": commit a batch", err)
 	}
 	var ack struct {
 		Error *jetstream.APIError `json:"error"`
 		Count int                 `json:"count"`
+		Seq   uint64              `json:"seq"`
 	}
 	if err := json.Unmarshal(r.Data, &ack); err != nil {
-		return fmt.Errorf("walq/jetstream: %s: the batch's commit answered %q", what, r.Data)
+		return 0, fmt.Errorf("walq/jetstream: %s: the batch's commit answered %q", what, r.Data)
 	}
 	if ack.Error != nil {
-		return &batchError{what: what, code: ack.Error.Code, errCode: ack.Error.ErrorCode, desc: ack.Error.Description}
+		return 0, &batchError{what: what, code: ack.Error.Code, errCode: ack.Error.ErrorCode, desc: ack.Error.Description}
 	}
 	if ack.Count != len(all) {
-		return fmt.Errorf("walq/jetstream: %s: the batch committed %d messages of %d", what, ack.Count, len(all))
+		return 0, fmt.Errorf("walq/jetstream: %s: the batch committed %d messages of %d", what, ack.Count, len(all))
 	}
-	return nil
+	return ack.Seq, nil
 }
 
 // lockDir takes the walq directory's lock, as a walq queue does (flock on

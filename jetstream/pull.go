@@ -11,59 +11,101 @@ import (
 	"github.com/walq/walq"
 )
 
-// pullOne asks lv's consumer for one message: no prefetch, one pull
-// request of batch 1 per call, so the server sends a message only to a
-// caller that waits for it. t0 is when the request was sent: the lease is
-// timed from it, since the server's AckWait starts when it sends and runs
-// while the message travels. A nil message means none came (no message,
-// the request expired, or a status the caller should just retry on).
-//
-// The reply subscription is per request: when the caller gives up (ctx),
-// it is drained, so the server, which checks the interest of a waiting
-// request before it sends to it, sends nothing more; a message it sent
-// before it saw the unsubscribe is sent back at once (Nak), counting an
-// attempt.
-func (q *Queue) pullOne(ctx context.Context, lv *level, noWait bool, expires time.Duration) (*nats.Msg, time.Time, error) {
-	nc := q.d.nc
-	if err := q.d.connected("get"); err != nil {
-		return nil, time.Time{}, err
+// A pull is one pull request per level asked (batch 1, no prefetch: the
+// server sends a message only to a caller that waits for it), whose answers
+// come on one small channel: a waiting Get asks every level at once and
+// takes the first message any of them sends, so it polls nothing. Each
+// request has a subscription of its own on that channel (the server checks
+// the interest of a waiting request before it sends to it); a pull given up
+// unsubscribes what is still open and sends back (Nak) what the server sent
+// before it saw that. The channel holds a few messages per request, so a
+// waiting pull holds a few hundred bytes, not the 64K-slot channel of a
+// synchronous subscription.
+type pull struct {
+	q    *Queue
+	ch   chan *nats.Msg
+	reqs map[string]*pullReq // by reply inbox
+	open int
+}
+
+// pullReq is one request of a pull.
+type pullReq struct {
+	sub *nats.Subscription
+	lv  *level
+	// t0 is when the request was sent: a lease is timed from it, since
+	// the server's AckWait starts when it sends and runs while the
+	// message travels.
+	t0   time.Time
+	done bool
+}
+
+func (q *Queue) newPull(n int) *pull {
+	return &pull{q: q, ch: make(chan *nats.Msg, 4*n+4), reqs: make(map[string]*pullReq, n)}
+}
+
+// ask sends a pull request to lv's consumer: no_wait, or waiting up to
+// expires.
+func (p *pull) ask(lv *level, noWait bool, expires time.Duration) error {
+	d := p.q.d
+	if err := d.connected("get"); err != nil {
+		return err
 	}
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	inbox := d.nc.NewInbox()
+	sub, err := d.nc.ChanSubscribe(inbox, p.ch)
 	if err != nil {
-		return nil, time.Time{}, unavailable("get", err)
+		return unavailable("get", err)
 	}
-	var req string
-	// A live server answers a no_wait request at once; one that went away
-	// as it was sent never does, and TryGet must not block a WorkQueues
-	// pool for long (it finds nothing, and is asked again).
-	wait := time.Second
-	if noWait {
-		req = `{"batch":1,"no_wait":true}`
-	} else {
-		req = fmt.Sprintf(`{"batch":1,"expires":%d}`, expires.Nanoseconds())
-		wait = expires + time.Second
+	req := `{"batch":1,"no_wait":true}`
+	if !noWait {
+		req = `{"batch":1,"expires":` + strconv.FormatInt(expires.Nanoseconds(), 10) + `}`
 	}
-	t0 := time.Now()
-	if err := nc.PublishRequest(lv.nextSubj, inbox, []byte(req)); err != nil {
+	r := &pullReq{sub: sub, lv: lv, t0: time.Now()}
+	if err := d.nc.PublishRequest(lv.nextSubj, inbox, []byte(req)); err != nil {
 		sub.Unsubscribe()
-		return nil, time.Time{}, unavailable("get", err)
+		return unavailable("get", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	for {
-		m, err := sub.NextMsgWithContext(wctx)
-		if err != nil {
-			q.abandon(sub)
-			if ctx.Err() != nil {
-				return nil, t0, ctx.Err()
-			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				// No answer at all, not even the request's expiry: the
-				// server is away.
-				return nil, t0, &unavailableError{what: "get", err: fmt.Errorf("no answer to a pull request in %v", wait)}
-			}
-			return nil, t0, unavailable("get", err)
+	p.reqs[inbox] = r
+	p.open++
+	return nil
+}
+
+// end ends r: it has its message or its final status.
+func (p *pull) end(r *pullReq) {
+	if !r.done {
+		r.done = true
+		p.open--
+		r.sub.Unsubscribe()
+	}
+}
+
+// next waits for the first message any open request is sent: nil when
+// every request ended without one (no message, expired, a status to ask
+// again on). A request that has no answer at all in wait means the
+// server is away. The request that brought the message has ended; the
+// others stay open until close.
+func (p *pull) next(ctx context.Context, wait time.Duration) (*nats.Msg, *pullReq, error) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for p.open > 0 {
+		var m *nats.Msg
+		select {
+		case m = <-p.ch:
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-p.q.d.gone:
+			return nil, nil, &closedError{what: "get"}
+		case <-t.C:
+			return nil, nil, &unavailableError{what: "get", err: fmt.Errorf("no answer to a pull request in %v", wait)}
+		}
+		var r *pullReq
+		if m.Sub != nil {
+			// A delivery's subject is its message's: the request is
+			// told by the subscription (its inbox).
+			r = p.reqs[m.Sub.Subject]
+		}
+		if r == nil || r.done {
+			p.q.release(m)
+			continue
 		}
 		if m.Reply == "" && len(m.Data) == 0 && m.Header.Get("Status") != "" {
 			status := m.Header.Get("Status")
@@ -71,49 +113,99 @@ func (q *Queue) pullOne(ctx context.Context, lv *level, noWait bool, expires tim
 			case "100": // idle heartbeat
 				continue
 			case "404", "408": // no messages; the request expired
-				sub.Unsubscribe()
-				return nil, t0, nil
+				p.end(r)
+				continue
 			case "503":
-				sub.Unsubscribe()
-				return nil, t0, &unavailableError{what: "get", err: nats.ErrNoResponders}
+				p.end(r)
+				return nil, nil, &unavailableError{what: "get", err: nats.ErrNoResponders}
 			case "409":
-				sub.Unsubscribe()
+				p.end(r)
 				desc := m.Header.Get("Description")
 				if desc == "Consumer Deleted" || desc == "Consumer is push based" {
-					return nil, t0, fmt.Errorf("walq/jetstream: get: the consumer of queue %q (priority %d): %s", q.name, lv.prio, desc)
+					return nil, nil, fmt.Errorf("walq/jetstream: get: the consumer of queue %q (priority %d): %s", p.q.name, r.lv.prio, desc)
 				}
-				// Leadership change, too many waiting requests: ask again.
-				return nil, t0, nil
+				// Leadership change, too many waiting requests: ask again
+				// (after a little, as the next round does).
+				continue
 			default:
-				sub.Unsubscribe()
-				return nil, t0, fmt.Errorf("walq/jetstream: get: status %s %s", status, m.Header.Get("Description"))
+				p.end(r)
+				return nil, nil, fmt.Errorf("walq/jetstream: get: status %s %s", status, m.Header.Get("Description"))
 			}
 		}
-		sub.Unsubscribe()
-		return m, t0, nil
+		p.end(r)
+		return m, r, nil
+	}
+	return nil, nil, nil
+}
+
+// close gives up the requests still open: they are unsubscribed, and
+// what the server sent them before it saw that is sent back. That takes
+// a round trip to the server, so it is done in the background.
+func (p *pull) close() {
+	var open []*nats.Subscription
+	for _, r := range p.reqs {
+		if !r.done {
+			r.done = true
+			open = append(open, r.sub)
+		}
+	}
+	p.open = 0
+	if len(open) == 0 && len(p.ch) == 0 {
+		return
+	}
+	p.q.bg.Add(1)
+	go func() {
+		defer p.q.bg.Done()
+		for _, s := range open {
+			// Drain sends the unsubscribe and keeps the subscription until
+			// a flush: what the server sent before it goes on arriving on
+			// the channel.
+			if s.Drain() != nil {
+				s.Unsubscribe()
+			}
+		}
+		// The server answers a flush after every message it sent before
+		// the unsubscribes it read first.
+		p.q.d.nc.FlushTimeout(2 * time.Second)
+		for {
+			select {
+			case m := <-p.ch:
+				p.q.release(m)
+			default:
+				return
+			}
+		}
+	}()
+}
+
+// release sends back a delivery nobody takes. Its record, if it has one,
+// is untouched: the delivery was no attempt.
+func (q *Queue) release(m *nats.Msg) {
+	if _, ok := parseAck(m.Reply); ok {
+		q.d.nc.Publish(m.Reply, []byte("-NAK"))
 	}
 }
 
-// abandon drains a pull request's subscription and sends back what the
-// server sent it before it saw the unsubscribe.
-func (q *Queue) abandon(sub *nats.Subscription) {
-	if err := sub.Drain(); err != nil {
-		return
+// pullOne asks lv's consumer for one message, without waiting or waiting
+// up to expires. A nil message means none came.
+func (q *Queue) pullOne(ctx context.Context, lv *level, noWait bool, expires time.Duration) (*nats.Msg, time.Time, error) {
+	p := q.newPull(1)
+	if err := p.ask(lv, noWait, expires); err != nil {
+		return nil, time.Time{}, err
 	}
-	limit := time.Now().Add(2 * time.Second)
-	for time.Now().Before(limit) {
-		m, err := sub.NextMsg(100 * time.Millisecond)
-		if err != nil {
-			if errors.Is(err, nats.ErrTimeout) && sub.IsValid() {
-				continue
-			}
-			return
-		}
-		if m.Reply != "" {
-			q.d.nc.Publish(m.Reply, []byte("-NAK"))
-		}
+	// A live server answers a no_wait request at once; one that went away
+	// as it was sent never does, and TryGet must not block a WorkQueues
+	// pool for long (it finds nothing, and is asked again).
+	wait := time.Second
+	if !noWait {
+		wait = expires + time.Second
 	}
-	sub.Unsubscribe()
+	m, r, err := p.next(ctx, wait)
+	p.close()
+	if m == nil {
+		return nil, time.Time{}, err
+	}
+	return m, r.t0, nil
 }
 
 // accept turns a delivery into a lease, or settles it itself: a message
@@ -225,12 +317,18 @@ func (q *Queue) accept(m *nats.Msg, t0 time.Time, lv *level) (walq.Message, bool
 			}
 			next.Att, next.Deliv, next.Hist = cur.Att+1, cur.Deliv+1, cur.Hist
 		} else {
-			next.Att, next.Deliv = int(before)+int(meta.delivered), int(delivBefore)+int(meta.delivered)
+			// No record: no lease of this adapter's ran it. Deliveries
+			// nobody took (a pull given up, sent back) are no attempts.
+			next.Att, next.Deliv = int(before)+1, int(delivBefore)+int(meta.delivered)
 			if meta.delivered > 1 {
-				// Delivered before without a record: by an older adapter,
-				// whose history is under the item's ID.
-				next.Hist = trimHistory(append(next.Hist, q.readHistory(ctx, id)...))
-				l.oldHist = true
+				// Perhaps delivered before by an older adapter, which kept
+				// no record, counted the server's deliveries as attempts
+				// and kept a history under the item's ID.
+				if old := q.readHistory(ctx, id); len(old) > 0 {
+					next.Hist = trimHistory(append(next.Hist, old...))
+					next.Att = int(before) + int(meta.delivered)
+					l.oldHist = true
+				}
 			}
 		}
 		switch {

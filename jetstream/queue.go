@@ -68,12 +68,14 @@ type Queue struct {
 
 	away atomic.Bool // TryGet found the server away (logged once)
 
-	mu     sync.Mutex
-	leases map[uint64]*lease
-	next   uint64
-	closed bool
-	done   chan struct{}
-	bg     sync.WaitGroup
+	mu       sync.Mutex
+	leases   map[uint64]*lease
+	watchers map[*watcher]struct{}
+	stash    *stash // a delivery a watch kept for the next TryGet
+	next     uint64
+	closed   bool
+	done     chan struct{}
+	bg       sync.WaitGroup
 }
 
 type level struct {
@@ -81,6 +83,33 @@ type level struct {
 	subject  string
 	consumer string
 	nextSubj string // the pull request subject
+	// putAt is when this handle last stored an item ready at the level
+	// (Unix ns; 0: none not yet looked for). The server answers a put
+	// before it tells the consumer, so a TryGet right after it may be
+	// told "no messages": it waits a little for the level then.
+	putAt  atomic.Int64
+	putSeq atomic.Uint64 // the stream sequence of that item
+}
+
+// stored notes that this handle stored an item ready at the level, at
+// stream sequence seq.
+func (lv *level) stored(seq uint64) {
+	for {
+		cur := lv.putSeq.Load()
+		if seq <= cur || lv.putSeq.CompareAndSwap(cur, seq) {
+			break
+		}
+	}
+	lv.putAt.Store(time.Now().UnixNano())
+}
+
+// seen notes a delivery of the message at seq from the level's consumer:
+// once it has sent the last item this handle stored, a TryGet that finds
+// nothing need not wait for one.
+func (lv *level) seen(seq uint64) {
+	if seq >= lv.putSeq.Load() {
+		lv.putAt.Store(0)
+	}
 }
 
 // lease is one delivery handed to a caller.
@@ -132,7 +161,7 @@ func (d *Dir) OpenQueue(ctx context.Context, name string, opts QueueOptions) (*Q
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{d: d, name: name, leases: make(map[uint64]*lease), done: make(chan struct{}), qnum: 1}
+	q := &Queue{d: d, name: name, leases: make(map[uint64]*lease), watchers: make(map[*watcher]struct{}), done: make(chan struct{}), qnum: 1}
 	q.set.Store(&o)
 	q.recSeq.Store(seq)
 	q.ctx, q.cancel = context.WithCancel(context.Background())
@@ -313,10 +342,10 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 	}
 	h := itemHeader(it, c)
 	delayed := due.After(now)
+	if !delayed && it.Key != "" && c == nil {
+		return q.putKeyed(ctx, it, lv, h, now)
+	}
 	if !delayed {
-		if it.Key != "" {
-			h.Set(jetstream.MsgIDHeader, q.keyID(it.Key))
-		}
 		if c != nil && c.msgID != "" {
 			h.Set(jetstream.MsgIDHeader, c.msgID)
 		}
@@ -331,6 +360,7 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 		if err != nil {
 			return 0, unavailable("put", err)
 		}
+		lv.stored(pa.Sequence)
 		id := pa.Sequence
 		if c != nil && c.id != 0 {
 			id = c.id
@@ -360,14 +390,10 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 	if c != nil && c.id != 0 {
 		id = c.id
 	} else {
-		rh := nats.Header{}
-		rh.Set(HeaderVersion, formatVersion)
-		rh.Set(jetstream.MsgTTLHeader, "1s")
-		pa, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: q.d.reserveSubject(q.name), Header: rh})
-		if err != nil {
-			return 0, unavailable("put (reserving the ID of a delayed item)", err)
+		var err error
+		if id, err = q.reserveID(ctx, "put (reserving the ID of a delayed item)"); err != nil {
+			return 0, err
 		}
-		id = pa.Sequence
 	}
 	setSchedule(h, id, due, lv.subject, it.Deadline)
 	h.Set(jetstream.MsgIDHeader, "walq-s-"+strconv.FormatUint(id, 10))
@@ -388,7 +414,7 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 			inBatch.Header[k] = v
 		}
 	}
-	err := q.putBatch(ctx, claim, inBatch)
+	_, err := q.putBatch(ctx, "put (a delayed item and its key)", claim, inBatch)
 	if err == nil {
 		return id, nil
 	}
@@ -411,6 +437,68 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 	return id, nil
 }
 
+// reserveID reserves an item's ID before its item is stored: the
+// sequence of a small message that expires, which holds no key.
+func (q *Queue) reserveID(ctx context.Context, what string) (uint64, error) {
+	rh := nats.Header{}
+	rh.Set(HeaderVersion, formatVersion)
+	rh.Set(jetstream.MsgTTLHeader, "1s")
+	pa, err := q.d.js.PublishMsg(ctx, &nats.Msg{Subject: q.d.reserveSubject(q.name), Header: rh})
+	if err != nil {
+		return 0, unavailable(what, err)
+	}
+	return pa.Sequence, nil
+}
+
+// putKeyed stores a ready item with a key: as a delayed one's, the key is
+// held by a claim that lives the KeyWindow, stored in one atomic batch
+// with the item, which carries the reserved ID. The item's own message
+// holds no key: JetStream rebuilds its duplicate window at a restart from
+// the messages the stream holds, and an item acked (removed) would take
+// its key with it.
+func (q *Queue) putKeyed(ctx context.Context, it walq.Item, lv *level, h nats.Header, now time.Time) (uint64, error) {
+	if !it.Deadline.IsZero() {
+		// Storage only: the deadline itself is checked on receipt.
+		h.Set(jetstream.MsgTTLHeader, ttl(it.Deadline.Sub(now)))
+	}
+	h.Set(HeaderID, strconv.FormatUint(math.MaxUint64, 10))
+	if err := q.d.tooLarge("put", q.name, h, len(it.Body)); err != nil {
+		return 0, err
+	}
+	id, err := q.reserveID(ctx, "put (reserving the ID of an item with a key)")
+	if err != nil {
+		return 0, err
+	}
+	h.Set(HeaderID, strconv.FormatUint(id, 10))
+	claim := q.keyClaim(id, it.Key)
+	item := &nats.Msg{Subject: lv.subject, Header: h, Data: it.Body}
+	seq, err := q.putBatch(ctx, "put (an item and its key)", claim, item)
+	if err == nil {
+		// The batch's answer is its last message's: the item's.
+		lv.stored(seq)
+		return id, nil
+	}
+	if !duplicateInBatch(err) {
+		return 0, err
+	}
+	// The key is held: by whom, the claim alone says (a duplicate stores
+	// nothing). If it is no longer held (its window ended meanwhile), the
+	// claim now holds it for this item, which follows.
+	pa, err := q.d.js.PublishMsg(ctx, claim)
+	if err != nil {
+		return 0, unavailable("put (the key of an item)", err)
+	}
+	if pa.Duplicate {
+		return q.duplicate(ctx, it.Key, pa.Sequence)
+	}
+	pa, err = q.d.js.PublishMsg(ctx, item)
+	if err != nil {
+		return 0, unavailable("put", err)
+	}
+	lv.stored(pa.Sequence)
+	return id, nil
+}
+
 // keyClaim is the message that holds key for the delayed item id: the
 // key's Nats-Msg-Id, the item's ID, living the KeyWindow.
 func (q *Queue) keyClaim(id uint64, key string) *nats.Msg {
@@ -422,19 +510,19 @@ func (q *Queue) keyClaim(id uint64, key string) *nats.Msg {
 	return &nats.Msg{Subject: q.d.claimSubject(q.name, id), Header: h}
 }
 
-// putBatch stores a delayed item's key claim and schedule in one atomic
-// batch, trying again while the server turns the batch away for other
+// putBatch stores a key's claim and its item (or a delayed item's
+// schedule) in one atomic batch, trying again while the server turns the batch away for other
 // batches in flight (nothing of it is stored then).
-func (q *Queue) putBatch(ctx context.Context, claim, sched *nats.Msg) error {
+func (q *Queue) putBatch(ctx context.Context, what string, claim, sched *nats.Msg) (uint64, error) {
 	for try := 0; ; try++ {
-		err := q.d.publishBatch(ctx, "put (a delayed item and its key)", []*nats.Msg{claim, sched})
+		seq, err := q.d.publishBatchSeq(ctx, what, []*nats.Msg{claim, sched})
 		var b *batchError
 		if err == nil || try >= 50 || !errors.As(err, &b) || (b.errCode != errCodeBatchIncomplete && b.errCode != errCodeBatchTooManyInflight) {
-			return err
+			return seq, err
 		}
 		select {
 		case <-ctx.Done():
-			return unavailable("put (a delayed item and its key)", ctx.Err())
+			return 0, unavailable(what, ctx.Err())
 		case <-time.After(time.Duration(1+try) * time.Millisecond):
 		}
 	}
@@ -473,39 +561,191 @@ func (q *Queue) keyID(key string) string {
 	return "walq-kb-" + token(q.name) + "/" + base64.RawURLEncoding.EncodeToString([]byte(key))
 }
 
-// Watch implements walq.Source, for WorkQueues: the channel receives a
-// value every PollInterval while the queue is open (JetStream sends no
-// signal when an item becomes ready without a pull waiting for it), so a
-// change after a TryGet that found nothing is seen within PollInterval,
-// and once more when the queue closes.
+// Watch implements walq.Source, for WorkQueues. JetStream tells no one
+// when an item becomes ready, except a pull request that waits: so the
+// watch, once a TryGet found nothing, holds one waiting pull request on
+// every level (each lives watchWait, then is asked again), and the first
+// message any of them is sent is kept for the next TryGet and signalled.
+// An idle queue costs one request per level every watchWait; a
+// reconnection asks again at once. The channel also receives a value when
+// the queue closes.
 func (q *Queue) Watch() (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
 	stop := make(chan struct{})
+	w := &watcher{arm: make(chan struct{}, 1)}
+	w.arm <- struct{}{}
+	q.mu.Lock()
+	q.watchers[w] = struct{}{}
+	q.mu.Unlock()
+	signal := func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	// A connection lost and found again: requests asked before are gone,
+	// and a pool should look (a TryGet meeting the server away logs it).
+	status := q.d.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED)
+	q.bg.Add(1)
 	go func() {
-		t := time.NewTicker(q.opt().PollInterval)
-		defer t.Stop()
+		defer q.bg.Done()
+		defer q.d.nc.RemoveStatusListener(status)
+		ctx, cancel := context.WithCancel(q.ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		for {
 			select {
-			case <-t.C:
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
-			case <-stop:
-				return
-			case <-q.done:
-				// A last signal: the TryGet it brings says the queue
-				// closed, which a pool waiting on the channel learns
-				// from nothing else.
-				select {
-				case ch <- struct{}{}:
-				default:
+			case <-w.arm:
+			case <-status:
+				signal()
+				continue
+			case <-ctx.Done():
+				q.watchEnded(w)
+				if q.ctx.Err() != nil {
+					signal()
 				}
 				return
 			}
+			if q.stashed() {
+				continue
+			}
+			if !q.watchOnce(ctx, status) {
+				if ctx.Err() == nil {
+					// The server is away: ask again in a second, or once
+					// the connection is back.
+					select {
+					case <-ctx.Done():
+					case <-time.After(time.Second):
+					case <-status:
+						signal()
+					}
+					w.rearm()
+				}
+				continue
+			}
+			signal()
 		}
 	}()
 	return ch, sync.OnceFunc(func() { close(stop) })
+}
+
+// watchWait is how long a watch's pull request waits.
+const watchWait = 10 * time.Second
+
+// watcher is one Watch of a queue: arm says a TryGet found nothing.
+type watcher struct{ arm chan struct{} }
+
+func (w *watcher) rearm() {
+	select {
+	case w.arm <- struct{}{}:
+	default:
+	}
+}
+
+// stash is a delivery a watch was sent, kept for the next TryGet.
+type stash struct {
+	m  *nats.Msg
+	lv *level
+	at time.Time // when it came: its lease is timed from then
+}
+
+// watchOnce waits for a message on any level, up to watchWait, and keeps
+// it: true when one was kept (or the queue closes), false when the server
+// is away. Requests that expire are asked again.
+func (q *Queue) watchOnce(ctx context.Context, status <-chan nats.Status) bool {
+	for {
+		p := q.newPull(len(q.levels))
+		for _, lv := range q.levels {
+			if err := p.ask(lv, false, watchWait); err != nil {
+				p.close()
+				return false
+			}
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-status:
+				cancel()
+			case <-pctx.Done():
+			}
+		}()
+		m, r, err := p.next(pctx, watchWait+time.Second)
+		reconnected := pctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		p.close()
+		switch {
+		case m != nil:
+			q.mu.Lock()
+			if q.closed || q.stash != nil {
+				q.mu.Unlock()
+				q.release(m)
+				return true
+			}
+			q.stash = &stash{m: m, lv: r.lv, at: time.Now()}
+			q.mu.Unlock()
+			return true
+		case ctx.Err() != nil:
+			return true
+		case reconnected:
+			return true // the pool looks, and a miss asks again
+		case err != nil:
+			return false
+		}
+	}
+}
+
+// stashed says whether a watch's delivery waits for a TryGet; one kept
+// longer than the lease it could give is sent back.
+func (q *Queue) stashed() bool {
+	q.mu.Lock()
+	s := q.stash
+	if s != nil && time.Since(s.at) > q.opt().pull() {
+		q.stash = nil
+		q.mu.Unlock()
+		q.release(s.m)
+		return false
+	}
+	q.mu.Unlock()
+	return s != nil
+}
+
+// takeStash takes the delivery a watch kept, if any.
+func (q *Queue) takeStash() *stash {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	s := q.stash
+	q.stash = nil
+	return s
+}
+
+// missed tells the watches that a TryGet found nothing: each asks the
+// server to tell it of the next item.
+func (q *Queue) missed() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for w := range q.watchers {
+		w.rearm()
+	}
+}
+
+// watchEnded drops w; the last watch sends back what it kept.
+func (q *Queue) watchEnded(w *watcher) {
+	q.mu.Lock()
+	delete(q.watchers, w)
+	var s *stash
+	if len(q.watchers) == 0 {
+		s, q.stash = q.stash, nil
+	}
+	q.mu.Unlock()
+	if s != nil {
+		q.release(s.m)
+	}
 }
 
 // ttl is a Nats-TTL value of at least d, in whole seconds, at least 1s.
@@ -576,9 +816,10 @@ func (q *Queue) Get(ctx context.Context) (walq.Message, error) {
 	}
 }
 
-// TryGet leases the next ready item if there is one, without waiting.
-// While the server cannot be reached it finds nothing (and logs it to the
-// Dir's Logger), as Get waits.
+// TryGet leases the next ready item if there is one, without waiting
+// (but for a moment after this handle's own Put, which the server answers
+// before its consumer knows of it). While the server cannot be reached it
+// finds nothing (and logs it to the Dir's Logger), as Get waits.
 func (q *Queue) TryGet() (walq.Message, bool, error) {
 	if err := q.check(); err != nil {
 		return walq.Message{}, false, err
@@ -591,14 +832,18 @@ func (q *Queue) TryGet() (walq.Message, bool, error) {
 		if err != nil && isUnavailable(err) {
 			// As Get waits for the server, TryGet finds nothing while it
 			// is away: a WorkQueues pool goes on, and its Watch brings it
-			// back within PollInterval once the server answers.
+			// back once the server answers.
 			if q.away.CompareAndSwap(false, true) {
 				q.d.log.Warn("walq/jetstream: TryGet: the server cannot be reached; nothing to lease until it answers", "queue", q.name, "err", err)
 			}
+			q.missed()
 			return walq.Message{}, false, nil
 		}
 		if err == nil && q.away.CompareAndSwap(true, false) {
 			q.d.log.Info("walq/jetstream: TryGet: the server answers again", "queue", q.name)
+		}
+		if err == nil && !ok && !again {
+			q.missed()
 		}
 		if err != nil || ok || !again {
 			return m, ok, err
@@ -607,16 +852,55 @@ func (q *Queue) TryGet() (walq.Message, bool, error) {
 }
 
 // tryLevels asks each level, smallest priority first, for one item
-// without waiting. again says a message came that was not an item to hand
-// out (dead-lettered, discarded, sent back): look again.
+// without waiting; a delivery a watch kept is taken once no level before
+// its own has one. again says a message came that was not an item to
+// hand out (dead-lettered, discarded, sent back): look again.
 func (q *Queue) tryLevels(ctx context.Context) (m walq.Message, ok, again bool, err error) {
+	s := q.takeStash()
+	defer func() {
+		if s != nil {
+			// Not taken (an item of a level before it was, or an error):
+			// kept for the next TryGet.
+			q.mu.Lock()
+			if q.stash == nil && !q.closed {
+				q.stash, s = s, nil
+			}
+			q.mu.Unlock()
+			if s != nil {
+				q.release(s.m)
+			}
+		}
+	}()
 	for _, lv := range q.levels {
+		if s != nil && s.lv == lv {
+			msg := s.m
+			at := s.at
+			s = nil
+			m, ok := q.accept(msg, at, lv)
+			return m, ok, !ok, nil
+		}
 		msg, t0, err := q.pullOne(ctx, lv, true, 0)
 		if err != nil {
 			return walq.Message{}, false, false, err
 		}
 		if msg == nil {
-			continue
+			put := lv.putAt.Load()
+			if put == 0 || time.Since(time.Unix(0, put)) > time.Second {
+				continue
+			}
+			// This handle put an item at the level a moment ago, which
+			// the consumer may not know of yet: a short wait for it.
+			msg, t0, err = q.pullOne(ctx, lv, false, freshWait)
+			if err != nil {
+				return walq.Message{}, false, false, err
+			}
+			if msg == nil {
+				lv.putAt.CompareAndSwap(put, 0)
+				continue
+			}
+		}
+		if meta, ok := parseAck(msg.Reply); ok {
+			lv.seen(meta.sseq)
 		}
 		m, ok := q.accept(msg, t0, lv)
 		return m, ok, !ok, nil
@@ -624,8 +908,13 @@ func (q *Queue) tryLevels(ctx context.Context) (m walq.Message, ok, again bool, 
 	return walq.Message{}, false, false, nil
 }
 
+// freshWait is how long TryGet waits at a level this handle just put an
+// item at.
+const freshWait = 100 * time.Millisecond
+
 // take makes one round: with several levels, each without waiting, then a
-// wait of PollInterval on the first; with one, a wait on the server.
+// wait on all of them at once, the first message taken; with one, a wait
+// on the server.
 func (q *Queue) take(ctx context.Context, wait bool) (walq.Message, bool, error) {
 	if len(q.levels) > 1 {
 		m, ok, again, err := q.tryLevels(ctx)
@@ -634,14 +923,19 @@ func (q *Queue) take(ctx context.Context, wait bool) (walq.Message, bool, error)
 		}
 	}
 	expires := q.opt().pull()
-	if len(q.levels) > 1 {
-		expires = min(expires, q.opt().PollInterval)
+	p := q.newPull(len(q.levels))
+	for _, lv := range q.levels {
+		if err := p.ask(lv, false, expires); err != nil {
+			p.close()
+			return walq.Message{}, false, err
+		}
 	}
-	msg, t0, err := q.pullOne(ctx, q.levels[0], false, expires)
+	msg, r, err := p.next(ctx, expires+time.Second)
+	p.close()
 	if err != nil || msg == nil {
 		return walq.Message{}, false, err
 	}
-	m, ok := q.accept(msg, t0, q.levels[0])
+	m, ok := q.accept(msg, r.t0, r.lv)
 	return m, ok, nil
 }
 
@@ -992,6 +1286,10 @@ func (q *Queue) Close() error {
 	q.closed = true
 	close(q.done)
 	q.cancel()
+	if s := q.stash; s != nil {
+		q.stash = nil
+		q.release(s.m)
+	}
 	open := make([]*lease, 0, len(q.leases))
 	for _, l := range q.leases {
 		open = append(open, l)
