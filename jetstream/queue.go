@@ -44,9 +44,9 @@ type QueueOptions struct {
 	// holds by that margin, so that it reaches the server before the
 	// server can deliver the item again. See the README.
 	Fence time.Duration
-	// PollInterval is how often a Get that waits looks at the priority
-	// levels after the first, when there are several [50ms]. A queue of
-	// one level waits on the server instead.
+	// PollInterval is no longer used: a Get that waits, and a Watch,
+	// hold a pull request on every level instead of polling. It is kept
+	// so that code setting it still builds.
 	PollInterval time.Duration
 }
 
