@@ -86,6 +86,7 @@ func (p *pull) end(r *pullReq) {
 func (p *pull) next(ctx context.Context, wait time.Duration) (*nats.Msg, *pullReq, error) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
+	busy := false
 	for p.open > 0 {
 		var m *nats.Msg
 		select {
@@ -124,8 +125,9 @@ func (p *pull) next(ctx context.Context, wait time.Duration) (*nats.Msg, *pullRe
 				if desc == "Consumer Deleted" || desc == "Consumer is push based" {
 					return nil, nil, fmt.Errorf("walq/jetstream: get: the consumer of queue %q (priority %d): %s", p.q.name, r.lv.prio, desc)
 				}
-				// Leadership change, too many waiting requests: ask again
-				// (after a little, as the next round does).
+				// Leadership change, too many waiting requests: ask again,
+				// after a little (not in a tight loop).
+				busy = true
 				continue
 			default:
 				p.end(r)
@@ -134,6 +136,13 @@ func (p *pull) next(ctx context.Context, wait time.Duration) (*nats.Msg, *pullRe
 		}
 		p.end(r)
 		return m, r, nil
+	}
+	if busy {
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	return nil, nil, nil
 }
