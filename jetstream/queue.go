@@ -871,12 +871,35 @@ func (q *Queue) tryLevels(ctx context.Context) (m walq.Message, ok, again bool, 
 			}
 		}
 	}()
-	for _, lv := range q.levels {
-		if s != nil && s.lv == lv {
-			msg := s.m
-			at := s.at
+	// fromStash takes s if it is of a level at or before i: the watch's
+	// request, asked earlier, may have been sent the item a TryGet's own
+	// request was asked for. One kept longer than the lease it could give
+	// goes back.
+	fromStash := func(i int) (walq.Message, bool, bool) {
+		if s == nil {
+			s = q.takeStash()
+		}
+		if s != nil && time.Since(s.at) > q.opt().pull() {
+			// Sent back, and the server's answer awaited, so that the
+			// pulls below may be sent it again, timed anew.
+			if err := q.replyUntil(s.m.Reply, "-NAK", time.Now().Add(time.Second)); err != nil {
+				q.release(s.m)
+			}
 			s = nil
-			m, ok := q.accept(msg, at, lv)
+		}
+		if s == nil || q.levelIndex(s.lv) > i {
+			return walq.Message{}, false, false
+		}
+		msg, at, lv := s.m, s.at, s.lv
+		s = nil
+		if meta, ok := parseAck(msg.Reply); ok {
+			lv.seen(meta.sseq)
+		}
+		m, ok := q.accept(msg, at, lv)
+		return m, ok, true
+	}
+	for i, lv := range q.levels {
+		if m, ok, took := fromStash(i); took {
 			return m, ok, !ok, nil
 		}
 		msg, t0, err := q.pullOne(ctx, lv, true, 0)
@@ -895,6 +918,9 @@ func (q *Queue) tryLevels(ctx context.Context) (m walq.Message, ok, again bool, 
 				return walq.Message{}, false, false, err
 			}
 			if msg == nil {
+				if m, ok, took := fromStash(i); took {
+					return m, ok, !ok, nil
+				}
 				lv.putAt.CompareAndSwap(put, 0)
 				continue
 			}
@@ -906,6 +932,16 @@ func (q *Queue) tryLevels(ctx context.Context) (m walq.Message, ok, again bool, 
 		return m, ok, !ok, nil
 	}
 	return walq.Message{}, false, false, nil
+}
+
+// levelIndex is lv's place in q.levels, most urgent first.
+func (q *Queue) levelIndex(lv *level) int {
+	for i, l := range q.levels {
+		if l == lv {
+			return i
+		}
+	}
+	return len(q.levels)
 }
 
 // freshWait is how long TryGet waits at a level this handle just put an
@@ -1016,7 +1052,9 @@ func (q *Queue) Extend(r walq.Receipt, d time.Duration) error {
 	ctx, cancel := context.WithDeadline(context.Background(), l.end)
 	defer cancel()
 	ext := l.rec
-	ext.End = sent.Add(d).UnixNano()
+	// The record holds it a Fence past the holder's end, as at the lease's
+	// start: a process whose clock is ahead by less finds it held.
+	ext.End = end.Add(o.Fence).UnixNano()
 	if err := q.settleRecord(ctx, l, &ext, "extend"); err != nil {
 		return err
 	}
