@@ -19,7 +19,7 @@ import (
 func TestTryGetSeesOwnPut(t *testing.T) {
 	q := newQueue(t, walqjs.Options{}, walqjs.QueueOptions{Priorities: []int{0, 1}})
 	missed, inverted := 0, 0
-	for i := range 100 {
+	for i := range 150 {
 		put(t, q, "low", walq.WithPriority(1))
 		put(t, q, "high", walq.WithPriority(0))
 		for want := range 2 {
@@ -41,7 +41,7 @@ func TestTryGetSeesOwnPut(t *testing.T) {
 		}
 	}
 	if missed != 0 || inverted != 0 {
-		t.Fatalf("of 200 TryGets right after the handle's own puts, %d found nothing and %d leased the less urgent item first", missed, inverted)
+		t.Fatalf("of %d TryGets right after the handle's own puts, %d found nothing and %d leased the less urgent item first", 300, missed, inverted)
 	}
 }
 
