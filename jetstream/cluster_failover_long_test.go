@@ -771,10 +771,22 @@ jetstream {
 	return n
 }
 
-// foConnect connects to url, reconnecting for good.
+// foURLs is the cluster's URLs with nodes[first] first: a connection made
+// with them (foConnect does not shuffle them) is on that node while it
+// runs, so the tests spread their connections over the nodes.
+func foURLs(nodes []*node, first int) string {
+	var urls []string
+	for i := range nodes {
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", nodes[(first+i)%len(nodes)].port))
+	}
+	return strings.Join(urls, ",")
+}
+
+// foConnect connects to url (the servers in the order given), reconnecting
+// for good.
 func foConnect(t *testing.T, url string) (*nats.Conn, njs.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Timeout(2*time.Second))
+	nc, err := nats.Connect(url, nats.DontRandomize(), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond), nats.Timeout(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -909,12 +921,13 @@ func TestClusterStreamLeaderKilledDuringAcksAndNacks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	nodes := startCluster(t)
-	url := clusterURL(nodes)
-	_, js := foConnect(t, url)
+	_, js := foConnect(t, foURLs(nodes, 2))
 	logs := &foLogs{}
 	openClusterDir(t, js, dirName, walqjs.Options{Replicas: 3, Logger: logs.logger()})
 	qo := walqjs.QueueOptions{Visibility: 3 * time.Second, MaxAttempts: maxAttempts, Backoff: zeroBackoff}
-	qs := []*walqjs.Queue{foOpenQueue(ctx, t, url, dirName, "jobs", logs, qo), foOpenQueue(ctx, t, url, dirName, "jobs", logs, qo)}
+	// Two handles on connections of their own, on n1 and n2; the test's
+	// own on n3.
+	qs := []*walqjs.Queue{foOpenQueue(ctx, t, foURLs(nodes, 0), dirName, "jobs", logs, qo), foOpenQueue(ctx, t, foURLs(nodes, 1), dirName, "jobs", logs, qo)}
 	g := newFoLedger()
 	for i := range items {
 		if err := foPut(ctx, qs[i%2], g, foItem{queue: "jobs", index: i, poison: i%10 == 0}); err != nil {
@@ -991,13 +1004,12 @@ func TestClusterConsumerLeaderKilledMidLease(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	nodes := startCluster(t)
-	url := clusterURL(nodes)
-	_, js := foConnect(t, url)
+	_, js := foConnect(t, foURLs(nodes, 2))
 	logs := &foLogs{}
 	openClusterDir(t, js, dirName, walqjs.Options{Replicas: 3, Logger: logs.logger()})
 	qo := walqjs.QueueOptions{Visibility: 12 * time.Second, MaxAttempts: maxAttempts, Backoff: zeroBackoff}
-	holderQ := foOpenQueue(ctx, t, url, dirName, "jobs", logs, qo)
-	runnerQ := foOpenQueue(ctx, t, url, dirName, "jobs", logs, qo)
+	holderQ := foOpenQueue(ctx, t, foURLs(nodes, 0), dirName, "jobs", logs, qo)
+	runnerQ := foOpenQueue(ctx, t, foURLs(nodes, 1), dirName, "jobs", logs, qo)
 	qs := []*walqjs.Queue{holderQ, runnerQ}
 	g := newFoLedger()
 	for i := range items {
@@ -1202,8 +1214,8 @@ func (s *foSource) DeadLetter(r walq.Receipt, cause error) error {
 // Handlers take 2 to 20 ms, every ninth 1.2 s (beyond a heartbeat, at a
 // Visibility of 2 s), every eleventh fails its first attempt (a Nack), every
 // seventeenth is permanent (DeadLetter). Once 100 leases are settled, the
-// server the pool's connection is on is stopped (SIGTERM) and started
-// again on its store. WorkQueues must go on across it (the README: settling
+// server the pool's connection is on (the work stream's leader when the
+// pool connected) is stopped (SIGTERM) and started again on its store. WorkQueues must go on across it (the README: settling
 // calls retry until the lease's end, then ErrLeaseLost; Work goes on when
 // the server is back); it must return nil only when its context ends. The
 // queues are wrapped to record each lease, Extend and settling call.
@@ -1218,13 +1230,21 @@ func TestClusterServerRestartedUnderWorkQueues(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	nodes := startCluster(t)
-	url := clusterURL(nodes)
-	_, js := foConnect(t, url)
+	_, js := foConnect(t, clusterURL(nodes))
 	logs := &foLogs{}
 	openClusterDir(t, js, dirName, walqjs.Options{Replicas: 3, Logger: logs.logger()})
 	qo := walqjs.QueueOptions{Visibility: 2 * time.Second, MaxAttempts: maxAttempts, Backoff: zeroBackoff, Fence: fence}
-	// One connection for the pool's three queues, one for the producer.
-	poolNC, poolJS := foConnect(t, url)
+	// One connection for the pool's three queues, on the node that leads
+	// the work stream (the one restarted), one for the producers, on the
+	// next.
+	lead := foLeaderOf(ctx, t, "the work stream", func(ctx context.Context) string { return foReadLeaders(ctx, js, dirName).work })
+	first := 0
+	for i, n := range nodes {
+		if n.name == lead {
+			first = i
+		}
+	}
+	poolNC, poolJS := foConnect(t, foURLs(nodes, first))
 	pdir := openClusterDir(t, poolJS, dirName, walqjs.Options{Logger: logs.logger()})
 	prod := map[string]*walqjs.Queue{}
 	var qs []*walqjs.Queue
@@ -1245,7 +1265,7 @@ func TestClusterServerRestartedUnderWorkQueues(t *testing.T) {
 			wq.Weight = 2
 		}
 		wqs = append(wqs, wq)
-		prod[name] = foOpenQueue(ctx, t, url, dirName, name, logs, qo)
+		prod[name] = foOpenQueue(ctx, t, foURLs(nodes, first+1), dirName, name, logs, qo)
 	}
 	item := func(i int) foItem {
 		return foItem{queue: names[i%3], index: i, permanent: i%17 == 0, poison: i%17 == 0}
