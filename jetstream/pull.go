@@ -228,6 +228,7 @@ func (q *Queue) accept(m *nats.Msg, t0 time.Time, lv *level) (walq.Message, bool
 		q.d.log.Warn("walq/jetstream: a delivery without JetStream's ack subject; ignored", "subject", m.Subject, "reply", m.Reply)
 		return walq.Message{}, false
 	}
+	lv.seen(meta.sseq)
 	o := q.opt()
 	until := t0.Add(o.Visibility)
 	foreign := func(why string) (walq.Message, bool) {

@@ -421,20 +421,29 @@ func (q *Queue) put(ctx context.Context, it walq.Item, c *carry) (uint64, error)
 	if !duplicateInBatch(err) {
 		return 0, err
 	}
-	// The key is held: by whom, the claim alone says (a duplicate stores
-	// nothing). If it is no longer held (its window ended meanwhile), the
-	// claim now holds it for this item, whose schedule follows.
-	pa, err := q.d.js.PublishMsg(ctx, claim)
-	if err != nil {
-		return 0, unavailable("put (the key of a delayed item)", err)
-	}
-	if pa.Duplicate {
-		return q.duplicate(ctx, it.Key, pa.Sequence)
-	}
-	if _, err := q.d.js.PublishMsg(ctx, sched); err != nil {
-		return 0, unavailable("put (the schedule of a delayed item)", err)
+	if _, held, err := q.claimAlone(ctx, it.Key, claim, sched, "put (the key of a delayed item)", "put (the schedule of a delayed item)"); err != nil {
+		return held, err
 	}
 	return id, nil
+}
+
+// claimAlone follows a batch of claim and m refused as a duplicate: the
+// claim alone says who holds the key (a duplicate stores nothing: the
+// holder's ID and ErrDuplicate); if it is no longer held (its window
+// ended meanwhile), the claim now holds it for this item, and m follows.
+func (q *Queue) claimAlone(ctx context.Context, key string, claim, m *nats.Msg, keyWhat, what string) (*jetstream.PubAck, uint64, error) {
+	pa, err := q.d.js.PublishMsg(ctx, claim)
+	if err != nil {
+		return nil, 0, unavailable(keyWhat, err)
+	}
+	if pa.Duplicate {
+		held, err := q.duplicate(ctx, key, pa.Sequence)
+		return nil, held, err
+	}
+	if pa, err = q.d.js.PublishMsg(ctx, m); err != nil {
+		return nil, 0, unavailable(what, err)
+	}
+	return pa, 0, nil
 }
 
 // reserveID reserves an item's ID before its item is stored: the
@@ -481,19 +490,9 @@ func (q *Queue) putKeyed(ctx context.Context, it walq.Item, lv *level, h nats.He
 	if !duplicateInBatch(err) {
 		return 0, err
 	}
-	// The key is held: by whom, the claim alone says (a duplicate stores
-	// nothing). If it is no longer held (its window ended meanwhile), the
-	// claim now holds it for this item, which follows.
-	pa, err := q.d.js.PublishMsg(ctx, claim)
+	pa, held, err := q.claimAlone(ctx, it.Key, claim, item, "put (the key of an item)", "put")
 	if err != nil {
-		return 0, unavailable("put (the key of an item)", err)
-	}
-	if pa.Duplicate {
-		return q.duplicate(ctx, it.Key, pa.Sequence)
-	}
-	pa, err = q.d.js.PublishMsg(ctx, item)
-	if err != nil {
-		return 0, unavailable("put", err)
+		return held, err
 	}
 	lv.stored(pa.Sequence)
 	return id, nil
@@ -705,7 +704,7 @@ func (q *Queue) watchOnce(ctx context.Context, status <-chan nats.Status) bool {
 func (q *Queue) stashed() bool {
 	q.mu.Lock()
 	s := q.stash
-	if s != nil && time.Since(s.at) > q.opt().pull() {
+	if s != nil && q.stale(s) {
 		q.stash = nil
 		q.mu.Unlock()
 		q.release(s.m)
@@ -714,6 +713,9 @@ func (q *Queue) stashed() bool {
 	q.mu.Unlock()
 	return s != nil
 }
+
+// stale says whether s was kept longer than the lease it could give.
+func (q *Queue) stale(s *stash) bool { return time.Since(s.at) > q.opt().pull() }
 
 // takeStash takes the delivery a watch kept, if any.
 func (q *Queue) takeStash() *stash {
@@ -856,7 +858,7 @@ func (q *Queue) TryGet() (walq.Message, bool, error) {
 // its own has one. again says a message came that was not an item to
 // hand out (dead-lettered, discarded, sent back): look again.
 func (q *Queue) tryLevels(ctx context.Context) (m walq.Message, ok, again bool, err error) {
-	s := q.takeStash()
+	var s *stash
 	defer func() {
 		if s != nil {
 			// Not taken (an item of a level before it was, or an error):
@@ -879,7 +881,7 @@ func (q *Queue) tryLevels(ctx context.Context) (m walq.Message, ok, again bool, 
 		if s == nil {
 			s = q.takeStash()
 		}
-		if s != nil && time.Since(s.at) > q.opt().pull() {
+		if s != nil && q.stale(s) {
 			// Sent back, and the server's answer awaited, so that the
 			// pulls below may be sent it again, timed anew.
 			if err := q.replyUntil(s.m.Reply, "-NAK", time.Now().Add(time.Second)); err != nil {
@@ -892,9 +894,6 @@ func (q *Queue) tryLevels(ctx context.Context) (m walq.Message, ok, again bool, 
 		}
 		msg, at, lv := s.m, s.at, s.lv
 		s = nil
-		if meta, ok := parseAck(msg.Reply); ok {
-			lv.seen(meta.sseq)
-		}
 		m, ok := q.accept(msg, at, lv)
 		return m, ok, true
 	}
@@ -924,9 +923,6 @@ func (q *Queue) tryLevels(ctx context.Context) (m walq.Message, ok, again bool, 
 				lv.putAt.CompareAndSwap(put, 0)
 				continue
 			}
-		}
-		if meta, ok := parseAck(msg.Reply); ok {
-			lv.seen(meta.sseq)
 		}
 		m, ok := q.accept(msg, t0, lv)
 		return m, ok, !ok, nil
